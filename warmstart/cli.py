@@ -1,0 +1,86 @@
+"""The `warmstart` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .errors import ConfigError, ConfigErrors
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def project_dir() -> Path:
+    """The Pulumi project: the nearest folder upwards holding Pulumi.yaml (else the cwd)."""
+    here = Path.cwd().resolve()
+    for d in (here, *here.parents):
+        if (d / "Pulumi.yaml").is_file():
+            return d
+    return here
+
+
+def _render(args: argparse.Namespace) -> int:
+    from . import render
+
+    root = project_dir()
+    out = Path(args.out) if args.out else root / "build" / args.stack
+    started = time.perf_counter()
+    rendered = render.run_program(root / "stacks", args.stack)
+    render.write(rendered, out)
+    elapsed = time.perf_counter() - started
+    print(render.table(rendered.stack_plan))
+    print(f"\nrendered stack '{args.stack}' ({rendered.stack_plan.cluster_mode} mode): "
+          f"{len(rendered.kubernetes_objects)} Kubernetes objects, {len(rendered.cloud_resources)} cloud "
+          f"resources -> {out} in {elapsed:.2f}s")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from . import render
+
+    _, stack_plan = render.load_plan(project_dir() / "stacks", args.stack)
+    print(render.table(stack_plan))
+    return EXIT_OK
+
+
+def _config_reference(args: argparse.Namespace) -> int:
+    from .reference import config_reference
+
+    print(config_reference(), end="")
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="warmstart", description="vLLM on Amazon EKS with fast cold starts.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render", help="render a stack offline (Pulumi mocks): Kubernetes YAML, cloud.json, plan.json")
+    r.add_argument("--stack", default="dev", help="stack name, i.e. stacks/Pulumi.<stack>.yaml (default: dev)")
+    r.add_argument("--out", help="output folder (default: build/<stack>)")
+    r.set_defaults(func=_render)
+    v = sub.add_parser("validate", help="validate a stack's config and print its plan")
+    v.add_argument("--stack", default="dev")
+    v.set_defaults(func=_validate)
+    c = sub.add_parser("config-reference", help="print the stack config reference (Markdown)")
+    c.set_defaults(func=_config_reference)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ConfigErrors) as err:
+        lines = [str(e) for e in err.errors] if isinstance(err, ConfigErrors) else [str(err)]
+        print(f"warmstart: invalid stack config ({len(lines)} problem{'s' if len(lines) > 1 else ''}):",
+              file=sys.stderr)
+        for line in lines:
+            print(f"  - {line}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pulumi components: each translates decisions (warmstart.plan) into resources."""

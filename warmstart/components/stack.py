@@ -1,0 +1,47 @@
+"""The whole warmstart stack as one component: AWS layer, cluster layer, serving objects."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from ..plan import StackPlan
+from .serving import VllmModel, VllmModelArgs
+
+
+def stack_tags(plan: StackPlan) -> dict[str, str]:
+    """Tags on every taggable AWS resource; the stack's own tags win over warmstart's."""
+    return {"warmstart:stack": plan.stack, "warmstart:prefix": plan.name_prefix} | dict(plan.config.tags)
+
+
+class WarmstartStack(pulumi.ComponentResource):
+    """Everything one environment needs to serve its models with fast cold starts."""
+
+    models: dict[str, VllmModel]
+    """Serving component per model name."""
+
+    def __init__(self, name: str, plan: StackPlan, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:index:Stack", name, None, opts)
+        cfg = plan.config
+        # An explicit provider, so every AWS resource gets the region and default tags from
+        # the stack config and nothing from ambient `aws:` settings.
+        self.aws_provider = aws.Provider(
+            f"{name}-aws", region=cfg.region,
+            default_tags=aws.ProviderDefaultTagsArgs(tags=stack_tags(plan)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        k8s_opts = pulumi.ResourceOptions(parent=self)
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={"name": cfg.namespace, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
+            opts=k8s_opts,
+        )
+        self.models = {}
+        for m in plan.models:
+            self.models[m.name] = VllmModel(
+                f"{name}-{m.name}",
+                VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+            )
+        self.register_outputs({})

@@ -1,0 +1,238 @@
+"""The stack config: one strict pydantic model tree, loaded once per program run.
+
+A stack file (`stacks/Pulumi.<stack>.yaml`) holds `warmstart:<key>` entries; each key is a
+field of `StackConfig` (camelCase, as Pulumi config is written). Unknown keys are errors.
+Every field's description is the config reference (`warmstart config-reference`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from . import versions
+from .decisions import tuning
+from .errors import ConfigError, ConfigErrors
+
+NAMESPACE = "warmstart"
+
+DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class LoaderTuning(_Strict):
+    """Run:ai Model Streamer tuning (field notes section 2)."""
+
+    chunk_bytes: Annotated[int, Field(ge=tuning.MIN_S3_CHUNK_BYTES)] = tuning.DEFAULT_CHUNK_BYTES
+    """Bytes per ranged S3 read (`RUNAI_STREAMER_CHUNK_BYTESIZE`). 4 GiB is about one request per
+    safetensors shard; larger than a shard was 56 % slower."""
+    request_timeout_ms: Annotated[int, Field(ge=1000)] = tuning.DEFAULT_REQUEST_TIMEOUT_MS
+    """Low-speed window after which a stalled transfer is cut and retried
+    (`RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS`)."""
+    low_speed_limit_bytes_per_second: Annotated[int, Field(ge=1)] = tuning.DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S
+    """Throughput below which a transfer counts as stalled (`RUNAI_STREAMER_S3_LOW_SPEED_LIMIT`)."""
+
+
+class CompileCacheConfig(_Strict):
+    """torch.compile cache on the node's NVMe, pre-warmed from S3 (field notes section 4)."""
+
+    enabled: bool = True
+    """Default for every model that does not run eager; a model can opt out with
+    `compileCache: false`."""
+    host_path: str | None = None
+    """Node directory for the cache. Default: `/mnt/.ephemeral/compile-cache` (auto) or
+    `/mnt/k8s-disks/0/compile-cache` (karpenter), the NVMe mount of each mode."""
+
+
+class GpuPool(_Strict):
+    """A set of GPU nodes (one Karpenter / Auto Mode NodePool)."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=40)]
+    """Pool name; also the NodePool and node class name."""
+    instance_types: Annotated[list[str], Field(min_length=1)]
+    """EC2 instance types the pool may launch; each must be in warmstart's GPU table."""
+    capacity_types: Annotated[
+        list[Literal["on-demand", "spot", "reserved"]], Field(min_length=1)
+    ] = ["on-demand"]
+    """Purchase options the pool may use."""
+    max_gpus: Annotated[int, Field(ge=1)] | None = None
+    """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
+    model on the pool to surge one replica."""
+
+
+class ModelConfig(_Strict):
+    """One served model: one vLLM Deployment."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=40)]
+    """Deployment, Service and ServiceAccount name (a DNS label, at most 40 characters)."""
+    source: str
+    """`s3://bucket/prefix`: safetensors shards plus config and tokenizer files directly under
+    the prefix (the streamer does not list recursively)."""
+    weights_gib: Annotated[float, Field(gt=0, alias="weightsGiB")]
+    """Total size of the safetensors weights in GiB (2^30 bytes)."""
+    pool: str
+    """Name of the `gpuPools` entry the model runs on."""
+    instance_type: str | None = None
+    """Instance type within the pool; default: the pool's only instance type."""
+    tensor_parallel_size: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
+    """GPUs per replica. `auto`: the fewest of 1, 2, 4, 8 that hold the weights and leave 15 %
+    of each GPU for KV cache."""
+    replicas: Annotated[int, Field(ge=0)] = 1
+    """Number of serving pods."""
+    image: str = versions.VLLM_IMAGE
+    """vLLM container image (>= 0.11.1 for distributed loading); pin by `@sha256:` digest."""
+    max_model_len: Annotated[int, Field(ge=1)] | None = None
+    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0.3, le=0.98)] = tuning.DEFAULT_GPU_MEMORY_UTILIZATION
+    """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule."""
+    eager: bool = False
+    """Run with `--enforce-eager`: no torch.compile or CUDA graphs (faster start, 5-30 % lower
+    throughput). Incompatible with distributed loading and with the compile cache."""
+    compile_cache: bool | None = None
+    """Use the compile cache. Default: the stack's `compileCache.enabled`, off for eager models."""
+    extra_args: list[str] = []
+    """Extra `vllm serve` arguments, appended after the ones warmstart manages."""
+    loader: LoaderTuning | None = None
+    """Per-model override of the stack's `loader`."""
+
+    @field_validator("source")
+    @classmethod
+    def _s3_uri(cls, v: str) -> str:
+        if not S3_URI.match(v):
+            raise ValueError(
+                "must be s3://bucket/prefix with a valid bucket name and a non-empty prefix"
+            )
+        return v.rstrip("/")
+
+    @field_validator("image")
+    @classmethod
+    def _pinned_image(cls, v: str) -> str:
+        if "@sha256:" not in v and (":" not in v.rsplit("/", 1)[-1] or v.endswith(":latest")):
+            raise ValueError("image must carry an explicit version tag or an @sha256 digest, not latest")
+        return v
+
+
+class StackConfig(_Strict):
+    """Everything one environment (stack) deploys."""
+
+    cluster_mode: Literal["auto", "karpenter"]
+    """`auto`: EKS Auto Mode; `karpenter`: EKS with self-managed Karpenter."""
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+    """AWS region of every resource."""
+    name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
+    """Prefix of every derived resource name. Default: `ws-<stack>`."""
+    tags: dict[str, str] = {}
+    """Tags on every taggable AWS resource (also the AWS provider's default tags)."""
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
+    """EKS Kubernetes version; rendered objects are validated against its schemas."""
+    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "inference"
+    """Kubernetes namespace of the serving objects."""
+    gpu_pools: Annotated[list[GpuPool], Field(min_length=1)]
+    """GPU node pools."""
+    loader: LoaderTuning = LoaderTuning()
+    """Weight-streaming tuning for every model."""
+    compile_cache: CompileCacheConfig = CompileCacheConfig()
+    """torch.compile cache settings."""
+    models: Annotated[list[ModelConfig], Field(min_length=1)]
+    """Served models."""
+
+
+# --------------------------------------------------------------------------------------
+# Loading
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+_FIXES = {
+    "extra_forbidden": "remove the key or check its spelling against the config reference in README.md",
+    "missing": "add the key (see the config reference in README.md)",
+}
+
+
+def _from_validation_error(err: ValidationError) -> ConfigErrors:
+    found = []
+    for e in err.errors():
+        loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
+        # pydantic reports union branches by their type name; keep the user's key path.
+        loc = tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool"))
+        key = f"{NAMESPACE}:" + _key_path(loc) if loc else NAMESPACE
+        rule = e["msg"].removeprefix("Value error, ")
+        fix = _FIXES.get(e["type"], "correct the value (see the config reference in README.md)")
+        value = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
+        if isinstance(value, (dict, list)):
+            value = None
+        found.append(ConfigError(key, rule, fix, value))
+    # One message per key: union branches repeat the same location.
+    unique: dict[str, ConfigError] = {}
+    for f in found:
+        unique.setdefault(f.key, f)
+    return ConfigErrors(list(unique.values()))
+
+
+def parse_config(values: dict[str, Any]) -> StackConfig:
+    """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix)."""
+    try:
+        return StackConfig.model_validate(values)
+    except ValidationError as err:
+        raise _from_validation_error(err) from None
+
+
+def from_pulumi_config(config: dict[str, str]) -> StackConfig:
+    """From Pulumi's flat config map (`{"warmstart:models": "<json>", ...}`)."""
+    values: dict[str, Any] = {}
+    for full_key, raw in config.items():
+        ns, _, key = full_key.partition(":")
+        if ns != NAMESPACE:
+            continue
+        try:
+            values[key] = json.loads(raw)
+        except (TypeError, json.JSONDecodeError):
+            values[key] = raw
+    return parse_config(values)
+
+
+def stack_file(stacks_dir: Path, stack: str) -> Path:
+    return stacks_dir / f"Pulumi.{stack}.yaml"
+
+
+def read_stack_file(path: Path) -> dict[str, str]:
+    """A stack file's config as Pulumi hands it to a program: `{ns:key: json-or-string}`."""
+    if not path.is_file():
+        known = sorted(p.name for p in path.parent.glob("Pulumi.*.yaml"))
+        raise ConfigError(
+            "stack", f"no stack file {path}", f"create it, or pick one of: {', '.join(known) or 'none'}"
+        )
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), f"not valid YAML ({err})", "fix the YAML syntax") from None
+    config = doc.get("config") or {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: config", "must be a mapping of keys to values", "see README.md")
+    return {
+        k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in config.items()
+    }

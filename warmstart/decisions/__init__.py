@@ -1,0 +1,1 @@
+"""Pure, Pulumi-free decisions: instance facts, loader tuning, sizing, naming."""

@@ -1,0 +1,41 @@
+"""Node labels, taints and NVMe paths: the one place these strings are spelled."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+ClusterMode = Literal["auto", "karpenter"]
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Every GPU NodePool carries this taint; every serving pod tolerates it.
+GPU_TAINT_KEY = GPU_RESOURCE
+GPU_TAINT_EFFECT = "NoSchedule"
+
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+
+# Auto Mode and Karpenter use different label domains (reference/eks-facts.md 2.4).
+LABEL_DOMAIN: dict[ClusterMode, str] = {"auto": "eks.amazonaws.com", "karpenter": "karpenter.k8s.aws"}
+
+
+def local_nvme_label(mode: ClusterMode) -> str:
+    return f"{LABEL_DOMAIN[mode]}/instance-local-nvme"
+
+
+def gpu_count_label(mode: ClusterMode) -> str:
+    return f"{LABEL_DOMAIN[mode]}/instance-gpu-count"
+
+
+# Where each mode mounts the node's NVMe (RAID0 over all drives): Auto Mode's ephemeral
+# storage, Karpenter's `instanceStorePolicy: RAID0` on AL2023 (field notes 4, eks-facts 1.1).
+NVME_MOUNT: dict[ClusterMode, str] = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}
+
+
+def compile_cache_host_path(mode: ClusterMode) -> str:
+    """Default node directory of the compile cache, identical on every node of a mode."""
+    return f"{NVME_MOUNT[mode]}/compile-cache"
+
+
+# Inside the container the cache is always here, so its paths are the same on every node.
+COMPILE_CACHE_MOUNT = "/compile-cache"

@@ -1,0 +1,161 @@
+"""Loader and pod tuning decisions, derived from the field notes (shared context).
+
+Units: every size is in bytes (`*_bytes`), every duration in seconds (`*_seconds`) unless the
+name says otherwise. Functions raise TuningError(rule, fix); the config layer adds the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .instances import GIB, MIB, GpuInstance
+
+# Field notes 2: 4 GiB chunks (about one request per ~3.9 GiB safetensors shard); 8 GiB was
+# 56 % slower, so the chunk should not exceed a shard.
+DEFAULT_CHUNK_BYTES = 4 * GIB
+# Run:ai streamer minimum S3 chunk (reference/vllm-facts.md 1.3).
+MIN_S3_CHUNK_BYTES = 5 * MIB
+# Field notes 2: cut and retry transfers that stall, since readiness waits on the slowest chunk.
+DEFAULT_REQUEST_TIMEOUT_MS = 3000
+DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S = 1048576
+
+TENSOR_PARALLEL_CANDIDATES = (1, 2, 4, 8)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
+# The TP rule keeps at least this share of every GPU for KV cache, activations and CUDA
+# graphs. With vLLM's 0.90 utilisation the weights may use 75 % of a GPU: a 67 GiB model on
+# 80 GiB H100s needs TP=2 and Llama-4-Scout (203 GiB) needs TP=4, AWS's published choices.
+MIN_KV_CACHE_FRACTION = 0.15
+
+
+class TuningError(ValueError):
+    def __init__(self, rule: str, fix: str) -> None:
+        self.rule = rule
+        self.fix = fix
+        super().__init__(f"{rule}; fix: {fix}")
+
+
+def loader_concurrency(weights_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Streamer workers: ceil(weights / chunk), at least 1 (field notes 2).
+
+    Parallelism comes from distinct files, so more workers than chunks only adds idle
+    connections (256 gave nothing over 17 for 67 GiB).
+    """
+    if weights_bytes <= 0:
+        raise TuningError("weights size must be positive", "set the model's weightsGiB")
+    if chunk_bytes < MIN_S3_CHUNK_BYTES:
+        raise TuningError(
+            f"chunk must be at least {MIN_S3_CHUNK_BYTES} bytes (streamer S3 minimum)",
+            "use the default 4 GiB chunk",
+        )
+    return max(1, math.ceil(weights_bytes / chunk_bytes))
+
+
+def max_weights_per_gpu_bytes(instance: GpuInstance, gpu_memory_utilization: float) -> int:
+    """Weight bytes one GPU may hold and still leave MIN_KV_CACHE_FRACTION for KV cache."""
+    return int(instance.gpu_memory_bytes * (gpu_memory_utilization - MIN_KV_CACHE_FRACTION))
+
+
+def valid_tensor_parallel_sizes(instance: GpuInstance) -> tuple[int, ...]:
+    return tuple(
+        n for n in TENSOR_PARALLEL_CANDIDATES
+        if n <= instance.gpu_count and instance.gpu_count % n == 0
+    )
+
+
+def tensor_parallel_fits(
+    weights_bytes: int, instance: GpuInstance, tp: int, gpu_memory_utilization: float
+) -> bool:
+    return weights_bytes / tp <= max_weights_per_gpu_bytes(instance, gpu_memory_utilization)
+
+
+def choose_tensor_parallel(
+    weights_bytes: int,
+    instance: GpuInstance,
+    requested: int | None = None,
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+) -> int:
+    """The tensor-parallel degree for a model on one node of `instance`.
+
+    `requested=None` ("auto") picks the fewest GPUs in {1, 2, 4, 8} that divide the node's
+    GPUs and hold the weights with room for KV cache (field notes 2: "the minimum number of
+    GPUs that hold the model"). An explicit value is checked against the same rule.
+    """
+    sizes = valid_tensor_parallel_sizes(instance)
+    budget_gib = max_weights_per_gpu_bytes(instance, gpu_memory_utilization) / GIB
+    weights_gib = weights_bytes / GIB
+    if requested is not None:
+        if requested not in sizes:
+            raise TuningError(
+                f"tensorParallelSize={requested} needs {requested} GPUs but "
+                f"{instance.instance_type} has {instance.gpu_count}; valid: "
+                f"{', '.join(map(str, sizes))}",
+                f"use tensorParallelSize in ({', '.join(map(str, sizes))}) or 'auto', "
+                "or an instance type with more GPUs",
+            )
+        if not tensor_parallel_fits(weights_bytes, instance, requested, gpu_memory_utilization):
+            raise TuningError(
+                f"{weights_gib:.1f} GiB of weights over tensorParallelSize={requested} is "
+                f"{weights_gib / requested:.1f} GiB per GPU, above the {budget_gib:.1f} GiB a "
+                f"{instance.gpu_model} may hold and keep {MIN_KV_CACHE_FRACTION:.0%} for KV cache",
+                "use tensorParallelSize: auto, or a larger tensorParallelSize or GPU",
+            )
+        return requested
+    for tp in sizes:
+        if tensor_parallel_fits(weights_bytes, instance, tp, gpu_memory_utilization):
+            return tp
+    raise TuningError(
+        f"{weights_gib:.1f} GiB of weights do not fit on one {instance.instance_type} "
+        f"({instance.gpu_count} x {instance.gpu_model}, {budget_gib:.1f} GiB of weights per GPU)",
+        "choose an instance type with more or larger GPUs, or a quantized model",
+    )
+
+
+# Startup budget. The startup probe must outlast the slowest honest start, or Kubernetes kills
+# a pod that is still streaming weights and the restart starts over (field notes 1: an
+# untuned 203 GiB start took 463 s). Budget = fixed part + weights at a pessimistic rate:
+#  - fixed: engine init, tokenizer/config pull, a cold torch.compile (34-80 s in the field
+#    notes) and CUDA graph capture, with a wide margin;
+#  - rate: 0.2 GiB/s, under half of the untuned default AWS measured (203 GiB in 429 s).
+STARTUP_FIXED_SECONDS = 600
+STARTUP_PESSIMISTIC_BYTES_PER_SECOND = 0.2 * GIB
+PROBE_PERIOD_SECONDS = 10
+
+
+def startup_budget_seconds(weights_bytes: int) -> int:
+    """Seconds a pod may take from container start to a healthy /health."""
+    return math.ceil(STARTUP_FIXED_SECONDS + weights_bytes / STARTUP_PESSIMISTIC_BYTES_PER_SECOND)
+
+
+def startup_probe_failure_threshold(weights_bytes: int) -> int:
+    return math.ceil(startup_budget_seconds(weights_bytes) / PROBE_PERIOD_SECONDS)
+
+
+@dataclass(frozen=True)
+class PodSize:
+    """Requests for one serving pod: a GPU-proportional share of the node."""
+
+    gpus: int
+    cpu_millis: int
+    memory_bytes: int
+    shm_bytes: int
+
+
+# Share of the node's CPU and memory a pod may request per GPU it uses; the rest is left for
+# the kubelet reservation (~8 % of memory on these types) and daemonsets.
+NODE_CPU_SHARE = 0.85
+NODE_MEMORY_SHARE = 0.80
+
+
+def pod_size(instance: GpuInstance, tp: int) -> PodSize:
+    """CPU, memory and /dev/shm for a pod using `tp` GPUs of one `instance`.
+
+    /dev/shm: TP > 1 ranks exchange tensors through shared memory (NCCL, vLLM's custom
+    all-reduce), so it gets 8 GiB per rank, capped at a quarter of the pod's memory because a
+    memory-backed emptyDir counts against the pod's memory. TP = 1 needs only 2 GiB.
+    """
+    share = tp / instance.gpu_count
+    cpu = int(instance.vcpu * 1000 * share * NODE_CPU_SHARE)
+    memory = int(instance.memory_gib * GIB * share * NODE_MEMORY_SHARE) // MIB * MIB
+    shm = 2 * GIB if tp == 1 else min(8 * GIB * tp, memory // 4 // GIB * GIB)
+    return PodSize(gpus=tp, cpu_millis=cpu, memory_bytes=memory, shm_bytes=shm)
