@@ -31,6 +31,12 @@ class WarmstartStack(pulumi.ComponentResource):
             default_tags=aws.ProviderDefaultTagsArgs(tags=stack_tags(plan)),
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # Layers, in dependency order (each a component in its own module):
+        # 1. network (issue 3): VPC or existing one, S3 Gateway endpoint  -> self.network
+        # 2. cluster (issue 4): EKS Auto Mode or Karpenter, GPU node pools -> self.cluster
+        #    (supplies the Kubernetes provider and the OIDC provider for IRSA)
+        # 3. storage + identity (issue 3): buckets, one IRSA role per model
+        # 4. serving: one VllmModel per model, on the cluster's provider
         k8s_opts = pulumi.ResourceOptions(parent=self)
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",

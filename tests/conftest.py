@@ -1,0 +1,59 @@
+"""Shared fixtures: render stacks (real program, Pulumi mocks) once per session."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from warmstart import render
+
+ROOT = Path(__file__).resolve().parent.parent
+STACKS_DIR = ROOT / "stacks"
+STACK_NAMES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+
+_cache: dict[str, render.Rendered] = {}
+
+
+def render_stack(stack: str) -> render.Rendered:
+    """Render a stack from stacks/ once per test session."""
+    if stack not in _cache:
+        _cache[stack] = render.run_program(STACKS_DIR, stack)
+    return _cache[stack]
+
+
+def load_stack_doc(stack: str) -> dict[str, Any]:
+    return yaml.safe_load((STACKS_DIR / f"Pulumi.{stack}.yaml").read_text())
+
+
+def render_doc(doc: dict[str, Any], tmp_path: Path, stack: str = "test") -> render.Rendered:
+    """Render an in-memory stack document (e.g. a mutated copy of a real stack)."""
+    d = tmp_path / f"stacks-{stack}"
+    d.mkdir(exist_ok=True)
+    (d / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
+    return render.run_program(d, stack)
+
+
+@pytest.fixture(params=STACK_NAMES)
+def stack_name(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def rendered(stack_name) -> render.Rendered:
+    return render_stack(stack_name)
+
+
+@pytest.fixture
+def stack_doc() -> Callable[[str], dict[str, Any]]:
+    """A deep copy of a stack file's YAML document, for mutation."""
+    return lambda name: copy.deepcopy(load_stack_doc(name))
+
+
+def policy_json(value: Any) -> dict[str, Any]:
+    """An IAM policy input as data, whether rendered as a JSON string or an object."""
+    return json.loads(value) if isinstance(value, str) else value
