@@ -30,7 +30,11 @@ def _render(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else root / "build" / args.stack
     started = time.perf_counter()
     rendered = render.run_program(root / "stacks", args.stack)
-    render.write(rendered, out)
+    try:
+        render.write(rendered, out)
+    except render.OutputDirNotOurs as err:
+        print(f"warmstart: {err}", file=sys.stderr)
+        return EXIT_FAILED
     elapsed = time.perf_counter() - started
     print(render.table(rendered.stack_plan))
     print(f"\nrendered stack '{args.stack}' ({rendered.stack_plan.cluster_mode} mode): "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any
@@ -24,9 +25,9 @@ def _type_name(annotation: Any) -> str:
     if origin is typing.Annotated:
         return _type_name(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(annotation) if a is not type(None))
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation) if a is not type(None))
     if origin is typing.Literal:
-        return " | ".join(f"`{a}`" for a in typing.get_args(annotation))
+        return " or ".join(f"`{a}`" for a in typing.get_args(annotation))
     if origin is list:
         return f"list of {_type_name(typing.get_args(annotation)[0])}"
     if origin is dict:
@@ -43,7 +44,9 @@ def _default(info: FieldInfo) -> str:
     d = info.default if info.default is not PydanticUndefined else info.default_factory()
     if isinstance(d, BaseModel):
         return "see below"
-    return "derived" if d is None else f"`{d}`"
+    if d is None:
+        return "derived"
+    return f"`{json.dumps(d)}`" if isinstance(d, (list, dict)) else f"`{d}`"
 
 
 def config_reference() -> str:

@@ -187,11 +187,26 @@ def object_filename(obj: dict[str, Any]) -> str:
     return "-".join(p for p in parts if p) + ".yaml"
 
 
+MARKER = ".warmstart-render"
+
+
+class OutputDirNotOurs(Exception):
+    """The output folder holds files a render did not write; nothing is deleted."""
+
+
 def write(rendered: Rendered, out: Path) -> None:
-    """Write DIR/kubernetes/*.yaml, DIR/cloud.json and DIR/plan.json (replacing DIR)."""
-    if out.exists():
-        shutil.rmtree(out)
+    """Write DIR/kubernetes/*.yaml, DIR/cloud.json and DIR/plan.json.
+
+    A previous render's files are replaced; a folder that holds anything else is refused, so
+    `--out` pointed at the wrong place never deletes a user's files.
+    """
+    if out.exists() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise OutputDirNotOurs(f"{out} is not empty and was not written by warmstart render; "
+                                   "choose an empty or new --out folder")
+        shutil.rmtree(out / "kubernetes", ignore_errors=True)
     (out / "kubernetes").mkdir(parents=True)
+    (out / MARKER).write_text("written by `warmstart render`; the folder is replaced on every render\n")
     for obj in rendered.kubernetes_objects:
         (out / "kubernetes" / object_filename(obj)).write_text(object_yaml(obj))
     cloud = [{"type": r.typ, "name": r.name, "inputs": r.inputs} for r in rendered.cloud_resources]
