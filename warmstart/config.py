@@ -128,6 +128,71 @@ class ModelConfig(_Strict):
         return v
 
 
+IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/*-]+$"
+
+
+class NetworkConfig(_Strict):
+    """The VPC the cluster and GPU nodes run in: created by warmstart (default), or an existing
+    one given by `vpcId`. Either way GPU subnets reach S3 through an S3 Gateway endpoint on
+    every private route table (field notes section 3), not through NAT."""
+
+    vpc_id: Annotated[str, Field(pattern=r"^vpc-[0-9a-f]{8,17}$")] | None = None
+    """Use this existing VPC instead of creating one; then `privateSubnetIds` and
+    `privateRouteTableIds` are required."""
+    private_subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = []
+    """Existing VPC only: the private subnets (at least two, in different AZs) the cluster and
+    GPU nodes use."""
+    private_route_table_ids: list[Annotated[str, Field(pattern=r"^rtb-[0-9a-f]{8,17}$")]] = []
+    """Existing VPC only: every route table associated with `privateSubnetIds` (including the
+    VPC's main route table if a subnet has no explicit association). The S3 Gateway endpoint
+    is attached to each."""
+    public_subnet_ids: list[Annotated[str, Field(pattern=r"^subnet-[0-9a-f]{8,17}$")]] = []
+    """Existing VPC only: public subnets for internet-facing load balancers (optional)."""
+    cidr: str = "10.0.0.0/16"
+    """Created VPC only: its IPv4 CIDR, /16 to /22. Private subnets get one eighth each, public
+    subnets one sixty-fourth."""
+    availability_zones: Annotated[list[str], Field(min_length=2, max_length=6)] | None = None
+    """Created VPC only: AZ names to use. Default: the first `azCount` AZs the region reports
+    available. Pin them when a GPU instance type is offered only in some AZs."""
+    az_count: Annotated[int, Field(ge=2, le=6)] = 3
+    """Created VPC only: number of AZs (one public and one private subnet each) when
+    `availabilityZones` is not given."""
+    single_nat_gateway: bool = False
+    """Created VPC only: one NAT gateway for all AZs (cheaper, but egress fails with its AZ)
+    instead of one per AZ."""
+    s3_gateway_endpoint: bool = True
+    """Create the S3 Gateway endpoint on every private route table, so model and cache traffic
+    bypasses NAT."""
+    allow_s3_via_nat: bool = False
+    """Explicit opt-out: allow `s3GatewayEndpoint: false`, i.e. GPU nodes reach S3 through NAT
+    (shared bandwidth ceiling, per-GB charge)."""
+
+
+class ModelBucketConfig(_Strict):
+    """The S3 bucket that holds every model's weights (`models[].source` must be in it)."""
+
+    name: str | None = None
+    """Bucket name. Default (created bucket): `<namePrefix>-models-<hash8>` (see docs/aws-layer.md)."""
+    create: bool = True
+    """Create the bucket with warmstart's baseline (private, encrypted, TLS-only, versioned,
+    owner-enforced). `false`: use the existing bucket `name`, whose settings warmstart leaves
+    alone."""
+    restrict_to_vpc_endpoint: bool = False
+    """Deny object reads, writes and listings that do not come through the stack's S3 Gateway
+    endpoint (`aws:SourceVpce`), except by the `admins` principals. Needs `create: true`."""
+
+
+class CompileCacheBucketConfig(_Strict):
+    """The S3 bucket that holds the torch.compile cache, one key prefix per model."""
+
+    name: str | None = None
+    """Bucket name. Default: `<namePrefix>-compile-cache-<hash8>` (see docs/aws-layer.md)."""
+    expire_after_days: Annotated[int, Field(ge=1)] = 30
+    """Days after which a cache object (and, one day later, its noncurrent versions) is
+    deleted. Entries are cheap to rebuild and their keys change with every image, so old ones
+    are only cost."""
+
+
 class StackConfig(_Strict):
     """Everything one environment (stack) deploys."""
 
@@ -151,6 +216,18 @@ class StackConfig(_Strict):
     """torch.compile cache settings."""
     models: Annotated[list[ModelConfig], Field(min_length=1)]
     """Served models."""
+    account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    """AWS account the stack deploys to. When set, the provider refuses any other account,
+    and the id is part of the derived bucket names' hash (set it before the first deploy)."""
+    admins: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = []
+    """IAM role or user ARNs (`*` allowed) that administer the stack's data: exempt from
+    `modelBucket.restrictToVpcEndpoint`, so they can upload weights from outside the VPC."""
+    network: NetworkConfig = NetworkConfig()
+    """VPC, subnets and the S3 Gateway endpoint."""
+    model_bucket: ModelBucketConfig = ModelBucketConfig()
+    """Bucket of the model weights."""
+    compile_cache_bucket: CompileCacheBucketConfig = CompileCacheBucketConfig()
+    """Bucket of the torch.compile cache."""
 
 
 # --------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from . import plan_aws
 from .config import NAMESPACE, LoaderTuning, ModelConfig, S3_URI, StackConfig
 from .decisions import instances, placement, tuning
 from .decisions.instances import GIB, GpuInstance
@@ -84,6 +85,8 @@ class StackPlan:
     name_prefix: str
     config: StackConfig
     models: tuple[ModelPlan, ...]
+    aws: plan_aws.AwsPlan | None = None
+    """Network, bucket and role decisions (plan_aws.py)."""
 
     @property
     def cluster_mode(self) -> str:
@@ -95,7 +98,7 @@ class StackPlan:
             "clusterMode": self.cluster_mode,
             "region": self.config.region,
             "models": [m.summary() for m in self.models],
-        }
+        } | ({"aws": self.aws.summary()} if self.aws else {})
 
 
 def _plan_model(i: int, m: ModelConfig, cfg: StackConfig, errors: list[ConfigError]) -> ModelPlan | None:
@@ -212,7 +215,10 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
                                           "unknown GPU instance type",
                                           f"use one of: {', '.join(err.known)}", itype))
     models = [_plan_model(i, m, cfg, errors) for i, m in enumerate(cfg.models)]
+    prefix = cfg.name_prefix or f"ws-{stack}"
+    # AWS layer (network, buckets, roles): its own rules, reported with the rest.
+    cached = {m.name for m in models if m and m.compile_cache}
+    aws = plan_aws.plan_aws(cfg, stack, prefix, cached, errors)
     if errors:
         raise ConfigErrors(errors)
-    prefix = cfg.name_prefix or f"ws-{stack}"
-    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(m for m in models if m))
+    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(m for m in models if m), aws=aws)

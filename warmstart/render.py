@@ -53,6 +53,8 @@ SYNTHESIZERS: dict[str, Synthesizer] = {
                                              "bucket": _physical(n, i, "bucket")},
     "aws:s3/bucketV2:BucketV2": lambda n, i, r: {"arn": f"arn:aws:s3:::{_physical(n, i, 'bucket')}",
                                                  "bucket": _physical(n, i, "bucket")},
+    "aws:ec2/eip:Eip": lambda n, i, r: {"allocationId": "eipalloc-" + _digest(n).lower(),
+                                        "publicIp": "192.0.2." + str(int(_digest(n)[:2], 16))},
     "aws:sqs/queue:Queue": lambda n, i, r: {"arn": _arn("sqs", r, _physical(n, i)),
                                             "url": f"https://sqs.{r}.amazonaws.com/{FAKE_ACCOUNT}/{_physical(n, i)}"},
 }
@@ -108,6 +110,12 @@ class FakeCloud(pulumi.runtime.Mocks):
             return {"partition": FAKE_PARTITION, "dnsSuffix": "amazonaws.com"}
         if args.token == "aws:index/getRegion:getRegion":
             return {"name": self.region, "region": self.region}
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            # Four AZs, a-d, as most regions report; the network layer takes the first azCount.
+            letters = "abcd"
+            return {"names": [f"{self.region}{c}" for c in letters],
+                    "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(letters))],
+                    "id": self.region, "state": "available"}
         return {}
 
 

@@ -7,6 +7,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
+from .network import Network, NetworkArgs
 from .serving import VllmModel, VllmModelArgs
 
 
@@ -20,6 +21,9 @@ class WarmstartStack(pulumi.ComponentResource):
 
     models: dict[str, VllmModel]
     """Serving component per model name."""
+    network: Network
+    """VPC, subnets and S3 Gateway endpoint: `vpc_id`, `private_subnet_ids`, `public_subnet_ids`,
+    `private_route_table_ids`, `s3_endpoint_id`."""
 
     def __init__(self, name: str, plan: StackPlan, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:Stack", name, None, opts)
@@ -29,8 +33,14 @@ class WarmstartStack(pulumi.ComponentResource):
         self.aws_provider = aws.Provider(
             f"{name}-aws", region=cfg.region,
             default_tags=aws.ProviderDefaultTagsArgs(tags=stack_tags(plan)),
+            # A stack that names its account never deploys into another one.
+            allowed_account_ids=[cfg.account_id] if cfg.account_id else None,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        assert plan.aws is not None  # plan_stack always plans the AWS layer
+        aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider])
+        self.network = Network(f"{name}-network", NetworkArgs(
+            plan=plan.aws.network, name_prefix=plan.name_prefix, region=cfg.region), opts=aws_opts)
         # Layers, in dependency order (each a component in its own module):
         # 1. network (issue 3): VPC or existing one, S3 Gateway endpoint  -> self.network
         # 2. cluster (issue 4): EKS Auto Mode or Karpenter, GPU node pools -> self.cluster

@@ -1,0 +1,173 @@
+"""The network the cluster and GPU nodes run in, and the S3 Gateway endpoint on it.
+
+Either a VPC warmstart creates (public and private subnets per AZ, NAT for egress, subnets
+tagged for load balancers and Karpenter) or an existing VPC given by id. In both, the S3
+Gateway endpoint sits on every private route table, so weights and compile-cache objects
+travel to the GPU nodes without crossing a NAT gateway (field notes 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+
+from ..decisions import naming
+from ..decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
+from ..plan_aws import NetworkPlan
+
+ANYWHERE = "0.0.0.0/0"
+
+
+@dataclass(frozen=True)
+class NetworkArgs:
+    """Inputs of the network layer (all decisions; nothing is wired from other resources)."""
+
+    plan: NetworkPlan
+    """Create-or-existing decision, CIDR layout, existing ids, endpoint choice."""
+    name_prefix: str
+    """Prefix of every Name tag."""
+    region: str
+    """Region of the S3 endpoint service."""
+
+
+def _sorted_ids(*ids: pulumi.Input[str]) -> pulumi.Output[list[str]]:
+    return pulumi.Output.all(*ids).apply(lambda v: sorted(v))
+
+
+class Network(pulumi.ComponentResource):
+    """VPC, subnets, NAT and the S3 Gateway endpoint of one stack."""
+
+    vpc_id: pulumi.Output[str]
+    """The VPC's id."""
+    private_subnet_ids: pulumi.Output[list[str]]
+    """Private subnets (sorted) for the cluster and GPU nodes; tagged `karpenter.sh/discovery:
+    <cluster name>` in karpenter mode."""
+    public_subnet_ids: pulumi.Output[list[str]]
+    """Public subnets (sorted) for internet-facing load balancers; empty for an existing VPC
+    that names none."""
+    private_route_table_ids: pulumi.Output[list[str]]
+    """Route tables of the private subnets (sorted); each carries the S3 endpoint's route."""
+    s3_endpoint_id: pulumi.Output[str] | None
+    """The S3 Gateway endpoint's id (`vpce-...`, the `aws:SourceVpce` value), or None when
+    the stack opted out with `allowS3ViaNat`."""
+
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:aws:Network", name, None, opts)
+        p = args.plan
+        if p.create:
+            self._create(name, args)
+        else:
+            self.vpc_id = pulumi.Output.from_input(p.vpc_id)
+            self.private_subnet_ids = pulumi.Output.from_input(list(p.private_subnet_ids))
+            self.public_subnet_ids = pulumi.Output.from_input(list(p.public_subnet_ids))
+            self.private_route_table_ids = pulumi.Output.from_input(list(p.private_route_table_ids))
+            if p.karpenter_discovery:
+                # Karpenter's EC2NodeClass finds subnets by this tag; an ec2.Tag adds it to a
+                # subnet this stack does not own and removes only that tag on destroy.
+                for subnet_id in p.private_subnet_ids:
+                    aws.ec2.Tag(f"{name}-discovery-{subnet_id}", resource_id=subnet_id,
+                                key=KARPENTER_DISCOVERY_TAG, value=p.karpenter_discovery,
+                                opts=pulumi.ResourceOptions(parent=self))
+
+        self.s3_endpoint_id = None
+        if p.s3_gateway_endpoint:
+            endpoint = aws.ec2.VpcEndpoint(
+                f"{name}-s3",
+                vpc_id=self.vpc_id,
+                service_name=naming.s3_service_name(args.region),
+                vpc_endpoint_type="Gateway",
+                # Route tables on the endpoint itself (not VpcEndpointRouteTableAssociation):
+                # one resource owns the full set, so a missing table shows up as a diff.
+                route_table_ids=self.private_route_table_ids,
+                # No endpoint policy (full access): the nodes also pull ECR image layers, which
+                # ECR serves from its own S3 buckets, through this endpoint. Bucket access is
+                # limited by the IRSA roles and bucket policies instead.
+                tags={"Name": f"{args.name_prefix}-s3"},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            self.s3_endpoint_id = endpoint.id
+
+        self.register_outputs({
+            "vpcId": self.vpc_id,
+            "privateSubnetIds": self.private_subnet_ids,
+            "publicSubnetIds": self.public_subnet_ids,
+            "privateRouteTableIds": self.private_route_table_ids,
+            "s3EndpointId": self.s3_endpoint_id,
+        })
+
+    def _create(self, name: str, args: NetworkArgs) -> None:
+        p, prefix = args.plan, args.name_prefix
+        assert p.layout is not None
+        child = pulumi.ResourceOptions(parent=self)
+        count = p.az_count
+        if p.availability_zones:
+            zones = pulumi.Output.from_input(list(p.availability_zones))
+        else:
+            found = aws.get_availability_zones_output(
+                state="available",
+                # Only the region's regular AZs: Local and Wavelength Zones are opt-in.
+                filters=[aws.GetAvailabilityZonesFilterArgs(name="opt-in-status", values=["opt-in-not-required"])],
+                opts=pulumi.InvokeOutputOptions(parent=self),
+            )
+
+            def first(names: list[str] | None) -> list[str]:
+                names = sorted(names or [])
+                if len(names) < count:
+                    raise ValueError(f"region {args.region} reports {len(names)} available AZs, "
+                                     f"warmstart:network.azCount is {count}")
+                return names[:count]
+
+            zones = found.names.apply(first)
+
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc", cidr_block=p.cidr,
+            # EKS needs both for private endpoint access and node registration.
+            enable_dns_support=True, enable_dns_hostnames=True,
+            tags={"Name": f"{prefix}-vpc"}, opts=child)
+        igw = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=vpc.id, tags={"Name": f"{prefix}-igw"}, opts=child)
+        public_rt = aws.ec2.RouteTable(f"{name}-public", vpc_id=vpc.id, tags={"Name": f"{prefix}-public"}, opts=child)
+        # Routes are separate resources, never inline `routes`: inline routes would make the
+        # route table own every route and delete the S3 endpoint's prefix-list route.
+        aws.ec2.Route(f"{name}-public-default", route_table_id=public_rt.id,
+                      destination_cidr_block=ANYWHERE, gateway_id=igw.id, opts=child)
+
+        public, private, private_rts, nats = [], [], [], []
+        for i in range(count):
+            az = zones.apply(lambda z, i=i: z[i])
+            letter = f"az{i + 1}"
+            pub = aws.ec2.Subnet(
+                f"{name}-public-{letter}", vpc_id=vpc.id, cidr_block=p.layout.public[i], availability_zone=az,
+                map_public_ip_on_launch=False,
+                tags={"Name": f"{prefix}-public-{letter}", ELB_ROLE_TAG: "1"}, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-public-{letter}", subnet_id=pub.id,
+                                          route_table_id=public_rt.id, opts=child)
+            public.append(pub)
+            if i == 0 or not p.single_nat_gateway:
+                eip = aws.ec2.Eip(f"{name}-nat-{letter}", domain="vpc",
+                                  tags={"Name": f"{prefix}-nat-{letter}"}, opts=child)
+                nats.append(aws.ec2.NatGateway(
+                    f"{name}-nat-{letter}", allocation_id=eip.allocation_id, subnet_id=pub.id,
+                    connectivity_type="public", tags={"Name": f"{prefix}-nat-{letter}"},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[igw])))
+            private_tags = {"Name": f"{prefix}-private-{letter}", INTERNAL_ELB_ROLE_TAG: "1"}
+            if p.karpenter_discovery:
+                private_tags[KARPENTER_DISCOVERY_TAG] = p.karpenter_discovery
+            priv = aws.ec2.Subnet(
+                f"{name}-private-{letter}", vpc_id=vpc.id, cidr_block=p.layout.private[i], availability_zone=az,
+                map_public_ip_on_launch=False, tags=private_tags, opts=child)
+            rt = aws.ec2.RouteTable(f"{name}-private-{letter}", vpc_id=vpc.id,
+                                    tags={"Name": f"{prefix}-private-{letter}"}, opts=child)
+            aws.ec2.Route(f"{name}-private-{letter}-default", route_table_id=rt.id,
+                          destination_cidr_block=ANYWHERE, nat_gateway_id=nats[-1].id, opts=child)
+            aws.ec2.RouteTableAssociation(f"{name}-private-{letter}", subnet_id=priv.id,
+                                          route_table_id=rt.id, opts=child)
+            private.append(priv)
+            private_rts.append(rt)
+
+        self.vpc_id = vpc.id
+        self.availability_zones = zones
+        self.private_subnet_ids = _sorted_ids(*(s.id for s in private))
+        self.public_subnet_ids = _sorted_ids(*(s.id for s in public))
+        self.private_route_table_ids = _sorted_ids(*(rt.id for rt in private_rts))
