@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
 from .network import Network, NetworkArgs
+from .storage import Storage, StorageArgs
 from .serving import VllmModel, VllmModelArgs
 
 
@@ -24,6 +25,9 @@ class WarmstartStack(pulumi.ComponentResource):
     network: Network
     """VPC, subnets and S3 Gateway endpoint: `vpc_id`, `private_subnet_ids`, `public_subnet_ids`,
     `private_route_table_ids`, `s3_endpoint_id`."""
+    storage: Storage
+    """Model and compile-cache buckets: `model_bucket`, `compile_cache_bucket` (names; the
+    latter None when no model uses the compile cache) and their `*_arn`."""
 
     def __init__(self, name: str, plan: StackPlan, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:Stack", name, None, opts)
@@ -41,6 +45,9 @@ class WarmstartStack(pulumi.ComponentResource):
         aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider])
         self.network = Network(f"{name}-network", NetworkArgs(
             plan=plan.aws.network, name_prefix=plan.name_prefix, region=cfg.region), opts=aws_opts)
+        self.storage = Storage(f"{name}-storage", StorageArgs(
+            plan=plan.aws, name_prefix=plan.name_prefix, s3_endpoint_id=self.network.s3_endpoint_id),
+            opts=aws_opts)
         # Layers, in dependency order (each a component in its own module):
         # 1. network (issue 3): VPC or existing one, S3 Gateway endpoint  -> self.network
         # 2. cluster (issue 4): EKS Auto Mode or Karpenter, GPU node pools -> self.cluster

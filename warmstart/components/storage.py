@@ -1,0 +1,146 @@
+"""The model bucket and the compile-cache bucket, each with the baseline a platform team signs
+off: private, encrypted at rest, TLS-only, versioned, owner-enforced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import pulumi
+import pulumi_aws as aws
+
+from ..decisions import iam
+from ..plan_aws import AwsPlan
+
+# Weight uploads are multi-GiB multipart uploads; parts of an abandoned one are billed until
+# aborted.
+ABORT_INCOMPLETE_UPLOADS_DAYS = 7
+# A cache object replaced or expired is never read again.
+CACHE_NONCURRENT_DAYS = 1
+
+
+@dataclass(frozen=True)
+class StorageArgs:
+    """Inputs of the storage layer."""
+
+    plan: AwsPlan
+    """Bucket names and choices (plan_aws.py)."""
+    name_prefix: str
+    """Prefix of Name tags."""
+    s3_endpoint_id: pulumi.Input[str] | None = None
+    """The network's S3 Gateway endpoint id; needed when the model bucket is restricted to it."""
+
+
+class SecureBucket(pulumi.ComponentResource):
+    """One S3 bucket with warmstart's baseline: public access blocked, SSE-S3 encryption,
+    a TLS-only bucket policy, versioning, BucketOwnerEnforced, and lifecycle rules."""
+
+    bucket: pulumi.Output[str]
+    """The bucket's name."""
+    arn: pulumi.Output[str]
+    """The bucket's ARN."""
+
+    def __init__(self, name: str, bucket_name: str, partition: str, name_tag: str,
+                 lifecycle_rules: Sequence[aws.s3.BucketLifecycleConfigurationRuleArgs],
+                 force_destroy: bool, vpc_endpoint_id: pulumi.Input[str] | None = None,
+                 admins: Sequence[str] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:aws:SecureBucket", name, None, opts)
+        bucket = aws.s3.Bucket(f"{name}-bucket", bucket=bucket_name, force_destroy=force_destroy,
+                               tags={"Name": name_tag}, opts=pulumi.ResourceOptions(parent=self))
+        # S3 rejects concurrent configuration changes on one bucket ("A conflicting
+        # conditional operation is in progress"), so each setting waits for the previous one.
+        previous: list[pulumi.Resource] = [bucket]
+
+        def after() -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=list(previous))
+
+        previous[:] = [aws.s3.BucketPublicAccessBlock(
+            f"{name}-public-access", bucket=bucket.bucket, block_public_acls=True, block_public_policy=True,
+            ignore_public_acls=True, restrict_public_buckets=True, opts=after())]
+        previous[:] = [aws.s3.BucketOwnershipControls(
+            f"{name}-ownership", bucket=bucket.bucket,
+            # ACLs off: every object belongs to the bucket owner, whoever uploaded it.
+            rule=aws.s3.BucketOwnershipControlsRuleArgs(object_ownership="BucketOwnerEnforced"),
+            opts=after())]
+        previous[:] = [aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption", bucket=bucket.bucket,
+            rules=[aws.s3.BucketServerSideEncryptionConfigurationRuleArgs(
+                apply_server_side_encryption_by_default=aws.s3.
+                BucketServerSideEncryptionConfigurationRuleApplyServerSideEncryptionByDefaultArgs(
+                    sse_algorithm="AES256"))],
+            opts=after())]
+        previous[:] = [aws.s3.BucketVersioning(
+            f"{name}-versioning", bucket=bucket.bucket,
+            versioning_configuration=aws.s3.BucketVersioningVersioningConfigurationArgs(status="Enabled"),
+            opts=after())]
+        if vpc_endpoint_id is None:
+            policy = bucket.bucket.apply(lambda b: iam.to_json(iam.bucket_policy(partition, b)))
+        else:
+            policy = pulumi.Output.all(bucket.bucket, vpc_endpoint_id).apply(
+                lambda v: iam.to_json(iam.bucket_policy(partition, v[0], v[1], admins)))
+        previous[:] = [aws.s3.BucketPolicy(f"{name}-policy", bucket=bucket.bucket, policy=policy, opts=after())]
+        aws.s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=bucket.bucket,
+                                            rules=list(lifecycle_rules), opts=after())
+        self.bucket = bucket.bucket
+        self.arn = bucket.arn
+        self.register_outputs({"bucket": self.bucket, "arn": self.arn})
+
+
+def _whole_bucket() -> aws.s3.BucketLifecycleConfigurationRuleFilterArgs:
+    return aws.s3.BucketLifecycleConfigurationRuleFilterArgs(prefix="")
+
+
+def _abort_uploads(days: int) -> aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs:
+    return aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(days_after_initiation=days)
+
+
+class Storage(pulumi.ComponentResource):
+    """The model bucket (created, or an existing one by name) and the compile-cache bucket."""
+
+    model_bucket: pulumi.Output[str]
+    """Name of the bucket holding every model's weights."""
+    model_bucket_arn: pulumi.Output[str]
+    """Its ARN."""
+    compile_cache_bucket: pulumi.Output[str] | None
+    """Name of the compile-cache bucket (one key prefix `<model>/` per model), or None when
+    no model uses the compile cache."""
+    compile_cache_bucket_arn: pulumi.Output[str] | None
+    """Its ARN, or None."""
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:aws:Storage", name, None, opts)
+        p, prefix = args.plan, args.name_prefix
+        child = pulumi.ResourceOptions(parent=self)
+        if p.create_model_bucket:
+            models = SecureBucket(
+                f"{name}-models", p.model_bucket, p.partition, f"{prefix}-models",
+                lifecycle_rules=[aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="abort-incomplete-uploads", status="Enabled", filter=_whole_bucket(),
+                    abort_incomplete_multipart_upload=_abort_uploads(ABORT_INCOMPLETE_UPLOADS_DAYS))],
+                # Weights are the one thing here that is not cheap to rebuild.
+                force_destroy=False,
+                vpc_endpoint_id=args.s3_endpoint_id if p.restrict_model_bucket_to_endpoint else None,
+                admins=p.admins, opts=child)
+            self.model_bucket, self.model_bucket_arn = models.bucket, models.arn
+        else:
+            self.model_bucket = pulumi.Output.from_input(p.model_bucket)
+            self.model_bucket_arn = pulumi.Output.from_input(iam.bucket_arn(p.partition, p.model_bucket))
+
+        self.compile_cache_bucket = self.compile_cache_bucket_arn = None
+        if p.compile_cache_bucket is not None:
+            cache = SecureBucket(
+                f"{name}-compile-cache", p.compile_cache_bucket, p.partition, f"{prefix}-compile-cache",
+                lifecycle_rules=[aws.s3.BucketLifecycleConfigurationRuleArgs(
+                    id="expire-stale-cache", status="Enabled", filter=_whole_bucket(),
+                    expiration=aws.s3.BucketLifecycleConfigurationRuleExpirationArgs(days=p.cache_expire_after_days),
+                    noncurrent_version_expiration=aws.s3.BucketLifecycleConfigurationRuleNoncurrentVersionExpirationArgs(
+                        noncurrent_days=CACHE_NONCURRENT_DAYS),
+                    abort_incomplete_multipart_upload=_abort_uploads(CACHE_NONCURRENT_DAYS))],
+                # Every object can be rebuilt by one compile: let `pulumi destroy` empty it.
+                force_destroy=True, opts=child)
+            self.compile_cache_bucket, self.compile_cache_bucket_arn = cache.bucket, cache.arn
+        self.register_outputs({
+            "modelBucket": self.model_bucket,
+            "compileCacheBucket": self.compile_cache_bucket,
+        })
