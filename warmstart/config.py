@@ -180,6 +180,10 @@ class ModelBucketConfig(_Strict):
     restrict_to_vpc_endpoint: bool = False
     """Deny object reads, writes and listings that do not come through the stack's S3 Gateway
     endpoint (`aws:SourceVpce`), except by the `admins` principals. Needs `create: true`."""
+    admins: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = []
+    """IAM role or user ARNs (`*` wildcards allowed, e.g. for SSO roles) exempt from
+    `restrictToVpcEndpoint`, so they can upload and inspect weights from outside the VPC.
+    Required with `restrictToVpcEndpoint`."""
 
 
 class CompileCacheBucketConfig(_Strict):
@@ -219,9 +223,6 @@ class StackConfig(_Strict):
     account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
     and the id is part of the derived bucket names' hash (set it before the first deploy)."""
-    admins: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = []
-    """IAM role or user ARNs (`*` allowed) that administer the stack's data: exempt from
-    `modelBucket.restrictToVpcEndpoint`, so they can upload weights from outside the VPC."""
     network: NetworkConfig = NetworkConfig()
     """VPC, subnets and the S3 Gateway endpoint."""
     model_bucket: ModelBucketConfig = ModelBucketConfig()

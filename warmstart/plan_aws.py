@@ -203,10 +203,10 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
             errors.append(ConfigError(f"{mkey}.restrictToVpcEndpoint", "needs the stack's S3 Gateway "
                                       "endpoint, but network.s3GatewayEndpoint is false",
                                       "set network.s3GatewayEndpoint: true", True))
-        if not cfg.admins:
+        if not mb.admins:
             errors.append(ConfigError(f"{mkey}.restrictToVpcEndpoint", "with no admins, nobody outside "
                                       "the VPC could upload or inspect weights",
-                                      "list the roles that upload weights under warmstart:admins", True))
+                                      "list the roles that upload weights under modelBucket.admins", True))
 
     cb = cfg.compile_cache_bucket
     cache_bucket = _bucket(f"{NAMESPACE}:compileCacheBucket.name", cb.name, naming.bucket_name(
@@ -239,7 +239,7 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
         restrict_model_bucket_to_endpoint=mb.restrict_to_vpc_endpoint,
         compile_cache_bucket=cache_bucket if compile_cache_models else None,
         cache_expire_after_days=cb.expire_after_days,
-        admins=tuple(sorted(cfg.admins)),
+        admins=tuple(sorted(mb.admins)),
         namespace=cfg.namespace,
         access=tuple(access),
     )
