@@ -12,6 +12,10 @@ from .errors import ConfigError, ConfigErrors
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
+# The engine commands' own outcomes (warmstart/automation.py, docs/ci-and-policies.md).
+EXIT_CHANGES = 3  # --expect-no-changes, and the stack would change (drift)
+EXIT_PREREQUISITES = 4  # Pulumi CLI, plugins, Python env, AWS credentials, backend or passphrase missing
+EXIT_POLICY = 5  # the policy pack blocked the preview or update (a mandatory violation)
 
 
 def project_dir() -> Path:
@@ -58,6 +62,12 @@ def _config_reference(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _engine(args: argparse.Namespace) -> int:
+    from . import automation
+
+    return automation.execute(automation.request_from_args(args, project_dir()))
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="warmstart", description="vLLM on Amazon EKS with fast cold starts.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -70,6 +80,9 @@ def parser() -> argparse.ArgumentParser:
     v.set_defaults(func=_validate)
     c = sub.add_parser("config-reference", help="print the stack config reference (Markdown)")
     c.set_defaults(func=_config_reference)
+    from .automation import add_parsers
+
+    add_parsers(sub, _engine)
     return p
 
 
