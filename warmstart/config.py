@@ -74,6 +74,11 @@ class GpuPool(_Strict):
     max_gpus: Annotated[int, Field(ge=1)] | None = None
     """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
     model on the pool to surge one replica."""
+    ephemeral_storage_gib: Annotated[int, Field(ge=1)] | None = None
+    """`clusterMode: auto` only: the NodeClass `ephemeralStorage.size`, in GiB. Auto Mode puts
+    ephemeral storage on the local NVMe (RAID0) only while this is smaller than the NVMe of
+    the instance, and otherwise silently on EBS. Default: 80, or less when the pool's smallest
+    NVMe needs it; a value at or above that NVMe is an error."""
 
 
 class ModelConfig(_Strict):
@@ -197,6 +202,45 @@ class CompileCacheBucketConfig(_Strict):
     are only cost."""
 
 
+# An exact IAM role or user ARN: access entries take no wildcards.
+IAM_PRINCIPAL_EXACT_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$"
+# Retention periods CloudWatch Logs accepts (PutRetentionPolicy).
+LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
+                           1827, 2192, 2557, 2922, 3288, 3653]
+
+
+class SystemNodeGroupConfig(_Strict):
+    """`clusterMode: karpenter` only: the EKS managed node group that runs the Karpenter
+    controller and the cluster add-ons. Karpenter must not run on nodes it launches, and its
+    chart spreads two replicas over hosts and zones, so the group needs two nodes or more."""
+
+    instance_types: Annotated[list[str], Field(min_length=1)] = ["m7i.large"]
+    """On-demand x86_64 instance types of the group (no GPU needed)."""
+    size: Annotated[int, Field(ge=1)] = 2
+    """Nodes in the group, spread over the private subnets' AZs; at least 2."""
+
+
+class ClusterConfig(_Strict):
+    """The EKS cluster, in either mode (see docs/cluster-modes.md)."""
+
+    admins: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_EXACT_ARN)]] = []
+    """IAM role or user ARNs (exact, no wildcards) given cluster-admin access through EKS
+    access entries (`AmazonEKSClusterAdminPolicy`, cluster scope). The identity that deploys
+    the stack is admin anyway (cluster creator)."""
+    log_types: list[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]] = [
+        "api", "audit", "authenticator"]
+    """Control-plane log types sent to CloudWatch Logs."""
+    log_retention_days: LogRetentionDays = 90
+    """Days CloudWatch keeps the control-plane logs (EKS's own default is forever)."""
+    system_node_group: SystemNodeGroupConfig | None = SystemNodeGroupConfig()
+    """`clusterMode: karpenter` only (ignored in auto mode, whose built-in `system` pool runs
+    the add-ons): the managed node group for the controller and add-ons. Required there."""
+    nvme_check: Literal["warn", "fail"] = "warn"
+    """What the serving pod's start-up NVMe check does when the compile-cache path is not on
+    the node's local NVMe: `warn` logs it and starts anyway (slower, on EBS); `fail` stops
+    the pod with the reason, so it never silently runs from EBS."""
+
+
 class StackConfig(_Strict):
     """Everything one environment (stack) deploys."""
 
@@ -229,6 +273,8 @@ class StackConfig(_Strict):
     """Bucket of the model weights."""
     compile_cache_bucket: CompileCacheBucketConfig = CompileCacheBucketConfig()
     """Bucket of the torch.compile cache."""
+    cluster: ClusterConfig = ClusterConfig()
+    """EKS cluster settings: admins, control-plane logs, the system node group, the NVMe check."""
 
 
 # --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from . import plan_aws
+from . import plan_aws, plan_cluster
 from .config import NAMESPACE, LoaderTuning, ModelConfig, S3_URI, StackConfig
 from .decisions import instances, placement, tuning
 from .decisions.instances import GIB, GpuInstance
@@ -87,6 +87,8 @@ class StackPlan:
     models: tuple[ModelPlan, ...]
     aws: plan_aws.AwsPlan | None = None
     """Network, bucket and role decisions (plan_aws.py)."""
+    cluster: plan_cluster.ClusterPlan | None = None
+    """Cluster, system node group and GPU pool decisions (plan_cluster.py)."""
 
     @property
     def cluster_mode(self) -> str:
@@ -98,7 +100,8 @@ class StackPlan:
             "clusterMode": self.cluster_mode,
             "region": self.config.region,
             "models": [m.summary() for m in self.models],
-        } | ({"aws": self.aws.summary()} if self.aws else {})
+        } | ({"aws": self.aws.summary()} if self.aws else {}) | (
+            {"cluster": self.cluster.summary()} if self.cluster else {})
 
 
 def _plan_model(i: int, m: ModelConfig, cfg: StackConfig, errors: list[ConfigError]) -> ModelPlan | None:
@@ -219,6 +222,9 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     # AWS layer (network, buckets, roles): its own rules, reported with the rest.
     cached = {m.name for m in models if m and m.compile_cache}
     aws = plan_aws.plan_aws(cfg, stack, prefix, cached, errors)
+    # Cluster layer (node pools, NVMe guard): its own rules, reported with the rest.
+    cluster = plan_cluster.plan_cluster(cfg, prefix, models, errors)
     if errors:
         raise ConfigErrors(errors)
-    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(m for m in models if m), aws=aws)
+    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(m for m in models if m), aws=aws,
+                     cluster=cluster)

@@ -42,6 +42,31 @@ def _physical(name: str, inputs: dict[str, Any], key: str = "name") -> str:
 
 # Outputs a real provider computes that other resources consume. Keyed by Pulumi type token;
 # anything not listed just echoes its inputs with an id.
+def _eks_cluster(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    """pulumi-eks Cluster (a remote component: the mocks see only it, not its children)."""
+    cluster = _physical(name, inputs)
+    issuer = f"oidc.eks.{region}.amazonaws.com/id/{_digest('oidc' + cluster)}"
+    endpoint = f"https://{_digest(cluster)}.gr7.{region}.eks.amazonaws.com"
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "aws",
+        "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": "RkFLRQ=="}}],
+        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+        "users": [{"name": "aws", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                      "command": "aws", "args": ["eks", "get-token", "--cluster-name",
+                                                                                 cluster, "--region", region]}}}],
+    }
+    security_group = "sg-" + _digest("cluster-sg" + cluster).lower()
+    return {
+        "kubeconfigJson": json.dumps(kubeconfig, sort_keys=True),
+        "oidcIssuer": issuer,
+        "oidcProviderUrl": f"https://{issuer}",
+        "oidcProviderArn": _arn("iam", region, f"oidc-provider/{issuer}", True),
+        "clusterSecurityGroupId": security_group,
+        "nodeSecurityGroupId": security_group,
+        "autoModeNodeRoleName": f"{cluster}-auto-node" if inputs.get("autoMode") else "",
+    }
+
+
 SYNTHESIZERS: dict[str, Synthesizer] = {
     "aws:iam/role:Role": lambda n, i, r: {"arn": _arn("iam", r, f"role/{_physical(n, i)}", True),
                                           "name": _physical(n, i), "uniqueId": "AROA" + _digest(n)},
@@ -57,6 +82,12 @@ SYNTHESIZERS: dict[str, Synthesizer] = {
                                         "publicIp": "192.0.2." + str(int(_digest(n)[:2], 16))},
     "aws:sqs/queue:Queue": lambda n, i, r: {"arn": _arn("sqs", r, _physical(n, i)),
                                             "url": f"https://sqs.{r}.amazonaws.com/{FAKE_ACCOUNT}/{_physical(n, i)}"},
+    "eks:index:Cluster": _eks_cluster,
+    "aws:cloudwatch/eventRule:EventRule": lambda n, i, r: {"arn": _arn("events", r, f"rule/{_physical(n, i)}"),
+                                                           "name": _physical(n, i)},
+    "aws:cloudwatch/logGroup:LogGroup": lambda n, i, r: {"arn": _arn("logs", r, f"log-group:{_physical(n, i)}")},
+    "aws:eks/nodeGroup:NodeGroup": lambda n, i, r: {
+        "arn": _arn("eks", r, f"nodegroup/{i.get('clusterName')}/{_physical(n, i, 'nodeGroupName')}/{_digest(n)}")},
 }
 
 

@@ -21,3 +21,18 @@ KARPENTER_CONTROLLER_IMAGE = (
 # Kubernetes version a stack targets when it does not say; also the schema version the
 # rendered objects are validated against.
 DEFAULT_KUBERNETES_VERSION = "1.33"
+
+# Karpenter's CRDs as their own chart, so `helm upgrade` updates them (Helm installs a
+# chart's crds/ folder only on first install; eks-facts 1.2). Same version as the controller.
+KARPENTER_CRD_CHART = "oci://public.ecr.aws/karpenter/karpenter-crd"
+
+# EKS-optimized AL2023 AMI release for Karpenter's EC2NodeClass (`amiSelectorTerms.alias`).
+# Pinned: `@latest` makes every node drift, i.e. be replaced, on each weekly AMI release
+# (eks-facts 1.1). GPU instance types get the release's NVIDIA variant. Bump deliberately.
+KARPENTER_AMI_ALIAS = "al2023@v20260903"
+
+# NVIDIA device plugin (karpenter mode only: Auto Mode has the plugin built in, eks-facts
+# 2.4). Official chart repository and a pinned chart version (release-0.20 line).
+NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
+NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"

@@ -17,6 +17,8 @@ from ..decisions import placement, tuning
 from ..plan import ModelPlan
 
 HTTP_PORT = 8000
+# Pod volume of the node's compile-cache directory (other pod wiring mounts it by this name).
+COMPILE_CACHE_VOLUME = "compile-cache"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 ANNOTATION_DOMAIN = "warmstart.io"
 # Extra time, beyond the start-up budget, for Karpenter / Auto Mode to launch a GPU node and
@@ -114,12 +116,12 @@ def deployment_spec(m: ModelPlan, namespace: str, region: str, extras: PodExtras
     mounts: list[dict] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if m.compile_cache:
         volumes.append({
-            "name": "compile-cache",
+            "name": COMPILE_CACHE_VOLUME,
             # A per-model directory on the node's NVMe, shared by that model's pods on the
             # node. The guard in the cluster layer makes sure this path is NVMe, not EBS.
             "hostPath": {"path": f"{m.compile_cache_host_path}/{m.name}", "type": "DirectoryOrCreate"},
         })
-        mounts.append({"name": "compile-cache", "mountPath": placement.COMPILE_CACHE_MOUNT})
+        mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT})
     volumes.extend(extras.volumes)
     mounts.extend(extras.volume_mounts)
     gpu = str(m.tensor_parallel_size)

@@ -7,7 +7,9 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
+from .cluster import Cluster, ClusterArgs
 from .network import Network, NetworkArgs
+from .nvme_guard import NvmeGuard, merge_extras, nvme_check_extras
 from .storage import Storage, StorageArgs
 from .serving import VllmModel, VllmModelArgs
 
@@ -25,6 +27,10 @@ class WarmstartStack(pulumi.ComponentResource):
     network: Network
     """VPC, subnets and S3 Gateway endpoint: `vpc_id`, `private_subnet_ids`, `public_subnet_ids`,
     `private_route_table_ids`, `s3_endpoint_id`."""
+    cluster: Cluster
+    """EKS cluster (Auto Mode or Karpenter) and GPU pools: `kubernetes_provider`,
+    `oidc_provider_arn`, `oidc_issuer` (no `https://`), `name`, `security_group_id`,
+    `gpu_pools`, `karpenter` (karpenter mode), `ready` (what serving pods wait for)."""
     storage: Storage
     """Model and compile-cache buckets: `model_bucket`, `compile_cache_bucket` (names; the
     latter None when no model uses the compile cache) and their `*_arn`."""
@@ -45,6 +51,11 @@ class WarmstartStack(pulumi.ComponentResource):
         aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider])
         self.network = Network(f"{name}-network", NetworkArgs(
             plan=plan.aws.network, name_prefix=plan.name_prefix, region=cfg.region), opts=aws_opts)
+        assert plan.cluster is not None  # plan_stack always plans the cluster layer
+        self.cluster = Cluster(f"{name}-cluster", ClusterArgs(
+            plan=plan.cluster, name_prefix=plan.name_prefix, region=cfg.region, vpc_id=self.network.vpc_id,
+            private_subnet_ids=self.network.private_subnet_ids, public_subnet_ids=self.network.public_subnet_ids,
+            tags=stack_tags(plan)), opts=aws_opts)
         self.storage = Storage(f"{name}-storage", StorageArgs(
             plan=plan.aws, name_prefix=plan.name_prefix, s3_endpoint_id=self.network.s3_endpoint_id),
             opts=aws_opts)
@@ -54,17 +65,24 @@ class WarmstartStack(pulumi.ComponentResource):
         #    (supplies the Kubernetes provider and the OIDC provider for IRSA)
         # 3. storage + identity (issue 3): buckets, one IRSA role per model
         # 4. serving: one VllmModel per model, on the cluster's provider
-        k8s_opts = pulumi.ResourceOptions(parent=self)
+        # Every Kubernetes object goes through the cluster's provider, never an ambient kubeconfig.
+        k8s_opts = pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider)
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace",
             metadata={"name": cfg.namespace, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
             opts=k8s_opts,
         )
+        # Start-up check that the compile cache really is on the node's NVMe (field notes 4).
+        nvme_guard = NvmeGuard(f"{name}-nvme-guard", cfg.namespace, opts=pulumi.ResourceOptions.merge(
+            k8s_opts, pulumi.ResourceOptions(depends_on=[namespace])))
+        pools = {p.name: p for p in plan.cluster.pools}
         self.models = {}
         for m in plan.models:
+            extras = merge_extras(nvme_check_extras(m, pools[m.pool], plan.cluster))
             self.models[m.name] = VllmModel(
                 f"{name}-{m.name}",
-                VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace]),
+                VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region, extras=extras),
+                opts=pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
+                                            depends_on=[namespace, nvme_guard, *self.cluster.ready]),
             )
         self.register_outputs({})

@@ -39,3 +39,12 @@ def compile_cache_host_path(mode: ClusterMode) -> str:
 
 # Inside the container the cache is always here, so its paths are the same on every node.
 COMPILE_CACHE_MOUNT = "/compile-cache"
+
+# Label on the karpenter-mode system node group; the Karpenter controller is pinned to it
+# (Karpenter must not run on nodes it launches).
+NODE_GROUP_LABEL = "warmstart.io/node-group"
+SYSTEM_NODE_GROUP = "system"
+
+# The NVIDIA device plugin chart's default node affinity matches this label (its "force a
+# GPU deployment" term), so GPU NodePools set it instead of needing node-feature-discovery.
+NVIDIA_GPU_PRESENT_LABEL = "nvidia.com/gpu.present"

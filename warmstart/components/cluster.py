@@ -1,0 +1,221 @@
+"""The EKS cluster, in EKS Auto Mode or with self-managed Karpenter, and its GPU capacity.
+
+Both modes: a pulumi-eks cluster in the stack's private subnets, access entries only (no
+aws-auth ConfigMap), an IAM OIDC provider for IRSA, control-plane logs with a retention,
+a Kubernetes provider for everything deployed into the cluster, and one node class plus one
+NodePool per GPU pool whose nodes put their ephemeral storage on local NVMe.
+
+- auto: Auto Mode runs the nodes; the GPU node classes name a dedicated node role that has
+  the EC2-type access entry with AmazonEKSAutoNodePolicy (eks-facts 2.5; without it nodes
+  never join, silently).
+- karpenter: a small managed system node group for the controller and add-ons, then the
+  Karpenter component (karpenter.py) and EC2NodeClasses with RAID0 instance store.
+See docs/cluster-modes.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_eks as eks
+import pulumi_kubernetes as k8s
+
+from ..decisions import iam, karpenter, naming, placement
+from ..decisions.network import KARPENTER_DISCOVERY_TAG
+from ..plan_cluster import ClusterPlan
+from .gpu_pools import GpuPools, GpuPoolsArgs
+from .karpenter import Karpenter, KarpenterArgs
+
+# Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
+AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")
+
+
+@dataclass(frozen=True)
+class ClusterArgs:
+    """Inputs of the cluster layer."""
+
+    plan: ClusterPlan
+    """Mode, name, version, admins, logs, system node group and GPU pools."""
+    name_prefix: str
+    """Prefix of IAM names."""
+    region: str
+    """AWS region."""
+    vpc_id: pulumi.Input[str]
+    """The stack's VPC (network layer)."""
+    private_subnet_ids: pulumi.Input[list[str]]
+    """Private subnets: control-plane ENIs, system nodes, GPU nodes."""
+    public_subnet_ids: pulumi.Input[list[str]] = field(default_factory=list)
+    """Public subnets for internet-facing load balancers (may be empty)."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Stack tags; also set on instances Karpenter launches."""
+
+
+class Cluster(pulumi.ComponentResource):
+    """An EKS cluster with GPU node pools whose nodes cache on local NVMe."""
+
+    name: str
+    """EKS cluster name."""
+    eks: eks.Cluster
+    """The pulumi-eks cluster."""
+    kubernetes_provider: k8s.Provider
+    """Provider for every Kubernetes object of the stack (serving objects included)."""
+    oidc_provider_arn: pulumi.Output[str]
+    """ARN of the cluster's IAM OIDC provider (IRSA trust principal)."""
+    oidc_issuer: pulumi.Output[str]
+    """OIDC issuer WITHOUT `https://` (IRSA condition-key prefix, e.g. `oidc.eks.<region>...`)."""
+    security_group_id: pulumi.Output[str]
+    """The EKS-created cluster security group, shared by the control plane and every node."""
+    gpu_node_role: aws.iam.Role
+    """Role the GPU node classes name."""
+    karpenter: Karpenter | None
+    """The Karpenter controller (karpenter mode), else None."""
+    system_node_group: aws.eks.NodeGroup | None
+    """The managed system node group (karpenter mode), else None."""
+    gpu_pools: GpuPools
+    """Node classes and NodePools per GPU pool."""
+    ready: list[pulumi.Resource]
+    """What serving pods need before they can schedule (pools, controller, device plugin)."""
+
+    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:cluster:Cluster", name, None, opts)
+        p = args.plan
+        self.name = p.name
+        child = pulumi.ResourceOptions(parent=self)
+
+        # EKS writes control-plane logs to this group; creating it first sets a retention
+        # (EKS's own group would keep them forever).
+        log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs", name=f"/aws/eks/{p.name}/cluster", retention_in_days=p.log_retention_days, opts=child)
+
+        auto = p.mode == "auto"
+        self.eks = eks.Cluster(
+            f"{name}-eks",
+            name=p.name,
+            version=p.kubernetes_version,
+            vpc_id=args.vpc_id,
+            private_subnet_ids=args.private_subnet_ids,
+            public_subnet_ids=args.public_subnet_ids,
+            endpoint_private_access=True,
+            endpoint_public_access=True,
+            # Access entries only: no aws-auth ConfigMap to drift.
+            authentication_mode=eks.AuthenticationMode.API,
+            create_oidc_provider=True,
+            enabled_cluster_log_types=list(p.log_types),
+            skip_default_node_group=True,
+            # Nodes and control plane share the EKS-created cluster security group (the one
+            # GPU node classes select), instead of pulumi-eks's separate node/cluster groups.
+            skip_default_security_groups=True,
+            tags={"Name": p.name},
+            # Auto Mode: compute, block storage and load balancing managed by EKS, the
+            # built-in pools for add-ons and non-GPU pods; GPU pools are ours (below).
+            auto_mode=eks.AutoModeOptionsArgs(
+                enabled=True, compute_config=eks.ClusterComputeConfigArgs(node_pools=list(AUTO_MODE_BUILTIN_POOLS)),
+            ) if auto else None,
+            bootstrap_self_managed_addons=False if auto else None,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
+        )
+        after_cluster = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
+        self.oidc_provider_arn = self.eks.oidc_provider_arn
+        self.oidc_issuer = self.eks.oidc_issuer
+        self.security_group_id = self.eks.cluster_security_group_id
+        self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
+
+        for arn in p.admins:
+            key = naming.short_hash(arn)
+            entry = aws.eks.AccessEntry(f"{name}-admin-{key}", cluster_name=p.name, principal_arn=arn,
+                                        type="STANDARD", opts=after_cluster)
+            aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{key}", cluster_name=p.name, principal_arn=arn,
+                policy_arn=karpenter.access_policy_arn(p.partition, karpenter.CLUSTER_ADMIN_ACCESS_POLICY),
+                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+
+        self.karpenter = None
+        self.system_node_group = None
+        k8s_child = pulumi.ResourceOptions(parent=self, provider=self.kubernetes_provider)
+        if auto:
+            role, node_access = self._auto_mode_node_role(name, args)
+            self.gpu_node_role = role
+            subnets = pulumi.Output.from_input(args.private_subnet_ids).apply(
+                lambda ids: [{"id": i} for i in sorted(ids)])
+            groups = pulumi.Output.from_input(self.security_group_id).apply(lambda sg: [{"id": sg}])
+            pool_deps: list[pulumi.Resource] = [self.eks, node_access]
+        else:
+            assert p.system_node_group is not None  # plan_cluster requires it in karpenter mode
+            self.system_node_group = self._system_node_group(name, args)
+            # Karpenter finds the security group by the same discovery tag the network layer
+            # puts on the private subnets.
+            sg_tag = aws.ec2.Tag(f"{name}-sg-discovery", resource_id=self.security_group_id,
+                                 key=KARPENTER_DISCOVERY_TAG, value=p.name, opts=after_cluster)
+            self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
+                plan=p, name_prefix=args.name_prefix, region=args.region,
+                oidc_provider_arn=self.oidc_provider_arn, oidc_issuer=self.oidc_issuer,
+                kubernetes_provider=self.kubernetes_provider, system_nodes=self.system_node_group,
+                cluster=self.eks), opts=child)
+            self.gpu_node_role = self.karpenter.node_role
+            discovery = [{"tags": {KARPENTER_DISCOVERY_TAG: p.name}}]
+            subnets, groups = discovery, discovery
+            pool_deps = [self.karpenter.controller, sg_tag]
+
+        self.gpu_pools = GpuPools(f"{name}-gpu", GpuPoolsArgs(
+            plan=p, node_role_name=self.gpu_node_role.name, subnet_selector_terms=subnets,
+            security_group_selector_terms=groups, tags=args.tags),
+            opts=pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=pool_deps)))
+        self.ready = [self.gpu_pools] + ([self.karpenter.device_plugin] if self.karpenter else [])
+        self.register_outputs({
+            "clusterName": p.name,
+            "oidcProviderArn": self.oidc_provider_arn,
+            "oidcIssuer": self.oidc_issuer,
+            "kubeconfig": pulumi.Output.secret(self.eks.kubeconfig_json),
+        })
+
+    def _auto_mode_node_role(self, name: str, args: ClusterArgs) -> tuple[aws.iam.Role, pulumi.Resource]:
+        """Node role of the GPU NodeClasses and its EC2-type access entry (eks-facts 2.5)."""
+        p = args.plan
+        child = pulumi.ResourceOptions(parent=self)
+        role_name = f"{args.name_prefix}-gpu-node"
+        role = aws.iam.Role(
+            f"{name}-gpu-node", name=role_name, assume_role_policy=iam.to_json(karpenter.ec2_trust_policy()),
+            description=f"warmstart: GPU nodes of EKS Auto Mode cluster {p.name}",
+            tags={"Name": role_name}, opts=child)
+        for policy in karpenter.AUTO_NODE_ROLE_POLICIES:
+            aws.iam.RolePolicyAttachment(f"{name}-gpu-node-{policy}", role=role.name,
+                                         policy_arn=karpenter.managed_policy_arn(p.partition, policy), opts=child)
+        # EKS creates this entry only for the cluster's own Auto Mode node role; a NodeClass
+        # that names another role without it launches nodes that never join.
+        entry = aws.eks.AccessEntry(f"{name}-gpu-node", cluster_name=p.name, principal_arn=role.arn, type="EC2",
+                                    opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks]))
+        association = aws.eks.AccessPolicyAssociation(
+            f"{name}-gpu-node", cluster_name=p.name, principal_arn=role.arn,
+            policy_arn=karpenter.access_policy_arn(p.partition, karpenter.AUTO_NODE_ACCESS_POLICY),
+            access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+        return role, association
+
+    def _system_node_group(self, name: str, args: ClusterArgs) -> aws.eks.NodeGroup:
+        """Managed node group for the Karpenter controller and the add-ons (karpenter mode)."""
+        p = args.plan
+        assert p.system_node_group is not None
+        child = pulumi.ResourceOptions(parent=self)
+        role_name = f"{args.name_prefix}-system-node"
+        role = aws.iam.Role(
+            f"{name}-system-node", name=role_name, assume_role_policy=iam.to_json(karpenter.ec2_trust_policy()),
+            description=f"warmstart: system nodes of cluster {p.name}", tags={"Name": role_name}, opts=child)
+        attachments = [aws.iam.RolePolicyAttachment(
+            f"{name}-system-node-{policy}", role=role.name,
+            policy_arn=karpenter.managed_policy_arn(p.partition, policy), opts=child)
+            for policy in karpenter.SYSTEM_NODE_ROLE_POLICIES]
+        size = p.system_node_group.size
+        # EKS creates the EC2_LINUX access entry of a managed node group's role itself.
+        return aws.eks.NodeGroup(
+            f"{name}-system", cluster_name=p.name, node_group_name=f"{p.name}-system",
+            node_role_arn=role.arn, subnet_ids=args.private_subnet_ids,
+            instance_types=list(p.system_node_group.instance_types), capacity_type="ON_DEMAND",
+            ami_type="AL2023_x86_64_STANDARD",
+            scaling_config=aws.eks.NodeGroupScalingConfigArgs(desired_size=size, min_size=size, max_size=size + 1),
+            update_config=aws.eks.NodeGroupUpdateConfigArgs(max_unavailable=1),
+            labels={placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP},
+            tags={"Name": f"{p.name}-system"},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, *attachments]))

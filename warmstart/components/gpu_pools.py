@@ -1,0 +1,186 @@
+"""GPU capacity: one node class and one NodePool per `gpuPools` entry, in either cluster mode.
+
+`node_class()` and `node_pool()` build the objects as plain dicts (pure: the tests validate
+them against the upstream CRD schemas); `GpuPools` registers them on the cluster's provider.
+
+Both modes use the `karpenter.sh/v1` NodePool; they differ in the node class it points at:
+- auto: `eks.amazonaws.com/v1` NodeClass, NVMe used when `ephemeralStorage.size` is below it;
+- karpenter: `karpenter.k8s.aws/v1` EC2NodeClass with `instanceStorePolicy: RAID0`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from .. import versions
+from ..decisions import placement
+from ..plan_cluster import ClusterPlan, PoolPlan
+
+NODEPOOL_API = "karpenter.sh/v1"
+# (apiVersion, group, kind) of each mode's node class.
+NODE_CLASS: dict[placement.ClusterMode, tuple[str, str, str]] = {
+    "auto": ("eks.amazonaws.com/v1", "eks.amazonaws.com", "NodeClass"),
+    "karpenter": ("karpenter.k8s.aws/v1", "karpenter.k8s.aws", "EC2NodeClass"),
+}
+
+# Karpenter-mode root EBS volume. With RAID0 the kubelet and containerd state live on the
+# NVMe (eks-facts 1.1), so the root volume holds the OS only. It is kept well below the
+# smallest NVMe the pools allow, so the start-up check's size test can tell the two apart.
+ROOT_VOLUME_GIB = 100
+# IMDSv2 only, and one hop: pods cannot reach the node role's credentials (they use IRSA).
+METADATA_OPTIONS = {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled",
+                    "httpPutResponseHopLimit": 1, "httpTokens": "required"}
+
+# Disruption (both modes). A GPU pod that is evicted starts cold, and a pod evicted while it
+# loads loses the minutes already spent streaming weights, so:
+# - consolidationPolicy WhenEmpty: Karpenter never moves a running (or loading) serving pod to
+#   repack nodes; it only removes a node with no serving pod left on it;
+# - consolidateAfter: an emptied node (image and compile cache on its NVMe) is kept 15 min,
+#   so a rollout's next pod or a scale back up lands on it warm;
+# - one node at a time for any voluntary disruption (drift after an AMI bump, emptiness),
+#   on top of each model's PodDisruptionBudget (maxUnavailable 1).
+CONSOLIDATION_POLICY = "WhenEmpty"
+CONSOLIDATE_AFTER = "15m"
+DISRUPTION_BUDGETS = ({"nodes": "1"},)
+# Karpenter mode: the AMI is pinned (versions.KARPENTER_AMI_ALIAS), so expiring a node would
+# only replace it with an identical one and force cold starts; AMI updates arrive as drift
+# when the pin is bumped. Auto Mode keeps its own lifetime cap (it patches its nodes itself).
+KARPENTER_EXPIRE_AFTER = "Never"
+
+
+def node_class_ref(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, str]:
+    _, group, kind = NODE_CLASS[mode]
+    return {"group": group, "kind": kind, "name": pool.name}
+
+
+def _metadata(pool: PoolPlan) -> dict[str, Any]:
+    return {"name": pool.name, "labels": {"app.kubernetes.io/part-of": "warmstart",
+                                          "app.kubernetes.io/managed-by": "pulumi"}}
+
+
+def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet_terms: Any,
+               security_group_terms: Any, tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """The pool's node class. `role` is the node IAM role NAME; selector terms may be Outputs."""
+    api, _, kind = NODE_CLASS[mode]
+    if mode == "auto":
+        assert pool.ephemeral_storage_gib is not None
+        spec: dict[str, Any] = {
+            "role": role,
+            "subnetSelectorTerms": subnet_terms,
+            "securityGroupSelectorTerms": security_group_terms,
+            # Below the pool's smallest NVMe (plan_cluster / gpu_pools), so Auto Mode formats
+            # the NVMe as RAID0 for ephemeral storage; at or above it the cache lands on EBS.
+            "ephemeralStorage": {"size": f"{pool.ephemeral_storage_gib}Gi"},
+            # No `tags`: custom tags need extra tagging permissions on the cluster role
+            # (eks-facts 2.1); the cluster's tags reach the nodes through Auto Mode.
+        }
+    else:
+        spec = {
+            "role": role,
+            "amiSelectorTerms": [{"alias": versions.KARPENTER_AMI_ALIAS}],
+            "subnetSelectorTerms": subnet_terms,
+            "securityGroupSelectorTerms": security_group_terms,
+            # Without it Karpenter ignores the instance-store disks (field notes 4).
+            "instanceStorePolicy": "RAID0",
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {
+                "volumeSize": f"{ROOT_VOLUME_GIB}Gi", "volumeType": "gp3", "encrypted": True,
+                "deleteOnTermination": True}}],
+            "metadataOptions": METADATA_OPTIONS,
+            # Provider default tags do not reach instances Karpenter launches; these do.
+            "tags": dict(sorted((tags or {}).items())),
+        }
+    return {"apiVersion": api, "kind": kind, "metadata": _metadata(pool), "spec": spec}
+
+
+def requirements(mode: placement.ClusterMode, pool: PoolPlan) -> list[dict[str, Any]]:
+    """What a node must be to join the pool: one of its instance types, with NVMe that holds
+    what the pool caches, and enough GPUs; a node without NVMe never matches (the label is
+    absent there)."""
+    reqs = [
+        {"key": placement.INSTANCE_TYPE_LABEL, "operator": "In", "values": list(pool.instance_types)},
+        {"key": placement.CAPACITY_TYPE_LABEL, "operator": "In", "values": list(pool.capacity_types)},
+        {"key": placement.local_nvme_label(mode), "operator": "Gt", "values": [str(pool.nvme_label_floor)]},
+        {"key": placement.gpu_count_label(mode), "operator": "Gt", "values": [str(pool.gpu_count_label_floor)]},
+    ]
+    return sorted(reqs, key=lambda r: r["key"])
+
+
+def node_pool(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, Any]:
+    """The pool's `karpenter.sh/v1` NodePool."""
+    template_spec: dict[str, Any] = {
+        "nodeClassRef": node_class_ref(mode, pool),
+        "requirements": requirements(mode, pool),
+        # Only pods that tolerate it (the serving pods) land on GPU nodes.
+        "taints": [{"key": placement.GPU_TAINT_KEY, "effect": placement.GPU_TAINT_EFFECT}],
+    }
+    template: dict[str, Any] = {"spec": template_spec}
+    if mode == "karpenter":
+        template_spec["expireAfter"] = KARPENTER_EXPIRE_AFTER
+        # Selects the nodes for the NVIDIA device plugin's DaemonSet (its default affinity).
+        template["metadata"] = {"labels": {placement.NVIDIA_GPU_PRESENT_LABEL: "true"}}
+    return {
+        "apiVersion": NODEPOOL_API,
+        "kind": "NodePool",
+        "metadata": _metadata(pool),
+        "spec": {
+            "template": template,
+            # Karpenter counts the GPUs of the nodes it launched against this.
+            "limits": {placement.GPU_RESOURCE: str(pool.max_gpus)},
+            "disruption": {"consolidationPolicy": CONSOLIDATION_POLICY, "consolidateAfter": CONSOLIDATE_AFTER,
+                           "budgets": [dict(b) for b in DISRUPTION_BUDGETS]},
+        },
+    }
+
+
+def nvme_check_min_bytes(pool: PoolPlan) -> int:
+    """Smallest filesystem that can be the pool's NVMe RAID: 80 % of the smallest NVMe total
+    (formatting overhead is a few percent). Anything smaller (the 100 GiB root volume, Auto
+    Mode's 20-80 GiB EBS data volume) is not the NVMe."""
+    return int(pool.min_nvme_bytes * 0.8)
+
+
+@dataclass(frozen=True)
+class GpuPoolsArgs:
+    """Inputs of the GPU pools."""
+
+    plan: ClusterPlan
+    """Mode and per-pool decisions."""
+    node_role_name: pulumi.Input[str]
+    """IAM role NAME the node classes give their nodes (it must have the mode's access entry)."""
+    subnet_selector_terms: pulumi.Input[list[dict]]
+    """Where GPU nodes go: the private subnets."""
+    security_group_selector_terms: pulumi.Input[list[dict]]
+    """Security groups of GPU nodes: the cluster security group."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """EC2 tags of the launched instances (karpenter mode)."""
+
+
+class GpuPools(pulumi.ComponentResource):
+    """Node class + NodePool per GPU pool, on the cluster's Kubernetes provider."""
+
+    node_classes: dict[str, k8s.apiextensions.CustomResource]
+    """Node class (NodeClass or EC2NodeClass) per pool name."""
+    node_pools: dict[str, k8s.apiextensions.CustomResource]
+    """NodePool per pool name."""
+
+    def __init__(self, name: str, args: GpuPoolsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("warmstart:cluster:GpuPools", name, None, opts)
+        mode = args.plan.mode
+        self.node_classes, self.node_pools = {}, {}
+        for pool in args.plan.pools:
+            nc = node_class(mode, pool, role=args.node_role_name, subnet_terms=args.subnet_selector_terms,
+                            security_group_terms=args.security_group_selector_terms, tags=args.tags)
+            self.node_classes[pool.name] = k8s.apiextensions.CustomResource(
+                f"{name}-{pool.name}-nodeclass", api_version=nc["apiVersion"], kind=nc["kind"],
+                metadata=nc["metadata"], spec=nc["spec"], opts=pulumi.ResourceOptions(parent=self))
+            np_ = node_pool(mode, pool)
+            self.node_pools[pool.name] = k8s.apiextensions.CustomResource(
+                f"{name}-{pool.name}-nodepool", api_version=np_["apiVersion"], kind=np_["kind"],
+                metadata=np_["metadata"], spec=np_["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.node_classes[pool.name]]))
+        self.register_outputs({})
+

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Start-up check: is the cache directory on the node's local NVMe instance store?
+
+Runs as an init container of every serving pod that uses the compile cache, in the vLLM
+image (python3, standard library only). The failure it reports is silent otherwise (field
+notes 4): a `hostPath` whose node directory is not on the NVMe is created on the root EBS
+volume without any error, and the cache then runs at EBS speed (~1 GB/s instead of ~30).
+
+How it decides (the first rule that decides wins):
+
+1. The block device of the path (`st_dev`), followed down in sysfs to the physical disks:
+   through `slaves/` of an md RAID or a device-mapper target, from a partition to its disk.
+   Each NVMe disk names its product in `device/model`: EC2 instance store reports
+   "Amazon EC2 NVMe Instance Storage", EBS "Amazon Elastic Block Store". Device NAMES prove
+   nothing: on Nitro the root EBS volume is an NVMe device too (nvme0n1).
+   Any EBS disk underneath -> not NVMe. Only instance-store disks -> NVMe.
+2. When sysfs cannot tell (not mounted or readable, or a virtual device such as overlay or
+   tmpfs, whose st_dev has major 0), /proc/self/mountinfo gives the mount's filesystem type
+   and source, and the filesystem's size is compared with the smallest size the pool's NVMe
+   RAID can have (`--min-bytes`, derived by warmstart from the pool's instance types):
+   - tmpfs, overlay and other memory or layered filesystems -> not NVMe;
+   - smaller than the minimum -> not NVMe: it is the root volume or Auto Mode's EBS data
+     volume (warmstart keeps both well below the NVMe of every type a pool allows);
+   - source /dev/nvme0n1 or a partition of it -> not NVMe (the Nitro boot volume);
+   - source /dev/md* -> NVMe (neither cluster mode RAIDs EBS volumes);
+   - at least the minimum -> NVMe (nothing else on these nodes is that large);
+   - otherwise: unknown.
+
+`--mode warn` (default) logs the verdict and exits 0 either way; `--mode fail` exits 1 unless
+the verdict is NVMe, so the pod does not start (the reason is in the log and in the
+container's termination message).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PREFIX = "warmstart nvme-check"
+INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"
+EBS_MODEL = "Amazon Elastic Block Store"
+# Filesystems that are never a disk: memory, the container's own layers, network or FUSE.
+NOT_A_DISK_FSTYPES = frozenset({"tmpfs", "ramfs", "overlay", "aufs", "squashfs", "nfs", "nfs4", "fuse",
+                                "fuse.s3fs", "9p", "virtiofs", "proc", "sysfs", "devtmpfs"})
+NITRO_BOOT_SOURCE = re.compile(r"^/dev/nvme0n1(p\d+)?$")
+
+NVME, NOT_NVME, UNKNOWN = "nvme", "not-nvme", "unknown"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One line of /proc/self/mountinfo (proc(5))."""
+
+    mount_id: int
+    major: int
+    minor: int
+    root: str
+    """Path inside the source filesystem that is mounted here (a bind mount's directory)."""
+    mount_point: str
+    fstype: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Disk:
+    name: str
+    model: str | None
+
+    @property
+    def kind(self) -> str:
+        if self.model and INSTANCE_STORE_MODEL.lower() in self.model.lower():
+            return "instance-store"
+        if self.model and EBS_MODEL.lower() in self.model.lower():
+            return "ebs"
+        return "other"
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the check knows about the path, gathered by `gather` (or made up by a test)."""
+
+    path: str
+    major: int
+    minor: int
+    size_bytes: int
+    mount: Mount | None
+    disks: tuple[Disk, ...] | None
+    """Physical disks under the path's device; None when sysfs could not tell."""
+    min_nvme_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    reason: str
+    details: dict = field(default_factory=dict)
+
+
+def _unescape(field_: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
+
+
+def parse_mountinfo(text: str) -> list[Mount]:
+    mounts = []
+    for line in text.splitlines():
+        parts = line.split()
+        if "-" not in parts or len(parts) < 7:
+            continue
+        sep = parts.index("-")
+        if len(parts) < sep + 3:
+            continue
+        major, _, minor = parts[2].partition(":")
+        mounts.append(Mount(
+            mount_id=int(parts[0]), major=int(major), minor=int(minor), root=_unescape(parts[3]),
+            mount_point=_unescape(parts[4]), fstype=parts[sep + 1], source=_unescape(parts[sep + 2])))
+    return mounts
+
+
+def mount_for(path: str, mounts: list[Mount]) -> Mount | None:
+    """The mount that holds `path`: the longest mount point above it (the later one wins a tie,
+    as it is mounted over the earlier)."""
+    path = os.path.normpath(path)
+    best = None
+    for m in mounts:
+        mp = os.path.normpath(m.mount_point)
+        if path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) >= len(os.path.normpath(best.mount_point)):
+                best = m
+    return best
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def physical_disks(sysfs: Path, major: int, minor: int) -> tuple[Disk, ...] | None:
+    """The physical disks under block device major:minor, or None when sysfs cannot tell."""
+    start = sysfs / "dev" / "block" / f"{major}:{minor}"
+    if major == 0 or not start.exists():
+        return None
+    found: dict[str, Disk] = {}
+    seen: set[str] = set()
+
+    def walk(node: Path) -> bool:
+        node = Path(os.path.realpath(node))
+        if str(node) in seen:
+            return True
+        seen.add(str(node))
+        slaves = node / "slaves"
+        members = sorted(slaves.iterdir()) if slaves.is_dir() else []
+        if members:
+            return all(walk(m) for m in members)
+        if (node / "partition").exists():
+            return walk(node.parent)
+        model = _read(node / "device" / "model")
+        found[node.name] = Disk(node.name, model)
+        return True
+
+    try:
+        walk(start)
+    except OSError:
+        return None
+    return tuple(sorted(found.values(), key=lambda d: d.name)) if found else None
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.0f} GB"
+
+
+def decide(f: Facts) -> Verdict:
+    """The verdict for the gathered facts (pure; the rules are in the module docstring)."""
+    details = {"path": f.path, "device": f"{f.major}:{f.minor}", "sizeBytes": f.size_bytes}
+    if f.mount:
+        details |= {"source": f.mount.source, "fstype": f.mount.fstype, "mountRoot": f.mount.root}
+    if f.min_nvme_bytes:
+        details["minNvmeBytes"] = f.min_nvme_bytes
+    small = bool(f.min_nvme_bytes) and f.size_bytes < f.min_nvme_bytes
+    if f.disks:
+        details["disks"] = [f"{d.name}={d.kind}" for d in f.disks]
+        kinds = {d.kind for d in f.disks}
+        if "ebs" in kinds:
+            ebs = ", ".join(d.name for d in f.disks if d.kind == "ebs")
+            return Verdict(NOT_NVME, f"{f.path} is on an EBS volume ({ebs}), not the local NVMe", details)
+        if kinds == {"instance-store"}:
+            names = ", ".join(d.name for d in f.disks)
+            note = ""
+            if small:
+                note = (f"; but the filesystem ({_gb(f.size_bytes)}) is smaller than the pool's NVMe RAID "
+                        f"(>= {_gb(f.min_nvme_bytes or 0)}): not every drive is in it")
+            return Verdict(NVME, f"{f.path} is on NVMe instance storage ({names}){note}", details)
+    m = f.mount
+    if m and m.fstype in NOT_A_DISK_FSTYPES:
+        return Verdict(NOT_NVME, f"{f.path} is on {m.fstype}, not a disk: the hostPath volume is not mounted", details)
+    if small:
+        return Verdict(NOT_NVME, f"{f.path} is on a {_gb(f.size_bytes)} filesystem, smaller than the pool's NVMe "
+                       f"RAID can be (>= {_gb(f.min_nvme_bytes or 0)}): it is the root or an EBS data volume",
+                       details)
+    if m and NITRO_BOOT_SOURCE.match(m.source):
+        return Verdict(NOT_NVME, f"{f.path} is on {m.source}, the Nitro boot (EBS) volume", details)
+    if m and m.source.startswith("/dev/md"):
+        return Verdict(NVME, f"{f.path} is on the RAID {m.source} (EKS RAIDs only instance store)", details)
+    if f.min_nvme_bytes and not small:
+        return Verdict(NVME, f"{f.path} is on a {_gb(f.size_bytes)} filesystem, as large as only the NVMe "
+                       "RAID is on these nodes", details)
+    return Verdict(UNKNOWN, f"cannot tell whether {f.path} is on local NVMe (no sysfs model, no size bound)", details)
+
+
+def gather(path: str, mountinfo: str, sysfs: Path, min_nvme_bytes: int | None) -> Facts:
+    st = os.stat(path)
+    vfs = os.statvfs(path)
+    mount = mount_for(os.path.realpath(path), parse_mountinfo(mountinfo))
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    disks = physical_disks(sysfs, major, minor)
+    if disks is None and mount is not None and mount.major != 0:
+        disks = physical_disks(sysfs, mount.major, mount.minor)
+    return Facts(path=path, major=major, minor=minor, size_bytes=vfs.f_blocks * vfs.f_frsize, mount=mount,
+                 disks=disks, min_nvme_bytes=min_nvme_bytes)
+
+
+def _int_or_none(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") else None
+
+
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
+    env = dict(os.environ) if env is None else env
+    ap = argparse.ArgumentParser(description="Is the cache path on local NVMe instance storage?")
+    ap.add_argument("--path", default=env.get("WARMSTART_NVME_CHECK_PATH", "/compile-cache"))
+    ap.add_argument("--mode", choices=("warn", "fail"), default=env.get("WARMSTART_NVME_CHECK_MODE", "warn"))
+    ap.add_argument("--min-bytes", type=int, default=_int_or_none(env.get("WARMSTART_NVME_MIN_BYTES")))
+    ap.add_argument("--host-path", default=env.get("WARMSTART_NVME_HOST_PATH", ""))
+    ap.add_argument("--mountinfo", default="/proc/self/mountinfo")
+    ap.add_argument("--sysfs", default="/sys")
+    ap.add_argument("--termination-log", default="/dev/termination-log")
+    args = ap.parse_args(argv)
+
+    try:
+        facts = gather(args.path, Path(args.mountinfo).read_text(), Path(args.sysfs), args.min_bytes)
+        verdict = decide(facts)
+    except OSError as err:
+        verdict = Verdict(UNKNOWN, f"cannot inspect {args.path}: {err}")
+    details = verdict.details | ({"hostPath": args.host_path} if args.host_path else {})
+    ok = verdict.status == NVME
+    level = "OK" if ok else ("ERROR" if args.mode == "fail" else "WARNING")
+    consequence = "" if ok else (" - refusing to start (nvmeCheck: fail)" if args.mode == "fail" else
+                                 " - starting anyway; the cache runs at EBS speed (set nvmeCheck: fail to stop)")
+    line = f"{PREFIX}: {level}: {verdict.reason}{consequence} {json.dumps(details, sort_keys=True)}"
+    print(line, file=sys.stdout if ok else sys.stderr, flush=True)
+    if not ok and args.mode == "fail":
+        try:
+            Path(args.termination_log).write_text(line[:4000])
+        except OSError:
+            pass
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
