@@ -1,0 +1,1007 @@
+#!/usr/bin/env python3
+"""Pre-warm vLLM's torch.compile cache on a new node from S3, and publish it once.
+
+Why: the first vLLM pod on a node compiles for 50-80 s; pods that find the node's NVMe cache
+start the compile phase in 4-6 s (field notes section 4). This file carries that warm start
+across nodes. It is shipped into pods through a ConfigMap and run with the vLLM image's own
+interpreter, so it uses only the standard library and boto3/botocore (which the vLLM image
+ships for the Run:ai streamer):
+
+    python3 /opt/warmstart/compile_cache.py restore   # init container, before vLLM
+    python3 /opt/warmstart/compile_cache.py publish   # sidecar, next to vLLM
+    python3 /opt/warmstart/compile_cache.py key       # print the object key (debugging)
+
+Neither command can make a pod fail: every outcome, including every error, is one JSON line on
+stdout and exit status 0, and vLLM then simply compiles as it would without this tool.
+
+Environment (read once, in Settings.from_env):
+
+    WARMSTART_CACHE_DIR            node cache directory (the hostPath mount). Default /compile-cache.
+    WARMSTART_CACHE_BUCKET         compile-cache bucket. Empty: restore and publish are skipped.
+    WARMSTART_CACHE_PREFIX         the model's key prefix, e.g. "llama-8b/" (a missing trailing "/"
+                                   is added). Required. Every key this tool touches starts with it,
+                                   because the pod's IAM role only allows reads and writes under it.
+    WARMSTART_MODEL                model name. Required (a key factor).
+    WARMSTART_TP                   tensor-parallel degree. Default 1, vLLM's default (a key factor).
+    WARMSTART_IMAGE                container image reference. Required (a key factor). With
+                                   "@sha256:" only the digest counts: it pins vLLM, torch, Triton, CUDA.
+    WARMSTART_COMPILE_FINGERPRINT  hash of the compile-relevant vLLM arguments, computed at render
+                                   time (a key factor). Default "none".
+    WARMSTART_ACCELERATOR          accelerator identity, replacing detection (tests; containers that
+                                   cannot see the GPU). Default: detected with nvidia-smi.
+    WARMSTART_STATE_FILE           optional pod-local file (an emptyDir shared by the init container
+                                   and the sidecar): restore writes the key factors it computed there
+                                   and publish reuses them, so a sidecar that cannot see the GPU still
+                                   publishes under the key the GPU-holding init container derived.
+    WARMSTART_CACHE_PATHS          comma-separated directories under the cache dir that are
+                                   published. Default "inductor,triton,vllm/torch_compile_cache,
+                                   vllm/torch_aot_compile". An allow-list because XDG_CACHE_HOME
+                                   points at the cache dir, so other tools' caches (a Hugging Face
+                                   download, say) can land there too and must never be uploaded.
+    WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed. Default 4 GiB
+                                   (a 640 GB model's cache is about 15 MB; field notes section 4).
+    WARMSTART_LOCK_TIMEOUT_S       how long a command waits for the node lock. Default 600.
+    WARMSTART_HEALTH_URL           publish waits for HTTP 200 here. Default http://127.0.0.1:8000/health.
+    WARMSTART_HEALTH_TIMEOUT_S     how long publish waits for it; 0 waits forever. Default 7200.
+    WARMSTART_POLL_INTERVAL_S      longest gap between health polls (they start at 1 s). Default 5.
+    WARMSTART_SETTLE_S             publish tars only a cache that did not change while it was read;
+                                   this is the wait before trying again (3 tries). Default 10.
+    AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL and the rest of the standard AWS
+    environment (IRSA, Pod Identity) are read by boto3 itself.
+
+Object layout, all under WARMSTART_CACHE_PREFIX:
+
+    <prefix><sha256>.tar.gz   the cache: a gzip tar of WARMSTART_CACHE_PATHS, relative to the cache
+                              dir. Metadata: warmstart-sha256 and warmstart-bytes (of the object),
+                              warmstart-factors-sha256 (the key hash) and warmstart-format.
+    <prefix><sha256>.json     the key factors, for debugging a miss; written by the publisher that won.
+
+    <sha256> is the hex sha256 of the canonical JSON (sorted keys, no spaces) of compute_factors().
+
+Node-local state lives in <cache dir>/.warmstart/ (lock file, markers, temp files), which is
+never published or overwritten by a restore.
+
+Log line, one per phase outcome, on stdout:
+
+    {"event":"warmstart.compile_cache","phase":"restore","result":"restored","key":"llama-8b/<sha>.tar.gz",
+     "bytes":15728640,"files":412,"seconds":1.234,"reason":null}
+
+    restore results: restored | hit (this node already has the key) | miss (no object yet)
+                     | skipped (disabled, or the node lock was busy too long) | error
+    publish results: published | exists (the object is there already, or another publisher won)
+                     | skipped (disabled, empty cache, never healthy, lock busy) | error
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Mapping
+
+#: Bump when the archive layout or the factor set changes: old objects then stop matching.
+FORMAT_VERSION = 1
+EVENT = "warmstart.compile_cache"
+STATE_DIRNAME = ".warmstart"
+DEFAULT_CACHE_PATHS = ("inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile")
+TRITON_DISTS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
+_CHUNK = 1 << 20
+_STABLE_TRIES = 3
+
+
+class ConfigError(ValueError):
+    """The environment does not describe a usable configuration."""
+
+
+class CacheError(RuntimeError):
+    """An expected failure with a reason worth one log line (bad object, unsafe archive...)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything this tool reads from the environment, validated once."""
+
+    cache_dir: Path
+    bucket: str
+    prefix: str
+    model: str
+    tp: int
+    image: str
+    compile_fingerprint: str
+    accelerator: str | None
+    state_file: Path | None
+    cache_paths: tuple[str, ...]
+    max_bytes: int
+    lock_timeout_s: float
+    health_url: str
+    health_timeout_s: float
+    poll_interval_s: float
+    settle_s: float
+    region: str | None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        problems: list[str] = []
+
+        def text(name: str, default: str = "", required: bool = False) -> str:
+            value = env.get(name, "").strip() or default
+            if required and not value:
+                problems.append(f"{name} is not set")
+            return value
+
+        def number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> Any:
+            raw = env.get(name, "").strip()
+            if not raw:
+                return int(default) if integer else float(default)
+            try:
+                value = int(raw) if integer else float(raw)
+            except ValueError:
+                problems.append(f"{name}={raw!r} is not {'an integer' if integer else 'a number'}")
+                return int(default) if integer else float(default)
+            if value < minimum:
+                problems.append(f"{name}={raw!r} must be >= {minimum}")
+            return value
+
+        prefix = text("WARMSTART_CACHE_PREFIX", required=True)
+        if prefix.startswith("/"):
+            problems.append(f"WARMSTART_CACHE_PREFIX={prefix!r} must not start with '/'")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        paths = tuple(p.strip().strip("/") for p in text("WARMSTART_CACHE_PATHS").split(",") if p.strip())
+        for p in paths:
+            parts = PurePosixPath(p).parts
+            if ".." in parts or p.startswith(STATE_DIRNAME) or not parts:
+                problems.append(f"WARMSTART_CACHE_PATHS entry {p!r} must be a relative path inside the cache dir")
+        state_file = text("WARMSTART_STATE_FILE")
+        settings = cls(
+            cache_dir=Path(text("WARMSTART_CACHE_DIR", "/compile-cache")),
+            bucket=text("WARMSTART_CACHE_BUCKET"),
+            prefix=prefix,
+            model=text("WARMSTART_MODEL", required=True),
+            tp=number("WARMSTART_TP", 1, integer=True, minimum=1),
+            image=text("WARMSTART_IMAGE", required=True),
+            compile_fingerprint=text("WARMSTART_COMPILE_FINGERPRINT", "none"),
+            accelerator=text("WARMSTART_ACCELERATOR") or None,
+            state_file=Path(state_file) if state_file else None,
+            cache_paths=paths or DEFAULT_CACHE_PATHS,
+            max_bytes=number("WARMSTART_MAX_BYTES", 4 << 30, integer=True, minimum=1),
+            lock_timeout_s=number("WARMSTART_LOCK_TIMEOUT_S", 600),
+            health_url=text("WARMSTART_HEALTH_URL", "http://127.0.0.1:8000/health"),
+            health_timeout_s=number("WARMSTART_HEALTH_TIMEOUT_S", 7200),
+            poll_interval_s=number("WARMSTART_POLL_INTERVAL_S", 5, minimum=0.01),
+            settle_s=number("WARMSTART_SETTLE_S", 10),
+            region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
+        )
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return settings
+
+    @property
+    def state_dir(self) -> Path:
+        return self.cache_dir / STATE_DIRNAME
+
+
+# --------------------------------------------------------------------------------------------
+# Cache key
+
+
+def canonical_json(value: Any) -> str:
+    """The one serialisation that is hashed: the same factors always give the same bytes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def factors_hash(factors: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(factors).encode()).hexdigest()
+
+
+def cache_key(prefix: str, factors: Mapping[str, Any]) -> str:
+    """Object key of the archive for these factors: `<prefix><sha256 of the factors>.tar.gz`.
+
+    The whole hash is used, so two configurations that differ in any factor can never share an
+    object: a foreign cache is at best a silent recompile and at worst a runtime error.
+    """
+    return f"{prefix}{factors_hash(factors)}.tar.gz"
+
+
+def manifest_key(archive_key: str) -> str:
+    return archive_key[: -len(".tar.gz")] + ".json"
+
+
+def image_identity(image: str) -> str:
+    """The digest when the reference has one: the same bytes under another name are the same image."""
+    if "@sha256:" in image:
+        return "sha256:" + image.split("@sha256:", 1)[1]
+    return image
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _torch_build() -> dict[str, str | None]:
+    """torch's CUDA version and git commit, read from torch/version.py without importing torch.
+
+    Importing torch costs seconds; find_spec on a top-level package only locates it.
+    """
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return {"cuda": None, "git": None}
+    try:
+        text = (Path(list(spec.submodule_search_locations)[0]) / "version.py").read_text()
+    except OSError:
+        return {"cuda": None, "git": None}
+
+    def field(name: str) -> str | None:
+        m = re.search(rf"^{name}\s*(?::[^=\n]*)?=\s*['\"]([^'\"\n]+)['\"]", text, re.MULTILINE)
+        return m.group(1) if m else None
+
+    return {"cuda": field("cuda"), "git": field("git_version")}
+
+
+def detect_accelerator(override: str | None, cuda_build: str | None, *, which: Callable[[str], str | None] = shutil.which) -> str:
+    """Name and compute capability of every visible GPU, or `cpu-<machine>` without one.
+
+    A CUDA build of torch with no nvidia-smi on PATH is an error rather than `cpu-...`: that is a
+    container that cannot see the GPU, and keying its cache as CPU would let GPUs of different
+    types share one object.
+    """
+    if override:
+        return override
+    smi = which("nvidia-smi")
+    if smi:
+        try:
+            proc = subprocess.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CacheError(f"nvidia-smi failed: {exc}") from exc
+        rows = sorted({" ".join(line.split()) for line in proc.stdout.splitlines() if line.strip()})
+        if proc.returncode != 0 or not rows:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()[:1]
+            raise CacheError(f"nvidia-smi exited {proc.returncode} listing no GPU: {' '.join(detail)}")
+        # "NVIDIA H100 80GB HBM3, 9.0"; several rows only on a mixed node, kept all so it cannot collide.
+        return " + ".join(rows)
+    if cuda_build:
+        raise CacheError(f"torch is built for CUDA {cuda_build} but nvidia-smi is not on PATH, so the GPU "
+                         "cannot be identified; give this container the GPU or set WARMSTART_ACCELERATOR")
+    return f"cpu-{platform.machine() or 'unknown'}"
+
+
+def compute_factors(settings: Settings) -> dict[str, Any]:
+    """Everything that makes a compile cache unusable elsewhere when it differs (field notes 4,
+    vLLM facts 2.2): accelerator and compute capability, TP, model, image, the torch build,
+    Triton, vLLM, CUDA, Python, the compile-relevant vLLM arguments and this tool's format.
+    """
+    build = _torch_build()
+    triton = "none"
+    for dist in TRITON_DISTS:
+        version = _dist_version(dist)
+        if version:
+            triton = f"{dist}=={version}"
+            break
+    return {
+        "format": f"warmstart-compile-cache/{FORMAT_VERSION}",
+        "accelerator": detect_accelerator(settings.accelerator, build["cuda"]),
+        "tensor_parallel_size": settings.tp,
+        "model": settings.model,
+        "image": image_identity(settings.image),
+        "torch": _dist_version("torch") or "none",
+        "torch_git": build["git"] or "none",
+        "triton": triton,
+        "vllm": _dist_version("vllm") or "none",
+        "cuda": build["cuda"] or os.environ.get("CUDA_VERSION") or "none",
+        "python": f"{sys.implementation.name}-{platform.python_version()}",
+        "compile_fingerprint": settings.compile_fingerprint,
+    }
+
+
+def resolve_factors(settings: Settings, *, prefer_state_file: bool) -> dict[str, Any]:
+    """Factors from the pod's state file when asked and present (see WARMSTART_STATE_FILE)."""
+    if prefer_state_file and settings.state_file and settings.state_file.is_file():
+        try:
+            saved = json.loads(settings.state_file.read_text())
+            if isinstance(saved.get("factors"), dict):
+                return saved["factors"]
+        except (OSError, ValueError):
+            pass
+    return compute_factors(settings)
+
+
+# --------------------------------------------------------------------------------------------
+# Outcomes and the log line
+
+
+@dataclasses.dataclass
+class Outcome:
+    """The one result of a phase; `line()` is what the cold-start report parses."""
+
+    phase: str
+    result: str = "error"
+    key: str | None = None
+    bytes: int | None = None
+    files: int | None = None
+    seconds: float | None = None
+    reason: str | None = None
+    waited_s: float | None = None
+
+    def line(self) -> str:
+        record = {"event": EVENT, "phase": self.phase, "result": self.result, "key": self.key,
+                  "bytes": self.bytes, "files": self.files,
+                  "seconds": None if self.seconds is None else round(self.seconds, 3),
+                  "reason": None if self.reason is None else self.reason[:600]}
+        if self.waited_s is not None:
+            record["waited_s"] = round(self.waited_s, 3)
+        return json.dumps(record, separators=(",", ":"))
+
+
+def _emit(outcome: Outcome) -> None:
+    sys.stdout.write(outcome.line() + "\n")
+    sys.stdout.flush()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line naming the failure, for the log: S3 error codes, errno names, our own reasons."""
+    code, status = _s3_code(exc), _s3_status(exc)
+    if code or status:
+        message = exc.response.get("Error", {}).get("Message") or ""  # type: ignore[attr-defined]
+        hint = ""
+        if status == 403:
+            hint = " (S3 also answers 403 for a missing key when the role lacks s3:ListBucket on the prefix)"
+        return f"S3 {code} ({status}): {message}{hint}".strip()
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        where = f" {exc.filename}" if exc.filename else ""
+        return f"{name}: {exc.strerror}{where}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+# --------------------------------------------------------------------------------------------
+# Node-local state: lock, markers, temp files
+
+
+class LockTimeout(CacheError):
+    pass
+
+
+class NodeLock:
+    """An exclusive flock on <cache dir>/.warmstart/lock, shared by every pod on the node.
+
+    flock is per open file description and released by the kernel when the holder dies, so a
+    killed pod never leaves the node locked.
+    """
+
+    def __init__(self, state_dir: Path, timeout_s: float):
+        self.path = state_dir / "lock"
+        self.timeout_s = timeout_s
+        self.fd: int | None = None
+
+    def __enter__(self) -> "NodeLock":
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise LockTimeout(f"another pod held the node lock {self.path} for over {self.timeout_s:g} s")
+                time.sleep(0.1)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
+def _marker(settings: Settings, kind: str, key: str) -> Path:
+    return settings.state_dir / f"{kind}-{PurePosixPath(key).name.split('.')[0]}.json"
+
+
+def _node_has(settings: Settings, key: str) -> str | None:
+    """Why this node already holds the cache for `key`, or None."""
+    if _marker(settings, "restored", key).exists():
+        return "restored on this node before"
+    if _marker(settings, "published", key).exists():
+        return "compiled and published from this node"
+    return None
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_name(f"tmp-{path.name}-{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _clean_stale_temp(settings: Settings) -> None:
+    """Temp files left by a killed pod. Safe only under the node lock: every writer holds it."""
+    for entry in settings.state_dir.glob("tmp-*"):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+# --------------------------------------------------------------------------------------------
+# S3
+
+
+def make_client(settings: Settings) -> Any:
+    """An S3 client that fails within seconds: a pod must not wait long for an optional cache."""
+    import boto3  # imported late so that `key` works in an image without boto3
+    from botocore.config import Config
+
+    config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"})
+    return boto3.client("s3", region_name=settings.region, config=config)
+
+
+def _s3_status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return None
+
+
+def _s3_code(exc: BaseException) -> str | None:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return response.get("Error", {}).get("Code")
+    return None
+
+
+def _write_stream(read: Callable[[int], bytes], out: Any, limit: int) -> tuple[int, str]:
+    """Copy a stream to a file, returning (bytes, sha256). Writes go through here so a full disk
+    surfaces as one OSError(ENOSPC) that the caller cleans up after."""
+    digest = hashlib.sha256()
+    total = 0
+    while True:
+        chunk = read(_CHUNK)
+        if not chunk:
+            return total, digest.hexdigest()
+        total += len(chunk)
+        if total > limit:
+            raise CacheError(f"object is larger than WARMSTART_MAX_BYTES={limit}")
+        digest.update(chunk)
+        out.write(chunk)
+
+
+# --------------------------------------------------------------------------------------------
+# Archive: build and safe extraction
+
+
+def _ephemeral(name: str) -> bool:
+    """Files a compiler is still writing or that only coordinate processes: inductor writes
+    `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`."""
+    return name.endswith((".tmp", ".lock")) or name.startswith("tmp.pid_")
+
+
+def snapshot(settings: Settings) -> dict[str, tuple[int, int, bool]]:
+    """{relative path: (size, mtime_ns, executable)} of every regular file that would be published.
+
+    Symlinks, sockets and devices are left out: compile caches are plain files, and restore
+    refuses anything else, so the archive is safe to extract on any node.
+    """
+    files: dict[str, tuple[int, int, bool]] = {}
+    for top in settings.cache_paths:
+        root = settings.cache_dir / top
+        if not root.is_dir() or root.is_symlink():
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if not _ephemeral(d))
+            for name in filenames:
+                if _ephemeral(name):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    rel = os.path.relpath(full, settings.cache_dir).replace(os.sep, "/")
+                    files[rel] = (st.st_size, st.st_mtime_ns, bool(st.st_mode & 0o111))
+    return files
+
+
+class _Changed(Exception):
+    """A file changed while it was archived: the cache is not stable yet."""
+
+
+def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]], out_path: Path) -> None:
+    """A gzip tar of exactly `files`, each checked against the snapshot as it is read."""
+    with tarfile.open(out_path, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
+        for rel in sorted(files):
+            size, mtime_ns, executable = files[rel]
+            try:
+                f = open(settings.cache_dir / rel, "rb")
+            except FileNotFoundError as exc:
+                raise _Changed(rel) from exc
+            with f:
+                st = os.fstat(f.fileno())
+                if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
+                    raise _Changed(rel)
+                info = tarfile.TarInfo(rel)
+                info.size = size
+                info.mtime = mtime_ns // 1_000_000_000
+                info.mode = 0o755 if executable else 0o644
+                tar.addfile(info, f)
+
+
+def _safe_name(name: str) -> str:
+    path = PurePosixPath(name)
+    parts = [p for p in path.parts if p != "."]
+    if path.is_absolute() or not parts or ".." in parts or "\\" in name or "\x00" in name:
+        raise CacheError(f"unsafe path in archive: {name!r}")
+    if parts[0] == STATE_DIRNAME:
+        raise CacheError(f"archive writes into {STATE_DIRNAME}/: {name!r}")
+    return "/".join(parts)
+
+
+def extract_archive(archive: Path, dest: Path, max_bytes: int) -> int:
+    """Extract into `dest` (an empty staging dir) accepting only plain files and directories.
+
+    Members are written one by one with O_EXCL|O_NOFOLLOW rather than with extractall, so no
+    link, device, absolute path or `..` can place anything outside `dest`, whatever Python's
+    tarfile filter defaults are in the image. Returns the number of files.
+    """
+    count = 0
+    total = 0
+    with tarfile.open(archive, "r:gz") as tar:
+        for member in tar:
+            name = _safe_name(member.name)
+            target = dest / name
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            if not member.isreg():
+                raise CacheError(f"archive member {member.name!r} is not a regular file or directory")
+            total += member.size
+            if total > max_bytes:
+                raise CacheError(f"archive expands beyond WARMSTART_MAX_BYTES={max_bytes}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                written, _ = _write_stream(source.read, out, max_bytes)
+            if written != member.size:
+                raise CacheError(f"archive member {member.name!r} is truncated")
+            os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+            os.utime(target, (member.mtime, member.mtime))
+            count += 1
+    return count
+
+
+def install_tree(staging: Path, cache_dir: Path) -> list[Path]:
+    """Move the staged cache into place, each entry with one rename on the same filesystem.
+
+    A top-level directory the node lacks moves in whole, so readers see all of it or none of
+    it. Into an existing directory, files are moved one by one and files the node already has
+    are kept: cache entries are content-addressed, so an existing file is an equivalent one.
+    Returns what was moved, so a failure can take it back out.
+    """
+    moved: list[Path] = []
+    try:
+        _merge(staging, cache_dir, moved, top=True)
+    except BaseException:
+        for path in reversed(moved):
+            _remove(path)
+        raise
+    return moved
+
+
+def _merge(src: Path, dst: Path, moved: list[Path], *, top: bool = False) -> None:
+    if not top and not os.path.lexists(dst):
+        try:
+            os.rename(src, dst)
+            moved.append(dst)
+            return
+        except OSError as exc:
+            # A compiler created the same directory meanwhile: merge into it instead.
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY) or not src.is_dir():
+                raise
+    if src.is_dir() and dst.is_dir() and not dst.is_symlink():
+        for entry in sorted(os.listdir(src)):
+            _merge(src / entry, dst / entry, moved)
+
+
+# --------------------------------------------------------------------------------------------
+# restore
+
+
+def restore(settings: Settings | None = None, *, client: Any = None, emit: bool = True) -> Outcome:
+    """Fetch the cache for this pod's key into the node's cache dir, unless the node has it.
+
+    Never raises: every failure becomes one `error` outcome, temp files are removed and nothing
+    half-restored is left behind, so vLLM compiles as if this step had not run.
+    """
+    outcome = Outcome("restore")
+    start = time.monotonic()
+    try:
+        settings = settings or Settings.from_env()
+        _restore(settings, client, outcome)
+    except BaseException as exc:  # noqa: BLE001 - the contract is "never fail the pod"
+        outcome.result, outcome.reason = "error", describe_error(exc)
+        if not isinstance(exc, Exception):
+            outcome.reason = f"interrupted: {type(exc).__name__}"
+            outcome.seconds = time.monotonic() - start
+            if emit:
+                _emit(outcome)
+            raise
+    outcome.seconds = time.monotonic() - start
+    if emit:
+        _emit(outcome)
+    return outcome
+
+
+def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
+    if not settings.bucket:
+        outcome.result, outcome.reason = "skipped", "WARMSTART_CACHE_BUCKET is empty: pre-warm is off"
+        return
+    factors = compute_factors(settings)
+    key = outcome.key = cache_key(settings.prefix, factors)
+    note = _write_state_file(settings, key, factors)
+    held = _node_has(settings, key)
+    if held:
+        outcome.result, outcome.reason = "hit", held
+        return
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
+    except LockTimeout as exc:
+        outcome.result, outcome.reason = "skipped", str(exc)
+        return
+    try:
+        # Another pod may have restored while this one waited for the lock.
+        held = _node_has(settings, key)
+        if held:
+            outcome.result, outcome.reason = "hit", held
+            return
+        _clean_stale_temp(settings)
+        tmp_archive = settings.state_dir / f"tmp-restore-{os.getpid()}.tar.gz"
+        staging = settings.state_dir / f"tmp-restore-{os.getpid()}.d"
+        try:
+            size = _download_verified(settings, client or make_client(settings), key, tmp_archive, outcome)
+            if size is None:
+                return
+            staging.mkdir()
+            files = extract_archive(tmp_archive, staging, settings.max_bytes)
+            tmp_archive.unlink()
+            moved = install_tree(staging, settings.cache_dir)
+            try:
+                _write_json_atomic(_marker(settings, "restored", key),
+                                   {"key": key, "bucket": settings.bucket, "bytes": size, "files": files,
+                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            except BaseException:
+                for path in reversed(moved):
+                    _remove(path)
+                raise
+            outcome.result, outcome.bytes, outcome.files = "restored", size, files
+            outcome.reason = note
+        finally:
+            _remove(tmp_archive)
+            _remove(staging)
+    finally:
+        lock.__exit__()
+
+
+def _download_verified(settings: Settings, client: Any, key: str, dest: Path, outcome: Outcome) -> int | None:
+    """Download to `dest` and check it against the sizes and sha256 the publisher recorded.
+    None when there is no object (a miss)."""
+    try:
+        response = client.get_object(Bucket=settings.bucket, Key=key)
+    except Exception as exc:
+        if _s3_code(exc) in ("NoSuchKey", "404", "NotFound") or _s3_status(exc) == 404:
+            outcome.result, outcome.reason = "miss", "no cache published for this key yet"
+            return None
+        raise
+    # Servers differ in the case of metadata names (S3 lower-cases them, rclone capitalises).
+    meta = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+    expected_sha = meta.get("warmstart-sha256")
+    if not expected_sha:
+        raise CacheError("object has no warmstart-sha256 metadata, so it cannot be verified")
+    if meta.get("warmstart-factors-sha256") not in (None, PurePosixPath(key).name.split(".")[0]):
+        raise CacheError("object metadata names other key factors than its key")
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        size, sha = _write_stream(response["Body"].read, out, settings.max_bytes)
+    expected_size = meta.get("warmstart-bytes")
+    if expected_size is not None and str(size) != expected_size:
+        raise CacheError(f"object is {size} bytes but was published as {expected_size} (truncated)")
+    if sha != expected_sha:
+        raise CacheError(f"object sha256 {sha[:12]}... does not match the published {expected_sha[:12]}... (corrupt)")
+    return size
+
+
+def _write_state_file(settings: Settings, key: str, factors: Mapping[str, Any]) -> str | None:
+    if not settings.state_file:
+        return None
+    try:
+        settings.state_file.parent.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(settings.state_file, {"key": key, "factors": factors})
+    except OSError as exc:
+        return f"state file not written: {describe_error(exc)}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# publish
+
+
+def wait_for_health(url: str, timeout_s: float, max_interval_s: float) -> bool:
+    """Poll until `url` answers 200. Starts at 1 s and backs off to `max_interval_s`, so a
+    model that loads for ten minutes costs a handful of requests. False after `timeout_s`
+    (0: never)."""
+    # No proxies: a cluster-wide HTTP_PROXY must not capture a request to the pod's own loopback.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = None if timeout_s <= 0 else time.monotonic() + timeout_s
+    interval = min(1.0, max_interval_s)
+    while True:
+        try:
+            with opener.open(url, timeout=5) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(interval, remaining))
+        else:
+            time.sleep(interval)
+        interval = min(interval * 2, max_interval_s)
+
+
+def publish(settings: Settings | None = None, *, client: Any = None, wait: bool = True, emit: bool = True) -> Outcome:
+    """Once vLLM serves, upload the node's cache under this pod's key unless it is there already.
+
+    The upload is a conditional write (If-None-Match: *), so of several nodes publishing one key
+    exactly one object is ever written on S3; the losers see 412 and report `exists`. Never
+    raises, like restore.
+    """
+    outcome = Outcome("publish")
+    start = time.monotonic()
+    try:
+        settings = settings or Settings.from_env()
+        _publish(settings, client, outcome, wait=wait)
+    except BaseException as exc:  # noqa: BLE001
+        outcome.result, outcome.reason = "error", describe_error(exc)
+        if not isinstance(exc, Exception):
+            outcome.reason = f"interrupted: {type(exc).__name__}"
+            outcome.seconds = time.monotonic() - start - (outcome.waited_s or 0)
+            if emit:
+                _emit(outcome)
+            raise
+    # The work itself; the wait for vLLM is reported apart, in waited_s.
+    outcome.seconds = time.monotonic() - start - (outcome.waited_s or 0)
+    if emit:
+        _emit(outcome)
+    return outcome
+
+
+def object_exists(client: Any, bucket: str, key: str) -> bool | None:
+    """True or False from a HEAD; None when S3 will not say (403, see describe_error)."""
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+        return True
+    except Exception as exc:
+        status = _s3_status(exc)
+        if status == 404:
+            return False
+        if status == 403:
+            return None
+        raise
+
+
+def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -> None:
+    if not settings.bucket:
+        outcome.result, outcome.reason = "skipped", "WARMSTART_CACHE_BUCKET is empty: pre-warm is off"
+        return
+    factors = resolve_factors(settings, prefer_state_file=True)
+    key = outcome.key = cache_key(settings.prefix, factors)
+    held = _node_has(settings, key)
+    if held:  # checked before the wait, so a restarted sidecar settles at once
+        outcome.result, outcome.reason = "exists", held
+        return
+    if wait:
+        waited_from = time.monotonic()
+        healthy = wait_for_health(settings.health_url, settings.health_timeout_s, settings.poll_interval_s)
+        outcome.waited_s = time.monotonic() - waited_from
+        if not healthy:
+            outcome.result = "skipped"
+            outcome.reason = f"{settings.health_url} never answered 200 within {settings.health_timeout_s:g} s"
+            return
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
+    except LockTimeout as exc:
+        outcome.result, outcome.reason = "skipped", str(exc)
+        return
+    tmp_archive = settings.state_dir / f"tmp-publish-{os.getpid()}.tar.gz"
+    try:
+        held = _node_has(settings, key)
+        if held:
+            outcome.result, outcome.reason = "exists", held
+            return
+        _clean_stale_temp(settings)
+        client = client or make_client(settings)
+        # HEAD first: skips building the archive in the common case that another node won long
+        # ago. It is also what keeps a second publisher from overwriting on servers that ignore
+        # If-None-Match (rclone's `serve s3` 1.75 does); the conditional PUT closes the race
+        # on S3 itself.
+        if object_exists(client, settings.bucket, key):
+            outcome.result, outcome.reason = "exists", "already in the bucket"
+            _mark_published(settings, key, None)
+            return
+        files = _stable_archive(settings, tmp_archive, outcome)
+        if files is None:
+            return
+        size, sha = _file_digest(tmp_archive)
+        outcome.bytes, outcome.files = size, len(files)
+        metadata = {"warmstart-sha256": sha, "warmstart-bytes": str(size), "warmstart-format": str(FORMAT_VERSION),
+                    "warmstart-factors-sha256": factors_hash(factors)}
+        try:
+            with open(tmp_archive, "rb") as body:
+                client.put_object(Bucket=settings.bucket, Key=key, Body=body, ContentLength=size,
+                                  ContentType="application/gzip", Metadata=metadata, IfNoneMatch="*")
+        except Exception as exc:
+            # 412: another publisher won. 409 ConditionalRequestConflict: one is writing right now.
+            if _s3_status(exc) in (409, 412) or _s3_code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
+                outcome.result, outcome.reason = "exists", "another publisher won the conditional write"
+                _mark_published(settings, key, None)
+                return
+            raise
+        outcome.result = "published"
+        _mark_published(settings, key, sha)
+        try:
+            client.put_object(Bucket=settings.bucket, Key=manifest_key(key), ContentType="application/json",
+                              Body=json.dumps({"key": key, "factors": factors, "sha256": sha, "bytes": size,
+                                               "files": len(files), "publisher": os.environ.get("HOSTNAME"),
+                                               "node": os.environ.get("NODE_NAME")}, indent=1, sort_keys=True).encode())
+        except Exception as exc:
+            outcome.reason = f"factors manifest not written: {describe_error(exc)}"
+    finally:
+        _remove(tmp_archive)
+        lock.__exit__()
+
+
+def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
+    """Remember that the bucket has this key, so a restarted sidecar does not publish again."""
+    try:
+        _write_json_atomic(_marker(settings, "published", key), {"key": key, "sha256": sha,
+                           "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    except OSError:
+        pass  # only an optimisation; the HEAD answers the same question next time
+
+
+def _stable_archive(settings: Settings, out: Path, outcome: Outcome) -> dict[str, Any] | None:
+    """Tar the cache only if no file changed while it was read (vLLM may still compile a
+    late shape). None, with the outcome set, when the cache is empty, too big or never settles."""
+    for attempt in range(_STABLE_TRIES):
+        if attempt:
+            time.sleep(settings.settle_s)
+        files = snapshot(settings)
+        if not files:
+            outcome.result = "skipped"
+            outcome.reason = ("cache is empty (eager mode, or vLLM compiled into a directory outside "
+                              f"WARMSTART_CACHE_PATHS={','.join(settings.cache_paths)})")
+            return None
+        total = sum(size for size, _, _ in files.values())
+        if total > settings.max_bytes:
+            outcome.result = "skipped"
+            outcome.reason = f"cache is {total} bytes, over WARMSTART_MAX_BYTES={settings.max_bytes}"
+            return None
+        try:
+            build_archive(settings, files, out)
+        except _Changed:
+            _remove(out)
+            continue
+        if snapshot(settings) == files:
+            return files
+        _remove(out)
+    outcome.result = "skipped"
+    outcome.reason = f"cache kept changing over {_STABLE_TRIES} tries {settings.settle_s:g} s apart"
+    return None
+
+
+def _file_digest(path: Path) -> tuple[int, str]:
+    with open(path, "rb") as f:
+        return _write_stream(f.read, _NullWriter(), 1 << 62)
+
+
+class _NullWriter:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+
+
+def _idle_forever() -> None:
+    """A sidecar that exits is restarted and would publish again; one that sleeps is not."""
+    while True:
+        time.sleep(3600)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("restore", help="init container: restore the node's cache from S3 (always exits 0)")
+    pub = sub.add_parser("publish", help="sidecar: publish once vLLM is healthy, then idle")
+    pub.add_argument("--once", action="store_true", help="return after publishing instead of idling (tests)")
+    key = sub.add_parser("key", help="print the object key for this environment")
+    key.add_argument("--json", action="store_true", help="print the key and its factors as JSON")
+    args = parser.parse_args(argv)
+
+    # As PID 1 in its container this process would ignore SIGTERM and hold up pod shutdown for
+    # the whole grace period; exiting runs the `finally` blocks that remove temp files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    if args.command == "restore":
+        restore()
+        return 0
+    if args.command == "publish":
+        publish()
+        if not args.once:
+            _idle_forever()
+        return 0
+    try:
+        settings = Settings.from_env()
+        factors = compute_factors(settings)
+    except (ConfigError, CacheError) as exc:
+        print(f"warmstart compile_cache key: {exc}", file=sys.stderr)
+        return 2
+    k = cache_key(settings.prefix, factors)
+    print(json.dumps({"bucket": settings.bucket, "key": k, "factors": factors}, indent=1, sort_keys=True)
+          if args.json else k)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
