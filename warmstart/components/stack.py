@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
 from .cluster import Cluster, ClusterArgs
+from .identity import ModelRoles, ModelRolesArgs
 from .network import Network, NetworkArgs
 from .nvme_guard import NvmeGuard, merge_extras, nvme_check_extras
 from .storage import Storage, StorageArgs
@@ -34,6 +35,8 @@ class WarmstartStack(pulumi.ComponentResource):
     storage: Storage
     """Model and compile-cache buckets: `model_bucket`, `compile_cache_bucket` (names; the
     latter None when no model uses the compile cache) and their `*_arn`."""
+    identity: ModelRoles
+    """One IRSA role per model: `role_arns[model name]`, annotated on its ServiceAccount."""
 
     def __init__(self, name: str, plan: StackPlan, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:Stack", name, None, opts)
@@ -59,6 +62,10 @@ class WarmstartStack(pulumi.ComponentResource):
         self.storage = Storage(f"{name}-storage", StorageArgs(
             plan=plan.aws, name_prefix=plan.name_prefix, s3_endpoint_id=self.network.s3_endpoint_id),
             opts=aws_opts)
+        self.identity = ModelRoles(f"{name}-identity", ModelRolesArgs(
+            plan=plan.aws, oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
+            model_bucket=self.storage.model_bucket, compile_cache_bucket=self.storage.compile_cache_bucket),
+            opts=aws_opts)
         # Layers, in dependency order (each a component in its own module):
         # 1. network (issue 3): VPC or existing one, S3 Gateway endpoint  -> self.network
         # 2. cluster (issue 4): EKS Auto Mode or Karpenter, GPU node pools -> self.cluster
@@ -81,7 +88,8 @@ class WarmstartStack(pulumi.ComponentResource):
             extras = merge_extras(nvme_check_extras(m, pools[m.pool], plan.cluster))
             self.models[m.name] = VllmModel(
                 f"{name}-{m.name}",
-                VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region, extras=extras),
+                VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region, extras=extras,
+                              role_arn=self.identity.role_arns[m.name]),
                 opts=pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
                                             depends_on=[namespace, nvme_guard, *self.cluster.ready]),
             )
