@@ -74,7 +74,7 @@ class GpuPool(_Strict):
     max_gpus: Annotated[int, Field(ge=1)] | None = None
     """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
     model on the pool to surge one replica."""
-    ephemeral_storage_gib: Annotated[int, Field(ge=1)] | None = None
+    ephemeral_storage_gib: Annotated[Annotated[int, Field(ge=1)] | None, Field(alias="ephemeralStorageGiB")] = None
     """`clusterMode: auto` only: the NodeClass `ephemeralStorage.size`, in GiB. Auto Mode puts
     ephemeral storage on the local NVMe (RAID0) only while this is smaller than the NVMe of
     the instance, and otherwise silently on EBS. Default: 80, or less when the pool's smallest

@@ -116,9 +116,12 @@ def parse_mountinfo(text: str) -> list[Mount]:
         if len(parts) < sep + 3:
             continue
         major, _, minor = parts[2].partition(":")
-        mounts.append(Mount(
-            mount_id=int(parts[0]), major=int(major), minor=int(minor), root=_unescape(parts[3]),
-            mount_point=_unescape(parts[4]), fstype=parts[sep + 1], source=_unescape(parts[sep + 2])))
+        try:
+            mounts.append(Mount(
+                mount_id=int(parts[0]), major=int(major), minor=int(minor), root=_unescape(parts[3]),
+                mount_point=_unescape(parts[4]), fstype=parts[sep + 1], source=_unescape(parts[sep + 2])))
+        except ValueError:
+            continue  # not a mountinfo line
     return mounts
 
 
