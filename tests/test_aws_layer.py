@@ -364,8 +364,6 @@ def test_no_role_can_write_to_the_model_bucket(rendered):
 
 
 def test_one_role_per_model_annotated_on_its_service_account(rendered):
-    if not rendered.of_type(ROLE):
-        pytest.skip("the stack has no IAM roles yet (IRSA needs the cluster layer's OIDC provider)")
     p = rendered.stack_plan
     roles = {r.inputs["name"]: r for r in rendered.of_type(ROLE)}
     for m in p.models:
