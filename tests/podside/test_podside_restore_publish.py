@@ -232,3 +232,20 @@ def test_only_the_listed_cache_paths_are_published(pod: PodFactory, rclone_s3, p
     out = cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False)
     expected = {k: v for k, v in everything.items() if any(k.startswith(p + "/") for p in paths.split(","))}
     assert archive_files(stored(rclone_s3, out.key)[1]) == expected
+
+
+def test_a_cache_that_keeps_changing_is_not_published(pod: PodFactory, rclone_s3, monkeypatch) -> None:
+    """vLLM may still be compiling a late shape: publish only a cache that held still while read."""
+    a = pod("node-a")
+    make_cache(a.cache_dir, seed=14)
+    real, calls = cc.snapshot, []
+
+    def moving(settings):
+        calls.append(1)
+        return {**real(settings), f"inductor/late-{len(calls)}": (1, len(calls), False)}
+
+    monkeypatch.setattr(cc, "snapshot", moving)
+    out = cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False)
+    assert out.result == "skipped" and "kept changing" in out.reason
+    assert rclone_s3.client().list_objects_v2(Bucket=BUCKET, Prefix=a.settings().prefix).get("KeyCount", 0) == 0
+    assert leftovers(a.cache_dir) == []
