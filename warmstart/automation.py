@@ -325,7 +325,10 @@ def backend_url(request: Request, env: Mapping[str, str]) -> str | None:
 
 
 def _stack_file_secrets_provider(request: Request) -> str | None:
-    path = request.project_dir / "stacks" / f"Pulumi.{request.config_stack}.yaml"
+    """The stack file's `secretsprovider` (None: Pulumi's default, the passphrase)."""
+    from .config import stack_file
+
+    path = stack_file(request.project_dir / "stacks", request.config_stack)
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError):
