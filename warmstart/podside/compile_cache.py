@@ -373,8 +373,8 @@ def describe_error(exc: BaseException) -> str:
     if code or status:
         message = exc.response.get("Error", {}).get("Message") or ""  # type: ignore[attr-defined]
         hint = ""
-        if status == 403:
-            hint = " (S3 also answers 403 for a missing key when the role lacks s3:ListBucket on the prefix)"
+        if code == "AccessDenied":
+            hint = " (S3 also answers this for a missing key when the role lacks s3:ListBucket on the prefix)"
         return f"S3 {code} ({status}): {message}{hint}".strip()
     if isinstance(exc, OSError) and exc.errno is not None:
         name = errno.errorcode.get(exc.errno, str(exc.errno))
