@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
 from .cluster import Cluster, ClusterArgs
+from .compile_cache import CompileCacheScripts, compile_cache_extras
 from .identity import ModelRoles, ModelRolesArgs
 from .network import Network, NetworkArgs
 from .nvme_guard import NvmeGuard, merge_extras, nvme_check_extras
@@ -82,15 +83,20 @@ class WarmstartStack(pulumi.ComponentResource):
         # Start-up check that the compile cache really is on the node's NVMe (field notes 4).
         nvme_guard = NvmeGuard(f"{name}-nvme-guard", cfg.namespace, opts=pulumi.ResourceOptions.merge(
             k8s_opts, pulumi.ResourceOptions(depends_on=[namespace])))
+        # Cross-node pre-warm of the compile cache from S3 (field notes 4).
+        cache_scripts = CompileCacheScripts(f"{name}-compile-cache", cfg.namespace, opts=pulumi.ResourceOptions.merge(
+            k8s_opts, pulumi.ResourceOptions(depends_on=[namespace])))
         pools = {p.name: p for p in plan.cluster.pools}
         self.models = {}
         for m in plan.models:
-            extras = merge_extras(nvme_check_extras(m, pools[m.pool], plan.cluster))
+            # The NVMe check runs first: no restore onto a cache path that is not NVMe.
+            extras = merge_extras(nvme_check_extras(m, pools[m.pool], plan.cluster),
+                                  compile_cache_extras(m, self.storage.compile_cache_bucket, cfg.region))
             self.models[m.name] = VllmModel(
                 f"{name}-{m.name}",
                 VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region, extras=extras,
                               role_arn=self.identity.role_arns[m.name]),
                 opts=pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
-                                            depends_on=[namespace, nvme_guard, *self.cluster.ready]),
+                                            depends_on=[namespace, nvme_guard, cache_scripts, *self.cluster.ready]),
             )
         self.register_outputs({})

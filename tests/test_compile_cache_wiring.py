@@ -1,0 +1,114 @@
+"""The compile-cache pre-warm wiring, over every rendered stack (issue 5, under mocks)."""
+
+from __future__ import annotations
+
+import pytest
+
+from warmstart.components import compile_cache
+from warmstart.decisions import placement
+from tests.conftest import render_doc
+from tests.policy_eval import allowed
+
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+
+
+def _deployment(rendered, model):
+    (dep,) = [d for d in rendered.kind("Deployment") if d["metadata"]["name"] == model]
+    return dep
+
+
+def _init(dep, name):
+    found = [c for c in dep["spec"]["template"]["spec"].get("initContainers", []) if c["name"] == name]
+    return found[0] if found else None
+
+
+def _env(container):
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def _role_policy(rendered, model):
+    (pol,) = [r for r in rendered.of_type(ROLE_POLICY) if r.name.endswith(f"-{model}-s3")]
+    return pol.inputs["policy"]
+
+
+def test_every_cached_model_restores_before_vllm_and_publishes_after(rendered):
+    cached = [m for m in rendered.stack_plan.models if m.compile_cache]
+    assert cached, "every stack in stacks/ should exercise the compile cache"
+    for m in cached:
+        dep = _deployment(rendered, m.name)
+        inits = [c["name"] for c in dep["spec"]["template"]["spec"]["initContainers"]]
+        restore = _init(dep, compile_cache.RESTORE_CONTAINER)
+        publish = _init(dep, compile_cache.PUBLISH_CONTAINER)
+        # Restore is a plain init container (it finishes before vLLM starts); publish is a
+        # native sidecar (it lives beside vLLM).
+        assert "restartPolicy" not in restore and publish["restartPolicy"] == "Always"
+        assert inits.index(compile_cache.RESTORE_CONTAINER) < inits.index(compile_cache.PUBLISH_CONTAINER)
+        for c in (restore, publish):
+            assert c["command"][-1] in ("restore", "publish")
+            assert c["image"] == m.image  # the image whose versions the key describes
+            mounts = {v["name"]: v for v in c["volumeMounts"]}
+            assert mounts["compile-cache"]["mountPath"] == placement.COMPILE_CACHE_MOUNT
+            assert not mounts["compile-cache"].get("readOnly")
+        # The restore sees the same GPUs as vLLM, so the key names the real accelerator.
+        vllm = dep["spec"]["template"]["spec"]["containers"][0]
+        gpu = placement.GPU_RESOURCE
+        assert restore["resources"]["limits"][gpu] == vllm["resources"]["limits"][gpu]
+        assert gpu not in publish["resources"].get("requests", {})
+
+
+def test_key_inputs_match_the_model_and_its_bucket(rendered):
+    bucket_names = {r.inputs.get("bucket") for r in rendered.of_type("aws:s3/bucket:Bucket")}
+    for m in (m for m in rendered.stack_plan.models if m.compile_cache):
+        dep = _deployment(rendered, m.name)
+        envs = [_env(_init(dep, n)) for n in (compile_cache.RESTORE_CONTAINER, compile_cache.PUBLISH_CONTAINER)]
+        assert envs[0] == envs[1], "restore and publish must compute the same key"
+        env = envs[0]
+        assert env["WARMSTART_MODEL"] == m.name
+        assert env["WARMSTART_TP"] == str(m.tensor_parallel_size)
+        assert env["WARMSTART_IMAGE"] == m.image
+        assert env["WARMSTART_CACHE_BUCKET"] in bucket_names
+        assert env["WARMSTART_CACHE_DIR"] == placement.COMPILE_CACHE_MOUNT
+        assert len(env["WARMSTART_COMPILE_FINGERPRINT"]) == 64
+
+
+def test_model_role_may_use_exactly_the_keys_its_pods_use(rendered):
+    for m in (m for m in rendered.stack_plan.models if m.compile_cache):
+        env = _env(_init(_deployment(rendered, m.name), compile_cache.RESTORE_CONTAINER))
+        policy = _role_policy(rendered, m.name)
+        own = f"arn:aws:s3:::{env['WARMSTART_CACHE_BUCKET']}/{env['WARMSTART_CACHE_PREFIX']}abc.tar.gz"
+        assert allowed(policy, "s3:GetObject", own) and allowed(policy, "s3:PutObject", own)
+        for other in rendered.stack_plan.models:
+            if other.name != m.name:
+                foreign = f"arn:aws:s3:::{env['WARMSTART_CACHE_BUCKET']}/{other.name}/abc.tar.gz"
+                assert not allowed(policy, "s3:PutObject", foreign)
+
+
+def test_fingerprint_changes_with_compile_relevant_args(stack_doc, tmp_path):
+    doc = stack_doc("dev")
+    base = render_doc(doc, tmp_path, "a")
+    doc["config"]["warmstart:models"][0]["maxModelLen"] = 4096
+    changed = render_doc(doc, tmp_path, "b")
+    name = doc["config"]["warmstart:models"][0]["name"]
+
+    def fp(r):
+        return _env(_init(_deployment(r, name), compile_cache.RESTORE_CONTAINER))["WARMSTART_COMPILE_FINGERPRINT"]
+    assert fp(base) != fp(changed)
+
+
+def test_eager_models_render_no_cache_wiring(stack_doc, tmp_path):
+    doc = stack_doc("dev")
+    model = doc["config"]["warmstart:models"][0]
+    model["eager"] = True
+    rendered = render_doc(doc, tmp_path, "eager")
+    dep = _deployment(rendered, model["name"])
+    spec = dep["spec"]["template"]["spec"]
+    assert not any(c["name"].startswith("compile-cache") for c in spec.get("initContainers", []))
+    assert "compile-cache" not in {v["name"] for v in spec["volumes"]}
+    assert "--enforce-eager" in spec["containers"][0]["args"]
+    assert "XDG_CACHE_HOME" not in _env(spec["containers"][0])
+
+
+def test_the_shipped_script_is_the_package_module(rendered):
+    (cm,) = [o for o in rendered.kind("ConfigMap") if o["metadata"]["name"] == compile_cache.CONFIGMAP_NAME]
+    assert cm["data"][compile_cache.SCRIPT_KEY] == compile_cache.script_source()
+    assert "def restore(" in cm["data"][compile_cache.SCRIPT_KEY]

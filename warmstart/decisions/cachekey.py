@@ -1,0 +1,31 @@
+"""What the compile-cache key is made of, on the side that is known at render time.
+
+The pod-side code (warmstart/podside/compile_cache.py) adds what only the node knows (GPU name
+and compute capability, torch/triton/vLLM/CUDA versions in the image) to this fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from ..plan import ModelPlan
+
+# Arguments that cannot change what torch.compile produces: the loader streams the same
+# weights whatever its concurrency, and vLLM leaves gpu_memory_utilization out of its own hash
+# (vllm-facts 2.2). Everything else a model passes to `vllm serve` is in the fingerprint.
+_NOT_COMPILE_RELEVANT = ("--model-loader-extra-config", "--load-format", "--gpu-memory-utilization",
+                         "--host", "--port", "--served-model-name")
+
+
+def compile_fingerprint(m: ModelPlan, args: list[str]) -> str:
+    """sha256 over the model, TP degree, image and the compile-relevant `vllm serve` args."""
+    relevant = [a for a in args if a.split("=", 1)[0] not in _NOT_COMPILE_RELEVANT]
+    factors = {"image": m.image, "model": m.source, "tensorParallelSize": m.tensor_parallel_size,
+               "args": relevant}
+    return hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()
+
+
+def cache_key_prefix(m: ModelPlan) -> str:
+    """Key prefix of a model's objects in the compile-cache bucket; its IAM role is scoped to it."""
+    return f"{m.name}/"
