@@ -199,7 +199,9 @@ def test_nvme_check_fail_mode_reaches_the_pod(stack_doc, tmp_path):
     doc["config"]["warmstart:cluster"] = {"nvmeCheck": "fail"}
     r = render_doc(doc, tmp_path, stack="strict")
     (dep,) = r.kind("Deployment")
-    (check,) = dep["spec"]["template"]["spec"]["initContainers"]
+    inits = dep["spec"]["template"]["spec"]["initContainers"]
+    (check,) = [c for c in inits if c["name"] == nvme_guard.INIT_CONTAINER]
+    assert inits[0] is check  # it runs before anything writes into the cache
     assert {"name": "WARMSTART_NVME_CHECK_MODE", "value": "fail"} in check["env"]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from .config import NAMESPACE, GpuPool, StackConfig
+from .config import NAMESPACE, GpuPool, StackConfig, SystemNodeGroupConfig
 from .decisions import gpu_pools, instances, naming, placement
 from .decisions.instances import GpuInstance
 from .errors import ConfigError
@@ -17,6 +17,7 @@ from .errors import ConfigError
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
 # zone spread (eks-facts 1.2), on nodes Karpenter did not launch.
 MIN_SYSTEM_NODES = 2
+_DEFAULT_SYSTEM = SystemNodeGroupConfig()
 # Auto Mode's own NodePools and NodeClass: a GPU pool of the same name would collide with them
 # (and a custom NodeClass may not be called `default`; eks-facts 2.1, 2.3).
 AUTO_MODE_RESERVED_POOL_NAMES = ("default", "general-purpose", "system")
@@ -197,10 +198,11 @@ def plan_cluster(cfg: StackConfig, name_prefix: str, models: list, errors: list[
                 f"{key}.systemNodeGroup", "clusterMode: karpenter needs a system node group: the "
                 "Karpenter controller must not run on nodes it launches itself, so without one "
                 "nothing can launch the first node", "remove `systemNodeGroup: null` to get the "
-                "default (2 x m7i.large), or use clusterMode: auto"))
+                f"default ({_DEFAULT_SYSTEM.size} x {', '.join(_DEFAULT_SYSTEM.instance_types)}), "
+                "or use clusterMode: auto"))
         elif c.system_node_group.size < MIN_SYSTEM_NODES:
             errors.append(ConfigError(
-                f"{key}.systemNodeGroup.size", f"the Karpenter chart runs 2 controller replicas with "
+                f"{key}.systemNodeGroup.size", f"the Karpenter chart runs {MIN_SYSTEM_NODES} controller replicas with "
                 "required anti-affinity across hosts and zones; fewer nodes leave one Pending and "
                 "a single node is a single point of failure for all scaling",
                 f"set size >= {MIN_SYSTEM_NODES}", c.system_node_group.size))
