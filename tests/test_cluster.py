@@ -490,6 +490,8 @@ def test_cluster_component_exposes_the_irsa_inputs(mode):
     plan = plan_stack(cfg, "unit")
     mocks = render.FakeCloud(region=cfg.region)
     pulumi.runtime.set_mocks(mocks, project="warmstart", stack="unit", preview=False)
+    pulumi.runtime.settings.SETTINGS.rpc_manager.clear()  # as render.run_program does
+    pulumi.runtime.settings.SETTINGS.outputs.clear()
     seen: dict[str, Any] = {}
 
     def program() -> None:
