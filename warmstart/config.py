@@ -68,9 +68,10 @@ class GpuPool(_Strict):
     instance_types: Annotated[list[str], Field(min_length=1)]
     """EC2 instance types the pool may launch; each must be in warmstart's GPU table."""
     capacity_types: Annotated[
-        list[Literal["on-demand", "spot", "reserved"]], Field(min_length=1)
+        list[Literal["on-demand", "spot"]], Field(min_length=1)
     ] = ["on-demand"]
-    """Purchase options the pool may use."""
+    """Purchase options the pool may use. (Karpenter's `reserved` needs capacity-reservation
+    selectors, which warmstart does not manage yet, so it is not offered.)"""
     max_gpus: Annotated[int, Field(ge=1)] | None = None
     """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
     model on the pool to surge one replica."""

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 from .decisions import instances, placement, tuning
 
 # Kept in serving.py, where the Deployment is written; imported so the key is spelled once.
-from .components.serving import ANNOTATION_DOMAIN
+from .decisions.placement import ANNOTATION_DOMAIN
 
 
 # --------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def config_reference() -> str:
             continue
         seen.add(model)
         out.append(f"#### `{path}` ({model.__name__})\n")
-        out.append((model.__doc__ or "").strip() + "\n")
+        out.append(" ".join((model.__doc__ or "").split()) + "\n")
         out.append("| key | type | default | description |\n| --- | --- | --- | --- |")
         for name, info in model.model_fields.items():
             key = info.alias or name

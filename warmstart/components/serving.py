@@ -20,7 +20,7 @@ HTTP_PORT = 8000
 # Pod volume of the node's compile-cache directory (other pod wiring mounts it by this name).
 COMPILE_CACHE_VOLUME = "compile-cache"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
-ANNOTATION_DOMAIN = "warmstart.io"
+ANNOTATION_DOMAIN = placement.ANNOTATION_DOMAIN
 # Extra time, beyond the start-up budget, for Karpenter / Auto Mode to launch a GPU node and
 # pull the image before the Deployment counts as stuck.
 NODE_LAUNCH_SECONDS = 900

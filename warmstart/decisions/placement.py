@@ -6,6 +6,10 @@ from typing import Literal
 
 ClusterMode = Literal["auto", "karpenter"]
 
+# Annotations warmstart writes on the objects it renders (the tuning a Deployment was built
+# from, script digests), read back by the policy pack.
+ANNOTATION_DOMAIN = "warmstart.io"
+
 GPU_RESOURCE = "nvidia.com/gpu"
 # Every GPU NodePool carries this taint; every serving pod tolerates it.
 GPU_TAINT_KEY = GPU_RESOURCE
