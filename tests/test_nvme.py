@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from tests.conftest import render_stack
 from warmstart import config, plan
 from warmstart.components import gpu_pools as gpu_pools_component
-from warmstart.components import nvme_guard
+from warmstart.components import nvme_guard, podside
 from warmstart.components.serving import COMPILE_CACHE_VOLUME
 from warmstart.decisions import gpu_pools, instances, placement
 from warmstart.decisions.instances import GB, GIB, GpuInstance
@@ -189,7 +189,7 @@ def test_every_cached_model_runs_the_nvme_check_on_its_cache_volume(stack):
         pool = pools[m.pool]
         assert int(env["WARMSTART_NVME_MIN_BYTES"]) == gpu_pools_component.nvme_check_min_bytes(pool) < pool.min_nvme_bytes
         annotations = dep["spec"]["template"]["metadata"]["annotations"]
-        assert annotations[nvme_guard.SCRIPT_ANNOTATION] == nvme_guard.script_digest()[:16]
+        assert annotations[nvme_guard.SCRIPT_ANNOTATION] == podside.script_digest(nvme_guard.SCRIPT_KEY)
 
 
 def test_nvme_check_fail_mode_reaches_the_pod(stack_doc, tmp_path):

@@ -7,19 +7,16 @@ Per node, the cache lives on the NVMe hostPath the serving pod already mounts. A
 - a `compile-cache-publish` native sidecar waits until vLLM answers /health (compile done) and
   publishes the artifacts once, with a conditional write.
 Both always exit 0: a cache problem costs a compile, never a crash loop. `compile_cache_extras()`
-is the wiring (pure); `CompileCacheScripts` registers the ConfigMap holding the script.
+is the wiring (pure); the stack ships the script with `podside.PodScript`.
 """
 
 from __future__ import annotations
 
-import hashlib
-from importlib import resources
-
 import pulumi
-import pulumi_kubernetes as k8s
 
 from ..decisions import cachekey, placement
 from ..plan import ModelPlan
+from . import podside
 from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, HTTP_PORT, PodExtras, vllm_args
 
 CONFIGMAP_NAME = "warmstart-compile-cache"
@@ -36,7 +33,7 @@ SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/compile-cache-script-sha256"
 
 
 def script_source() -> str:
-    return resources.files("warmstart.podside").joinpath(SCRIPT_KEY).read_text()
+    return podside.script_source(SCRIPT_KEY)
 
 
 def _env(m: ModelPlan, bucket: pulumi.Input[str], region: str) -> list[dict]:
@@ -99,28 +96,10 @@ def compile_cache_extras(m: ModelPlan, bucket: pulumi.Input[str] | None, region:
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": security,
     }
-    digest = hashlib.sha256(script_source().encode()).hexdigest()[:16]
     return PodExtras(
         init_containers=(restore, publish),
         volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": CONFIGMAP_NAME}},
                  {"name": STATE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),
         # A new script rolls the pods onto it.
-        pod_annotations={SCRIPT_ANNOTATION: digest},
+        pod_annotations={SCRIPT_ANNOTATION: podside.script_digest(SCRIPT_KEY)},
     )
-
-
-class CompileCacheScripts(pulumi.ComponentResource):
-    """The ConfigMap carrying the pod-side compile-cache script, in the serving namespace."""
-
-    config_map: k8s.core.v1.ConfigMap
-
-    def __init__(self, name: str, namespace: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:serving:CompileCacheScripts", name, None, opts)
-        self.config_map = k8s.core.v1.ConfigMap(
-            f"{name}-script",
-            metadata={"name": CONFIGMAP_NAME, "namespace": namespace,
-                      "labels": {"app.kubernetes.io/name": "compile-cache", "app.kubernetes.io/part-of": "warmstart",
-                                 "app.kubernetes.io/managed-by": "pulumi"}},
-            data={SCRIPT_KEY: script_source()},
-            opts=pulumi.ResourceOptions(parent=self))
-        self.register_outputs({})

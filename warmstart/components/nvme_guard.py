@@ -3,20 +3,15 @@ accepting, a compile-cache directory that is not on the node's local NVMe (field
 
 The script (warmstart/podside/nvme_check.py, standard library only) ships in a ConfigMap and
 runs in the model's own vLLM image, so no extra image is pulled. `nvme_check_extras()` is the
-pod wiring (pure); `NvmeGuard` registers the ConfigMap.
+pod wiring (pure); the stack ships the script with `podside.PodScript`.
 """
 
 from __future__ import annotations
 
-import hashlib
-from importlib import resources
-
-import pulumi
-import pulumi_kubernetes as k8s
-
 from ..decisions import placement
 from ..plan import ModelPlan
 from ..plan_cluster import ClusterPlan, PoolPlan
+from . import podside
 from .gpu_pools import nvme_check_min_bytes
 from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, PodExtras
 
@@ -30,11 +25,7 @@ SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/nvme-check-sha256"
 
 
 def script_source() -> str:
-    return resources.files("warmstart.podside").joinpath(SCRIPT_KEY).read_text()
-
-
-def script_digest() -> str:
-    return hashlib.sha256(script_source().encode()).hexdigest()
+    return podside.script_source(SCRIPT_KEY)
 
 
 def nvme_check_extras(m: ModelPlan, pool: PoolPlan, cluster: ClusterPlan) -> PodExtras:
@@ -65,36 +56,5 @@ def nvme_check_extras(m: ModelPlan, pool: PoolPlan, cluster: ClusterPlan) -> Pod
     return PodExtras(
         init_containers=(init,),
         volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": CONFIGMAP_NAME}},),
-        pod_annotations={SCRIPT_ANNOTATION: script_digest()[:16]},
+        pod_annotations={SCRIPT_ANNOTATION: podside.script_digest(SCRIPT_KEY)},
     )
-
-
-def merge_extras(*extras: PodExtras) -> PodExtras:
-    """Several components' pod wiring as one (init containers run in the given order)."""
-    out = PodExtras()
-    for e in extras:
-        out = PodExtras(
-            init_containers=out.init_containers + tuple(e.init_containers),
-            volumes=out.volumes + tuple(e.volumes),
-            env=out.env + tuple(e.env),
-            volume_mounts=out.volume_mounts + tuple(e.volume_mounts),
-            pod_annotations=out.pod_annotations | dict(e.pod_annotations),
-        )
-    return out
-
-
-class NvmeGuard(pulumi.ComponentResource):
-    """The ConfigMap holding the check script, in the serving namespace."""
-
-    config_map: k8s.core.v1.ConfigMap
-
-    def __init__(self, name: str, namespace: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:cluster:NvmeGuard", name, None, opts)
-        self.config_map = k8s.core.v1.ConfigMap(
-            f"{name}-script",
-            metadata={"name": CONFIGMAP_NAME, "namespace": namespace,
-                      "labels": {"app.kubernetes.io/name": "nvme-check", "app.kubernetes.io/part-of": "warmstart",
-                                 "app.kubernetes.io/managed-by": "pulumi"}},
-            data={SCRIPT_KEY: script_source()},
-            opts=pulumi.ResourceOptions(parent=self))
-        self.register_outputs({})

@@ -104,6 +104,20 @@ class PodExtras:
     pod_annotations: dict[str, str] = field(default_factory=dict)
 
 
+def merge_extras(*extras: PodExtras) -> PodExtras:
+    """Several components' pod wiring as one (init containers run in the given order)."""
+    out = PodExtras()
+    for e in extras:
+        out = PodExtras(
+            init_containers=out.init_containers + tuple(e.init_containers),
+            volumes=out.volumes + tuple(e.volumes),
+            env=out.env + tuple(e.env),
+            volume_mounts=out.volume_mounts + tuple(e.volume_mounts),
+            pod_annotations=out.pod_annotations | dict(e.pod_annotations),
+        )
+    return out
+
+
 def deployment_spec(m: ModelPlan, namespace: str, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
     """The Deployment object (apps/v1) for one model."""
     size = m.pod

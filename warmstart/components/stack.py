@@ -8,12 +8,14 @@ import pulumi_kubernetes as k8s
 
 from ..plan import StackPlan
 from .cluster import Cluster, ClusterArgs
-from .compile_cache import CompileCacheScripts, compile_cache_extras
+from . import compile_cache, nvme_guard
+from .compile_cache import compile_cache_extras
 from .identity import ModelRoles, ModelRolesArgs
 from .network import Network, NetworkArgs
-from .nvme_guard import NvmeGuard, merge_extras, nvme_check_extras
+from .nvme_guard import nvme_check_extras
+from .podside import PodScript
 from .storage import Storage, StorageArgs
-from .serving import VllmModel, VllmModelArgs
+from .serving import VllmModel, VllmModelArgs, merge_extras
 
 
 def stack_tags(plan: StackPlan) -> dict[str, str]:
@@ -80,12 +82,15 @@ class WarmstartStack(pulumi.ComponentResource):
             metadata={"name": cfg.namespace, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
             opts=k8s_opts,
         )
-        # Start-up check that the compile cache really is on the node's NVMe (field notes 4).
-        nvme_guard = NvmeGuard(f"{name}-nvme-guard", cfg.namespace, opts=pulumi.ResourceOptions.merge(
-            k8s_opts, pulumi.ResourceOptions(depends_on=[namespace])))
-        # Cross-node pre-warm of the compile cache from S3 (field notes 4).
-        cache_scripts = CompileCacheScripts(f"{name}-compile-cache", cfg.namespace, opts=pulumi.ResourceOptions.merge(
-            k8s_opts, pulumi.ResourceOptions(depends_on=[namespace])))
+        # The pod-side scripts: the start-up check that the compile cache really is on the
+        # node's NVMe, and the cross-node pre-warm of the compile cache from S3 (field notes 4).
+        script_opts = pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[namespace]))
+        scripts = [
+            PodScript(f"{name}-nvme-guard", cfg.namespace, nvme_guard.CONFIGMAP_NAME, nvme_guard.SCRIPT_KEY,
+                      opts=script_opts),
+            PodScript(f"{name}-compile-cache", cfg.namespace, compile_cache.CONFIGMAP_NAME,
+                      compile_cache.SCRIPT_KEY, opts=script_opts),
+        ]
         pools = {p.name: p for p in plan.cluster.pools}
         self.models = {}
         for m in plan.models:
@@ -97,6 +102,6 @@ class WarmstartStack(pulumi.ComponentResource):
                 VllmModelArgs(plan=m, namespace=cfg.namespace, region=cfg.region, extras=extras,
                               role_arn=self.identity.role_arns[m.name]),
                 opts=pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
-                                            depends_on=[namespace, nvme_guard, cache_scripts, *self.cluster.ready]),
+                                            depends_on=[namespace, *scripts, *self.cluster.ready]),
             )
         self.register_outputs({})
