@@ -19,4 +19,10 @@ def main() -> None:
     stack_plan = plan.plan_stack(current_config(), pulumi.get_stack())
     stack = WarmstartStack("warmstart", stack_plan)
     pulumi.export("plan", stack_plan.summary())
+    pulumi.export("clusterName", stack.cluster.name)
+    # `pulumi stack output kubeconfig --show-secrets > kubeconfig` for kubectl.
+    pulumi.export("kubeconfig", pulumi.Output.secret(stack.cluster.eks.kubeconfig_json))
+    pulumi.export("modelBucket", stack.storage.model_bucket)
+    pulumi.export("compileCacheBucket", stack.storage.compile_cache_bucket)
+    pulumi.export("roleArns", stack.identity.role_arns)
     pulumi.export("services", {name: m.service_name for name, m in stack.models.items()})

@@ -53,6 +53,12 @@ class WarmstartStack(pulumi.ComponentResource):
             allowed_account_ids=[cfg.account_id] if cfg.account_id else None,
             opts=pulumi.ResourceOptions(parent=self),
         )
+        # Layers, in dependency order (each a component in its own module):
+        # 1. network: a VPC or an existing one, with the S3 Gateway endpoint -> self.network
+        # 2. cluster: EKS Auto Mode or Karpenter, GPU node pools -> self.cluster (the
+        #    Kubernetes provider and the OIDC provider for IRSA)
+        # 3. storage + identity: buckets, one IRSA role per model -> self.storage, self.identity
+        # 4. serving: one VllmModel per model, on the cluster's provider -> self.models
         assert plan.aws is not None  # plan_stack always plans the AWS layer
         aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider])
         self.network = Network(f"{name}-network", NetworkArgs(
@@ -69,12 +75,6 @@ class WarmstartStack(pulumi.ComponentResource):
             plan=plan.aws, oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
             model_bucket=self.storage.model_bucket, compile_cache_bucket=self.storage.compile_cache_bucket),
             opts=aws_opts)
-        # Layers, in dependency order (each a component in its own module):
-        # 1. network (issue 3): VPC or existing one, S3 Gateway endpoint  -> self.network
-        # 2. cluster (issue 4): EKS Auto Mode or Karpenter, GPU node pools -> self.cluster
-        #    (supplies the Kubernetes provider and the OIDC provider for IRSA)
-        # 3. storage + identity (issue 3): buckets, one IRSA role per model
-        # 4. serving: one VllmModel per model, on the cluster's provider
         # Every Kubernetes object goes through the cluster's provider, never an ambient kubeconfig.
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider)
         namespace = k8s.core.v1.Namespace(
