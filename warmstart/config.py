@@ -126,6 +126,16 @@ class ModelConfig(_Strict):
             )
         return v.rstrip("/")
 
+    @property
+    def bucket(self) -> str:
+        """The bucket of `source`."""
+        return S3_URI.match(self.source)["bucket"]
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of `source`, without a trailing slash."""
+        return S3_URI.match(self.source)["prefix"]
+
     @field_validator("image")
     @classmethod
     def _pinned_image(cls, v: str) -> str:

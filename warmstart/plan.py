@@ -10,7 +10,7 @@ import posixpath
 from dataclasses import dataclass
 
 from . import plan_aws, plan_cluster
-from .config import NAMESPACE, LoaderTuning, ModelConfig, S3_URI, StackConfig
+from .config import NAMESPACE, LoaderTuning, ModelConfig, StackConfig
 from .decisions import instances, placement, tuning
 from .decisions.instances import GIB, GpuInstance
 from .errors import ConfigError, ConfigErrors
@@ -168,14 +168,12 @@ def _plan_model(i: int, m: ModelConfig, cfg: StackConfig, errors: list[ConfigErr
     if not ok:
         return None
 
-    match = S3_URI.match(m.source)
-    assert match  # validated by ModelConfig
     host_path = cfg.compile_cache.host_path or placement.compile_cache_host_path(cfg.cluster_mode)
     return ModelPlan(
         name=m.name,
         source=m.source,
-        bucket=match["bucket"],
-        prefix=match["prefix"],
+        bucket=m.bucket,
+        prefix=m.prefix,
         pool=pool.name,
         instance=inst,
         tensor_parallel_size=tp,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .config import NAMESPACE, S3_URI, StackConfig
-from .decisions import naming, network
+from .config import NAMESPACE, StackConfig
+from .decisions import cachekey, naming, network
 from .errors import ConfigError
 
 MODEL_BUCKET_PURPOSE = "models"
@@ -218,17 +218,16 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
 
     access = []
     for i, m in enumerate(cfg.models):
-        match = S3_URI.match(m.source)
-        assert match  # validated by ModelConfig
-        if match["bucket"] != model_bucket:
+        if m.bucket != model_bucket:
             errors.append(ConfigError(
-                f"{NAMESPACE}:models[{i}].source", f"{m.name}: bucket {match['bucket']!r} is not the "
+                f"{NAMESPACE}:models[{i}].source", f"{m.name}: bucket {m.bucket!r} is not the "
                 f"stack's model bucket {model_bucket!r}; its role may read only the model bucket",
-                f"copy the weights to s3://{model_bucket}/{match['prefix']}, or set "
-                f"modelBucket.name: {match['bucket']}", m.source))
+                f"copy the weights to s3://{model_bucket}/{m.prefix}, or set "
+                f"modelBucket.name: {m.bucket}", m.source))
         access.append(ModelAccess(
             model=m.name, role_name=naming.role_name(name_prefix, m.name), service_account=m.name,
-            model_prefix=match["prefix"], cache_prefix=f"{m.name}/" if m.name in compile_cache_models else None))
+            model_prefix=m.prefix,
+            cache_prefix=cachekey.cache_key_prefix(m.name) if m.name in compile_cache_models else None))
     if len(errors) > bad or net is None:
         return None
     return AwsPlan(

@@ -40,7 +40,7 @@ def _env(m: ModelPlan, bucket: pulumi.Input[str], region: str) -> list[dict]:
     values: dict[str, pulumi.Input[str]] = {
         "WARMSTART_CACHE_DIR": placement.COMPILE_CACHE_MOUNT,
         "WARMSTART_CACHE_BUCKET": bucket,
-        "WARMSTART_CACHE_PREFIX": cachekey.cache_key_prefix(m),
+        "WARMSTART_CACHE_PREFIX": cachekey.cache_key_prefix(m.name),
         "WARMSTART_MODEL": m.name,
         "WARMSTART_TP": str(m.tensor_parallel_size),
         "WARMSTART_IMAGE": m.image,

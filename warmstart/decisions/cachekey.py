@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..plan import ModelPlan
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # plan -> plan_aws -> cachekey at run time
+    from ..plan import ModelPlan
 
 # Arguments that cannot change what torch.compile produces: the loader streams the same
 # weights whatever its concurrency, and vLLM leaves gpu_memory_utilization out of its own hash
@@ -26,6 +29,7 @@ def compile_fingerprint(m: ModelPlan, args: list[str]) -> str:
     return hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()
 
 
-def cache_key_prefix(m: ModelPlan) -> str:
-    """Key prefix of a model's objects in the compile-cache bucket; its IAM role is scoped to it."""
-    return f"{m.name}/"
+def cache_key_prefix(model: str) -> str:
+    """Key prefix of a model's objects in the compile-cache bucket: what its pods read and
+    write, and all its IAM role may touch there."""
+    return f"{model}/"
