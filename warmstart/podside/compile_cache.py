@@ -425,6 +425,17 @@ class NodeLock:
             self.fd = None
 
 
+def _lock_node(settings: Settings, outcome: "Outcome") -> NodeLock | None:
+    """The node lock, held; or None, with the outcome `skipped`, when another pod kept it
+    longer than the lock timeout (that pod is doing the same work)."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
+    except LockTimeout as exc:
+        outcome.result, outcome.reason = "skipped", str(exc)
+        return None
+
+
 def _marker(settings: Settings, kind: str, key: str) -> Path:
     return settings.state_dir / f"{kind}-{PurePosixPath(key).name.split('.')[0]}.json"
 
@@ -692,11 +703,8 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
     if held:
         outcome.result, outcome.reason = "hit", held
         return
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
-    except LockTimeout as exc:
-        outcome.result, outcome.reason = "skipped", str(exc)
+    lock = _lock_node(settings, outcome)
+    if lock is None:
         return
     try:
         # Another pod may have restored while this one waited for the lock.
@@ -859,11 +867,8 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
             outcome.result = "skipped"
             outcome.reason = f"{settings.health_url} never answered 200 within {settings.health_timeout_s:g} s"
             return
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
-    except LockTimeout as exc:
-        outcome.result, outcome.reason = "skipped", str(exc)
+    lock = _lock_node(settings, outcome)
+    if lock is None:
         return
     tmp_archive = settings.state_dir / f"tmp-publish-{os.getpid()}.tar.gz"
     try:
