@@ -68,33 +68,33 @@ def compile_cache_extras(m: ModelPlan, bucket: pulumi.Input[str] | None, region:
         {"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT, "readOnly": True},
         {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
     ]
+    # What both containers share: the script, its inputs and the cache they work on.
+    common = {
+        "image": m.image,
+        "env": env,
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
     command = ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"]
-    security = {"allowPrivilegeEscalation": False}
     gpus = str(m.tensor_parallel_size)
     restore = {
         "name": RESTORE_CONTAINER,
-        "image": m.image,
         "command": [*command, "restore"],
-        "env": env,
-        "volumeMounts": mounts,
+        **common,
         # The same GPUs as vLLM, so nvidia-smi names the real accelerator in the key. Init
         # containers run before the others, so this does not add to the pod's GPU request.
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi", placement.GPU_RESOURCE: gpus},
                       "limits": {"memory": "1Gi", placement.GPU_RESOURCE: gpus}},
-        "securityContext": security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     publish = {
         "name": PUBLISH_CONTAINER,
-        "image": m.image,
         "command": [*command, "publish"],
-        "env": env,
-        "volumeMounts": mounts,
+        **common,
         # A native sidecar (restartPolicy Always, Kubernetes >= 1.29): it runs beside vLLM for
         # the pod's life and never holds up its termination or its Ready condition.
         "restartPolicy": "Always",
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": security,
     }
     return PodExtras(
         init_containers=(restore, publish),
