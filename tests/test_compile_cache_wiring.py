@@ -58,6 +58,7 @@ def test_every_cached_model_restores_before_vllm_and_publishes_after(rendered):
 
 def test_key_inputs_match_the_model_and_its_bucket(rendered):
     bucket_names = {r.inputs.get("bucket") for r in rendered.of_type("aws:s3/bucket:Bucket")}
+    aws = rendered.stack_plan.aws
     for m in (m for m in rendered.stack_plan.models if m.compile_cache):
         dep = _deployment(rendered, m.name)
         envs = [_env(_init(dep, n)) for n in (compile_cache.RESTORE_CONTAINER, compile_cache.PUBLISH_CONTAINER)]
@@ -66,7 +67,10 @@ def test_key_inputs_match_the_model_and_its_bucket(rendered):
         assert env["WARMSTART_MODEL"] == m.name
         assert env["WARMSTART_TP"] == str(m.tensor_parallel_size)
         assert env["WARMSTART_IMAGE"] == m.image
-        assert env["WARMSTART_CACHE_BUCKET"] in bucket_names
+        # The cache bucket this stack creates, never the model bucket (its pods may not write there).
+        assert env["WARMSTART_CACHE_BUCKET"] == aws.compile_cache_bucket in bucket_names
+        assert env["WARMSTART_CACHE_BUCKET"] != aws.model_bucket
+        assert env["WARMSTART_CACHE_PREFIX"] == f"{m.name}/"
         assert env["WARMSTART_CACHE_DIR"] == placement.COMPILE_CACHE_MOUNT
         assert len(env["WARMSTART_COMPILE_FINGERPRINT"]) == 64
 
