@@ -35,7 +35,7 @@ def render_doc(doc: dict[str, Any], tmp_path: Path, stack: str = "test") -> rend
     d = tmp_path / f"stacks-{stack}"
     d.mkdir(exist_ok=True)
     (d / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
-    return render.run_program(d, stack)
+    return render.run_program(d, stack, program_dir=ROOT)
 
 
 @pytest.fixture(params=STACK_NAMES)

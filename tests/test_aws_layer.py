@@ -14,14 +14,12 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
 from tests.policy_eval import DENY, allowed, evaluate, statements
 from warmstart import config as config_mod
 from warmstart import plan as plan_mod
-from warmstart import render
+from warmstart import mocks, render
 from warmstart.decisions import iam, naming
 from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigErrors
@@ -52,7 +50,7 @@ ADMIN = "arn:aws:iam::123456789012:role/platform-admin"
 
 
 def _mock_id(r: render.Registered) -> str:
-    return render._fake_id(r.typ, r.name)
+    return mocks.fake_id(r.typ, r.name)
 
 
 def settings_of(rendered: render.Rendered) -> dict[str, dict[str, list[dict[str, Any]]]]:
@@ -281,13 +279,7 @@ def test_no_compile_cache_bucket_when_no_model_uses_it(stack_doc, tmp_path):
 
 def _run_components(build, region: str = "us-west-2") -> render.Rendered:
     """Register components under the same mocks `warmstart render` uses, without a stack."""
-    mocks = render.FakeCloud(region=region)
-    pulumi.runtime.set_mocks(mocks, project="warmstart", stack="unit", preview=False)
-    settings = pulumi.runtime.settings.SETTINGS
-    settings.rpc_manager.clear()
-    settings.outputs.clear()
-    _sync_await(run_pulumi_func(build))
-    return render.Rendered(None, sorted(mocks.resources, key=lambda r: (r.typ, r.name)))  # type: ignore[arg-type]
+    return render.Rendered(None, mocks.run(build, region=region, stack="unit"))  # type: ignore[arg-type]
 
 
 def _roles_under_mocks(stack: str):
@@ -371,7 +363,7 @@ def test_one_role_per_model_annotated_on_its_service_account(rendered):
         assert name in roles, f"no IRSA role for {m.name}"
         (sa,) = [o for o in rendered.kind("ServiceAccount") if o["metadata"]["name"] == m.name]
         assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"] == \
-            f"arn:aws:iam::{render.FAKE_ACCOUNT}:role/{name}"
+            f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:role/{name}"
 
 
 # ---- bad inputs -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
-from warmstart import render, versions
+from warmstart import mocks, render, versions
 from warmstart.components import gpu_pools as gpu_pools_component
 from warmstart.decisions import gpu_pools, instances, karpenter, naming, placement
 from warmstart.decisions.instances import GB, GIB
@@ -277,7 +277,7 @@ def test_every_kubernetes_object_goes_through_the_clusters_provider(any_mode):
 
 def _node_role_entry(r: render.Rendered, role_name: str) -> tuple[render.Registered, list[render.Registered]]:
     roles = {x.inputs["name"]: x for x in r.of_type(ROLE)}
-    arn = render.SYNTHESIZERS[ROLE](roles[role_name].name, roles[role_name].inputs, r.stack_plan.config.region)["arn"]
+    arn = mocks.SYNTHESIZERS[ROLE](roles[role_name].name, roles[role_name].inputs, r.stack_plan.config.region)["arn"]
     (entry,) = [e for e in r.of_type(ACCESS_ENTRY) if e.inputs["principalArn"] == arn]
     return entry, [a for a in r.of_type(ACCESS_POLICY) if a.inputs["principalArn"] == arn]
 
@@ -364,7 +364,7 @@ def test_karpenter_settings_name_the_cluster_and_its_interruption_queue(karpente
     (queue,) = r.of_type("aws:sqs/queue:Queue")
     assert settings == {"clusterName": c.name, "interruptionQueue": queue.inputs["name"]}
     assert queue.inputs["messageRetentionSeconds"] == 300 and queue.inputs["sqsManagedSseEnabled"] is True
-    queue_arn = render.SYNTHESIZERS["aws:sqs/queue:Queue"](queue.name, queue.inputs, r.stack_plan.config.region)["arn"]
+    queue_arn = mocks.SYNTHESIZERS["aws:sqs/queue:Queue"](queue.name, queue.inputs, r.stack_plan.config.region)["arn"]
     targets = r.of_type("aws:cloudwatch/eventTarget:EventTarget")
     rules = r.of_type("aws:cloudwatch/eventRule:EventRule")
     assert len(targets) == len(rules) == len(karpenter.INTERRUPTION_EVENTS)
@@ -375,10 +375,10 @@ def test_karpenter_settings_name_the_cluster_and_its_interruption_queue(karpente
 def test_karpenter_controller_assumes_its_role_through_irsa_only(karpenter_mode):
     r = karpenter_mode
     sa = _release(r, "karpenter")["values"]["serviceAccount"]
-    roles = {render.SYNTHESIZERS[ROLE](x.name, x.inputs, "")["arn"]: x for x in r.of_type(ROLE)}
+    roles = {mocks.SYNTHESIZERS[ROLE](x.name, x.inputs, "")["arn"]: x for x in r.of_type(ROLE)}
     role = roles[sa["annotations"]["eks.amazonaws.com/role-arn"]]
     (stmt,) = policy_json(role.inputs["assumeRolePolicy"])["Statement"]
-    eks = render.SYNTHESIZERS[EKS]("", _one(r, EKS).inputs, r.stack_plan.config.region)
+    eks = mocks.SYNTHESIZERS[EKS]("", _one(r, EKS).inputs, r.stack_plan.config.region)
     issuer = eks["oidcIssuer"]
     assert not issuer.startswith("https://")
     assert stmt["Principal"] == {"Federated": eks["oidcProviderArn"]}
@@ -396,7 +396,7 @@ def test_karpenter_node_classes_select_what_the_stack_tagged(karpenter_mode):
     subnet_tags = [s.inputs.get("tags", {}) for s in r.of_type("aws:ec2/subnet:Subnet")
                    if s.inputs.get("tags", {}).get(KARPENTER_DISCOVERY_TAG)]
     tag_resources = {(t.inputs["resourceId"], t.inputs["key"], t.inputs["value"]) for t in r.of_type("aws:ec2/tag:Tag")}
-    sg = render.SYNTHESIZERS[EKS]("", _one(r, EKS).inputs, r.stack_plan.config.region)["clusterSecurityGroupId"]
+    sg = mocks.SYNTHESIZERS[EKS]("", _one(r, EKS).inputs, r.stack_plan.config.region)["clusterSecurityGroupId"]
     for nc in r.kind("EC2NodeClass"):
         (subnet_term,) = nc["spec"]["subnetSelectorTerms"]
         (sg_term,) = nc["spec"]["securityGroupSelectorTerms"]
@@ -441,10 +441,10 @@ REFERENCE_POLICIES = {
 def test_karpenter_controller_policies_match_the_upstream_reference(karpenter_mode):
     r = karpenter_mode
     region, c = r.stack_plan.config.region, r.stack_plan.cluster
-    synth = render.SYNTHESIZERS
+    synth = mocks.SYNTHESIZERS
     node_role = [x for x in r.of_type(ROLE) if x.inputs["name"].endswith("-karpenter-node")][0]
     (queue,) = r.of_type("aws:sqs/queue:Queue")
-    subs = {"${AWS::Partition}": "aws", "${AWS::Region}": region, "${AWS::AccountId}": render.FAKE_ACCOUNT,
+    subs = {"${AWS::Partition}": "aws", "${AWS::Region}": region, "${AWS::AccountId}": mocks.FAKE_ACCOUNT,
             "${ClusterName}": c.name, "${KarpenterNodeRole.Arn}": synth[ROLE](node_role.name, node_role.inputs, region)["arn"],
             "${KarpenterInterruptionQueue.Arn}": synth["aws:sqs/queue:Queue"](queue.name, queue.inputs, region)["arn"]}
     template = yaml.load((SCHEMAS / "karpenter" / "getting-started-cloudformation-v1.14.yaml").read_text(), Loader=_CfnLoader)
@@ -478,8 +478,7 @@ def test_karpenter_controller_policies_match_the_upstream_reference(karpenter_mo
 @pytest.mark.parametrize("mode", MODES)
 def test_cluster_component_exposes_the_irsa_inputs(mode):
     import pulumi
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
+
 
     from warmstart.components.cluster import Cluster, ClusterArgs
     from warmstart.config import parse_config
@@ -488,10 +487,6 @@ def test_cluster_component_exposes_the_irsa_inputs(mode):
     doc = load_stack_doc("prod")["config"]
     cfg = parse_config({k.split(":", 1)[1]: v for k, v in doc.items()} | {"clusterMode": mode})
     plan = plan_stack(cfg, "unit")
-    mocks = render.FakeCloud(region=cfg.region)
-    pulumi.runtime.set_mocks(mocks, project="warmstart", stack="unit", preview=False)
-    pulumi.runtime.settings.SETTINGS.rpc_manager.clear()  # as render.run_program does
-    pulumi.runtime.settings.SETTINGS.outputs.clear()
     seen: dict[str, Any] = {}
 
     def program() -> None:
@@ -502,11 +497,11 @@ def test_cluster_component_exposes_the_irsa_inputs(mode):
         seen["provider"] = c.kubernetes_provider
         seen["name"] = c.name
 
-    _sync_await(run_pulumi_func(program))
+    resources = mocks.run(program, region=cfg.region, stack="unit")
     assert seen["arn"].startswith("arn:aws:iam::") and ":oidc-provider/" in seen["arn"]
     assert not seen["issuer"].startswith("https://") and seen["arn"].endswith(seen["issuer"])
     assert seen["name"] == plan.cluster.name
-    assert any(r.typ == "pulumi:providers:kubernetes" for r in mocks.resources)
+    assert any(r.typ == "pulumi:providers:kubernetes" for r in resources)
     if mode == "auto":
-        (nc,) = [r.inputs for r in mocks.resources if r.typ == AUTO_NODECLASS]
+        (nc,) = [r.inputs for r in resources if r.typ == AUTO_NODECLASS]
         assert nc["spec"]["subnetSelectorTerms"] == [{"id": "subnet-0a"}, {"id": "subnet-0b"}]

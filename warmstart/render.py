@@ -1,154 +1,24 @@
 """`warmstart render`: run the real Pulumi program under Pulumi mocks and write what it declares.
 
-No cloud, no Pulumi CLI: the mocks stand in for the engine and the providers, answering each
-registration with its inputs plus the few outputs a real provider would compute (ids, ARNs,
-names), derived deterministically so that two renders are byte-identical.
+No cloud, no Pulumi CLI: the program is the project's own `__main__.py`, run by the harness in
+`mocks.py`, which stands in for the engine and the providers deterministically, so two renders
+are byte-identical.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import pulumi
 import yaml
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from . import config as config_mod
+from . import mocks
 from . import plan as plan_mod
-
-FAKE_ACCOUNT = "123456789012"
-FAKE_PARTITION = "aws"
-
-Synthesizer = Callable[[str, dict[str, Any], str], dict[str, Any]]
-
-
-def _arn(service: str, region: str, resource: str, global_: bool = False) -> str:
-    return f"arn:{FAKE_PARTITION}:{service}:{'' if global_ else region}:{FAKE_ACCOUNT}:{resource}"
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16].upper()
-
-
-def _physical(name: str, inputs: dict[str, Any], key: str = "name") -> str:
-    return inputs.get(key) or name
-
-
-# Outputs a real provider computes that other resources consume. Keyed by Pulumi type token;
-# anything not listed just echoes its inputs with an id.
-def _eks_cluster(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
-    """pulumi-eks Cluster (a remote component: the mocks see only it, not its children)."""
-    cluster = _physical(name, inputs)
-    issuer = f"oidc.eks.{region}.amazonaws.com/id/{_digest('oidc' + cluster)}"
-    endpoint = f"https://{_digest(cluster)}.gr7.{region}.eks.amazonaws.com"
-    kubeconfig = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "aws",
-        "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": "RkFLRQ=="}}],
-        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
-        "users": [{"name": "aws", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
-                                                      "command": "aws", "args": ["eks", "get-token", "--cluster-name",
-                                                                                 cluster, "--region", region]}}}],
-    }
-    security_group = "sg-" + _digest("cluster-sg" + cluster).lower()
-    return {
-        "kubeconfigJson": json.dumps(kubeconfig, sort_keys=True),
-        "oidcIssuer": issuer,
-        "oidcProviderUrl": f"https://{issuer}",
-        "oidcProviderArn": _arn("iam", region, f"oidc-provider/{issuer}", True),
-        "clusterSecurityGroupId": security_group,
-        "nodeSecurityGroupId": security_group,
-        "autoModeNodeRoleName": f"{cluster}-auto-node" if inputs.get("autoMode") else "",
-    }
-
-
-SYNTHESIZERS: dict[str, Synthesizer] = {
-    "aws:iam/role:Role": lambda n, i, r: {"arn": _arn("iam", r, f"role/{_physical(n, i)}", True),
-                                          "name": _physical(n, i), "uniqueId": "AROA" + _digest(n)},
-    "aws:iam/policy:Policy": lambda n, i, r: {"arn": _arn("iam", r, f"policy/{_physical(n, i)}", True),
-                                              "name": _physical(n, i)},
-    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": lambda n, i, r: {
-        "arn": _arn("iam", r, "oidc-provider/" + str(i.get("url", n)).removeprefix("https://"), True)},
-    "aws:s3/bucket:Bucket": lambda n, i, r: {"arn": f"arn:aws:s3:::{_physical(n, i, 'bucket')}",
-                                             "bucket": _physical(n, i, "bucket")},
-    "aws:s3/bucketV2:BucketV2": lambda n, i, r: {"arn": f"arn:aws:s3:::{_physical(n, i, 'bucket')}",
-                                                 "bucket": _physical(n, i, "bucket")},
-    "aws:ec2/eip:Eip": lambda n, i, r: {"allocationId": "eipalloc-" + _digest(n).lower(),
-                                        "publicIp": "192.0.2." + str(int(_digest(n)[:2], 16))},
-    "aws:sqs/queue:Queue": lambda n, i, r: {"arn": _arn("sqs", r, _physical(n, i)),
-                                            "url": f"https://sqs.{r}.amazonaws.com/{FAKE_ACCOUNT}/{_physical(n, i)}"},
-    "eks:index:Cluster": _eks_cluster,
-    "aws:cloudwatch/eventRule:EventRule": lambda n, i, r: {"arn": _arn("events", r, f"rule/{_physical(n, i)}"),
-                                                           "name": _physical(n, i)},
-    "aws:cloudwatch/logGroup:LogGroup": lambda n, i, r: {"arn": _arn("logs", r, f"log-group:{_physical(n, i)}")},
-    "aws:eks/nodeGroup:NodeGroup": lambda n, i, r: {
-        "arn": _arn("eks", r, f"nodegroup/{i.get('clusterName')}/{_physical(n, i, 'nodeGroupName')}/{_digest(n)}")},
-}
-
-
-def _fake_id(typ: str, name: str) -> str:
-    prefixes = {"aws:ec2/vpc:Vpc": "vpc-", "aws:ec2/subnet:Subnet": "subnet-",
-                "aws:ec2/routeTable:RouteTable": "rtb-", "aws:ec2/vpcEndpoint:VpcEndpoint": "vpce-",
-                "aws:ec2/securityGroup:SecurityGroup": "sg-", "aws:ec2/natGateway:NatGateway": "nat-",
-                "aws:ec2/internetGateway:InternetGateway": "igw-"}
-    return prefixes.get(typ, "") + name
-
-
-def _integral(value: Any) -> Any:
-    """Pulumi's wire format carries every number as a double; give integers back their type."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_integral(v) for v in value]
-    return value
-
-
-@dataclass
-class Registered:
-    typ: str
-    name: str
-    inputs: dict[str, Any]
-    provider: str | None = None
-
-
-@dataclass
-class FakeCloud(pulumi.runtime.Mocks):
-    """Pulumi mocks that record every registration and answer like a provider would."""
-
-    region: str
-    resources: list[Registered] = field(default_factory=list)
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        inputs = _integral(dict(args.inputs))
-        self.resources.append(Registered(args.typ, args.name, inputs, args.provider or None))
-        outputs = dict(inputs)
-        synth = SYNTHESIZERS.get(args.typ)
-        if synth:
-            outputs |= synth(args.name, inputs, self.region)
-        return [_fake_id(args.typ, args.name), outputs]
-
-    def call(self, args: pulumi.runtime.MockCallArgs):
-        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
-            return {"accountId": FAKE_ACCOUNT, "arn": f"arn:aws:iam::{FAKE_ACCOUNT}:user/render", "userId": "render"}
-        if args.token == "aws:index/getPartition:getPartition":
-            return {"partition": FAKE_PARTITION, "dnsSuffix": "amazonaws.com"}
-        if args.token == "aws:index/getRegion:getRegion":
-            return {"name": self.region, "region": self.region}
-        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            # Four AZs, a-d, as most regions report; the network layer takes the first azCount.
-            letters = "abcd"
-            return {"names": [f"{self.region}{c}" for c in letters],
-                    "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(letters))],
-                    "id": self.region, "state": "available"}
-        return {}
-
+from .mocks import Registered
 
 @dataclass
 class Rendered:
@@ -182,19 +52,12 @@ def load_plan(stacks_dir: Path, stack: str) -> tuple[dict[str, str], plan_mod.St
     return raw, plan_mod.plan_stack(config_mod.from_pulumi_config(raw), stack)
 
 
-def run_program(stacks_dir: Path, stack: str) -> Rendered:
-    """Validate the stack config, then run the Pulumi program under mocks."""
+def run_program(stacks_dir: Path, stack: str, program_dir: Path | None = None) -> Rendered:
+    """Validate the stack config, then run the Pulumi program (`program_dir/__main__.py`, by
+    default the project that holds `stacks_dir`) under the mocks."""
     raw, stack_plan = load_plan(stacks_dir, stack)
-    from . import program  # imported late: it pulls in the providers' SDKs
-
-    mocks = FakeCloud(region=stack_plan.config.region)
-    pulumi.runtime.set_mocks(mocks, project="warmstart", stack=stack, preview=False)
-    pulumi.runtime.set_all_config(raw)
-    settings = pulumi.runtime.settings.SETTINGS
-    settings.rpc_manager.clear()
-    settings.outputs.clear()
-    _sync_await(run_pulumi_func(program.main))
-    resources = sorted(mocks.resources, key=lambda r: (r.typ, r.name))
+    program_dir = stacks_dir.parent if program_dir is None else program_dir
+    resources = mocks.run_program_file(program_dir, region=stack_plan.config.region, stack=stack, config=raw)
     return Rendered(stack_plan, resources)
 
 

@@ -1,0 +1,231 @@
+"""The one harness that runs a Pulumi program under Pulumi mocks: no cloud, no Pulumi CLI.
+
+`run()` runs any callable that registers resources (a whole program file through
+`run_program_file()`, or a few components in a test) with the SDK's public testing API
+(`pulumi.runtime.set_mocks` with a monitor, `pulumi.runtime.test`) and returns every
+registration: type, name, inputs, the URN the engine would give it and the aliases it carries.
+
+The fake cloud answers each registration with its inputs plus the few outputs a real provider
+computes that other resources consume (ids, ARNs, names), derived deterministically, so two runs
+are byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pulumi
+from pulumi.runtime.mocks import MockMonitor
+from pulumi.runtime.proto import resource_pb2
+
+FAKE_ACCOUNT = "123456789012"
+FAKE_PARTITION = "aws"
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+Synthesizer = Callable[[str, dict[str, Any], str], dict[str, Any]]
+
+
+def _arn(service: str, region: str, resource: str, global_: bool = False) -> str:
+    return f"arn:{FAKE_PARTITION}:{service}:{'' if global_ else region}:{FAKE_ACCOUNT}:{resource}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16].upper()
+
+
+def _physical(name: str, inputs: dict[str, Any], key: str = "name") -> str:
+    return inputs.get(key) or name
+
+
+def _eks_cluster(name: str, inputs: dict[str, Any], region: str) -> dict[str, Any]:
+    """pulumi-eks Cluster (a remote component: the mocks see only it, not its children)."""
+    cluster = _physical(name, inputs)
+    issuer = f"oidc.eks.{region}.amazonaws.com/id/{_digest('oidc' + cluster)}"
+    endpoint = f"https://{_digest(cluster)}.gr7.{region}.eks.amazonaws.com"
+    kubeconfig = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "aws",
+        "clusters": [{"name": "kubernetes", "cluster": {"server": endpoint, "certificate-authority-data": "RkFLRQ=="}}],
+        "contexts": [{"name": "aws", "context": {"cluster": "kubernetes", "user": "aws"}}],
+        "users": [{"name": "aws", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1beta1",
+                                                      "command": "aws", "args": ["eks", "get-token", "--cluster-name",
+                                                                                 cluster, "--region", region]}}}],
+    }
+    security_group = "sg-" + _digest("cluster-sg" + cluster).lower()
+    return {
+        "kubeconfigJson": json.dumps(kubeconfig, sort_keys=True),
+        "oidcIssuer": issuer,
+        "oidcProviderUrl": f"https://{issuer}",
+        "oidcProviderArn": _arn("iam", region, f"oidc-provider/{issuer}", True),
+        "clusterSecurityGroupId": security_group,
+        "nodeSecurityGroupId": security_group,
+        "autoModeNodeRoleName": f"{cluster}-auto-node" if inputs.get("autoMode") else "",
+    }
+
+
+# Outputs a real provider computes that other resources consume, by Pulumi type token;
+# anything not listed echoes its inputs with an id.
+SYNTHESIZERS: dict[str, Synthesizer] = {
+    "aws:iam/role:Role": lambda n, i, r: {"arn": _arn("iam", r, f"role/{_physical(n, i)}", True),
+                                          "name": _physical(n, i), "uniqueId": "AROA" + _digest(n)},
+    "aws:iam/policy:Policy": lambda n, i, r: {"arn": _arn("iam", r, f"policy/{_physical(n, i)}", True),
+                                              "name": _physical(n, i)},
+    "aws:iam/openIdConnectProvider:OpenIdConnectProvider": lambda n, i, r: {
+        "arn": _arn("iam", r, "oidc-provider/" + str(i.get("url", n)).removeprefix("https://"), True)},
+    "aws:s3/bucket:Bucket": lambda n, i, r: {"arn": f"arn:aws:s3:::{_physical(n, i, 'bucket')}",
+                                             "bucket": _physical(n, i, "bucket")},
+    "aws:s3/bucketV2:BucketV2": lambda n, i, r: {"arn": f"arn:aws:s3:::{_physical(n, i, 'bucket')}",
+                                                 "bucket": _physical(n, i, "bucket")},
+    "aws:ec2/eip:Eip": lambda n, i, r: {"allocationId": "eipalloc-" + _digest(n).lower(),
+                                        "publicIp": "192.0.2." + str(int(_digest(n)[:2], 16))},
+    "aws:sqs/queue:Queue": lambda n, i, r: {"arn": _arn("sqs", r, _physical(n, i)),
+                                            "url": f"https://sqs.{r}.amazonaws.com/{FAKE_ACCOUNT}/{_physical(n, i)}"},
+    "eks:index:Cluster": _eks_cluster,
+    "aws:cloudwatch/eventRule:EventRule": lambda n, i, r: {"arn": _arn("events", r, f"rule/{_physical(n, i)}"),
+                                                           "name": _physical(n, i)},
+    "aws:cloudwatch/logGroup:LogGroup": lambda n, i, r: {"arn": _arn("logs", r, f"log-group:{_physical(n, i)}")},
+    "aws:eks/nodeGroup:NodeGroup": lambda n, i, r: {
+        "arn": _arn("eks", r, f"nodegroup/{i.get('clusterName')}/{_physical(n, i, 'nodeGroupName')}/{_digest(n)}")},
+}
+
+
+def fake_id(typ: str, name: str) -> str:
+    prefixes = {"aws:ec2/vpc:Vpc": "vpc-", "aws:ec2/subnet:Subnet": "subnet-",
+                "aws:ec2/routeTable:RouteTable": "rtb-", "aws:ec2/vpcEndpoint:VpcEndpoint": "vpce-",
+                "aws:ec2/securityGroup:SecurityGroup": "sg-", "aws:ec2/natGateway:NatGateway": "nat-",
+                "aws:ec2/internetGateway:InternetGateway": "igw-"}
+    return prefixes.get(typ, "") + name
+
+
+def _integral(value: Any) -> Any:
+    """Pulumi's wire format carries every number as a double; give integers back their type."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+@dataclass
+class Registered:
+    """One registration, as the engine would have seen it."""
+
+    typ: str
+    name: str
+    inputs: dict[str, Any]
+    provider: str | None = None
+    urn: str = ""
+    aliases: tuple[str, ...] = ()
+    """Full URNs this resource answers to besides `urn` (its own aliases and those inherited
+    from its parents' aliases), as the SDK computes them."""
+
+
+@dataclass
+class FakeCloud(pulumi.runtime.Mocks):
+    """Pulumi mocks that answer like a provider would."""
+
+    region: str
+    resources: list[Registered] = field(default_factory=list)
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        inputs = _integral(dict(args.inputs))
+        self.resources.append(Registered(args.typ, args.name, inputs, args.provider or None))
+        outputs = dict(inputs)
+        synth = SYNTHESIZERS.get(args.typ)
+        if synth:
+            outputs |= synth(args.name, inputs, self.region)
+        return [fake_id(args.typ, args.name), outputs]
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": FAKE_ACCOUNT, "arn": f"arn:aws:iam::{FAKE_ACCOUNT}:user/render", "userId": "render"}
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": FAKE_PARTITION, "dnsSuffix": "amazonaws.com"}
+        if args.token == "aws:index/getRegion:getRegion":
+            return {"name": self.region, "region": self.region}
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            # Four AZs, a-d, as most regions report; the network layer takes the first azCount.
+            letters = "abcd"
+            return {"names": [f"{self.region}{c}" for c in letters],
+                    "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(letters))],
+                    "id": self.region, "state": "available"}
+        return {}
+
+
+class EngineMonitor(MockMonitor):
+    """The SDK's mock monitor, made to name and alias resources the way the engine does.
+
+    - URNs carry the parent's whole qualified type and leave out the root stack's type, as
+      the engine's `generateURN` does (the SDK's mock keeps only the last parent type).
+    - It does not claim alias specs, so the SDK itself computes every alias as a full URN,
+      inherited ones included (`pulumi.runtime.resource.all_aliases`), and the harness can
+      check that an old URN still resolves.
+    """
+
+    def __init__(self, mocks: FakeCloud) -> None:
+        super().__init__(mocks)
+        self.fake = mocks
+        # The SDK registers from several threads; one registration at a time keeps each
+        # record paired with its own URN.
+        self._lock = threading.Lock()
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        if parent:
+            qualified = parent.split("::")[2]
+            if qualified != ROOT_STACK_TYPE:
+                type_ = f"{qualified}${type_}"
+        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+
+    def RegisterResource(self, request):  # noqa: N802 - gRPC method name
+        with self._lock:
+            before = len(self.fake.resources)
+            response = super().RegisterResource(request)
+            if len(self.fake.resources) > before:
+                rec = self.fake.resources[-1]
+                rec.urn = response.urn
+                rec.aliases = tuple(sorted(a.urn for a in request.aliases if a.urn))
+            return response
+
+    def GetDeploymentInfo(self, request):  # noqa: N802
+        info = super().GetDeploymentInfo(request)
+        features = [f for f in info.supportedFeatures if f != resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS]
+        return resource_pb2.DeploymentInfo(supportedFeatures=features)
+
+    def SupportsFeature(self, request):  # noqa: N802
+        if request.id == "aliasSpecs":
+            return type("SupportsFeatureResponse", (object,), {"hasSupport": False})
+        return super().SupportsFeature(request)
+
+
+def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "warmstart",
+        config: dict[str, str] | None = None) -> list[Registered]:
+    """Run `program` under the mocks; every registration, sorted by (type, name)."""
+    cloud = FakeCloud(region=region)
+    pulumi.runtime.set_mocks(cloud, project=project, stack=stack, preview=False, monitor=EngineMonitor(cloud))
+    pulumi.runtime.set_all_config(dict(config or {}))
+    # `pulumi.runtime.test` awaits every registration the program started; the program's
+    # own return value is not an output to wait for.
+    pulumi.runtime.test(lambda: program() and None)()
+    return sorted(cloud.resources, key=lambda r: (r.typ, r.name))
+
+
+def run_program_file(program_dir: Path, *, region: str, stack: str, config: dict[str, str],
+                     project: str = "warmstart") -> list[Registered]:
+    """Run a Pulumi Python program folder (its `__main__.py`) under the mocks.
+
+    The folder goes first on `sys.path`, as Pulumi's Python language host puts it there, so
+    the program finds its sibling packages (warmstart's own `components/`) the same way.
+    """
+    folder = str(program_dir.resolve())
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return run(lambda: runpy.run_path(str(Path(folder) / "__main__.py"), run_name="__main__"),
+               region=region, stack=stack, project=project, config=config)
