@@ -90,8 +90,8 @@ class FakeStack:
 def engine(monkeypatch):
     """Prerequisites satisfied and the Stack faked; returns a setter for the fake."""
     state: dict = {"stack": FakeStack()}
-    monkeypatch.setattr(automation, "check_prerequisites", lambda request, env=None: (object(), []))
-    monkeypatch.setattr(automation, "open_stack", lambda request, cmd: state["stack"])
+    monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))
+    monkeypatch.setattr(automation.engine, "open_stack", lambda request, cmd: state["stack"])
 
     def use(stack: FakeStack) -> FakeStack:
         state["stack"] = stack
@@ -102,8 +102,8 @@ def engine(monkeypatch):
 def _no_engine(monkeypatch) -> None:
     def boom(*a, **k):
         raise AssertionError("the engine must not be reached")
-    monkeypatch.setattr(automation, "check_prerequisites", boom)
-    monkeypatch.setattr(automation, "open_stack", boom)
+    monkeypatch.setattr(automation.prerequisites, "check_prerequisites", boom)
+    monkeypatch.setattr(automation.engine, "open_stack", boom)
 
 
 # --------------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ def test_missing_plugins_are_named_with_their_install_command(bare_env, capsys, 
     monkeypatch.setenv("PULUMI_CONFIG_PASSPHRASE", "")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
-    monkeypatch.setattr(automation, "missing_python_env", lambda request: [])
+    monkeypatch.setattr(automation.prerequisites, "missing_python_env", lambda request: [])
     rc = cli.main(["preview", "--stack", "dev"])
     err = capsys.readouterr().err
     assert rc == cli.EXIT_PREREQUISITES

@@ -8,14 +8,15 @@ import time
 from pathlib import Path
 
 from .errors import ConfigError, ConfigErrors
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_CONFIG = 2
-# The engine commands' own outcomes (warmstart/automation.py, docs/ci-and-policies.md).
-EXIT_CHANGES = 3  # --expect-no-changes, and the stack would change (drift)
-EXIT_PREREQUISITES = 4  # Pulumi CLI, plugins, Python env, AWS credentials, backend or passphrase missing
-EXIT_POLICY = 5  # the policy pack blocked the preview or update (a mandatory violation)
+# Re-exported: callers and tests read them as cli.EXIT_*.
+from .exit_codes import (  # noqa: F401
+    EXIT_CHANGES,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_POLICY,
+    EXIT_PREREQUISITES,
+)
 
 
 def project_dir() -> Path:

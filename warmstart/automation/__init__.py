@@ -1,0 +1,99 @@
+"""`warmstart preview | up | destroy | refresh | outputs`: the Pulumi Automation API for CI.
+
+Order of work, so that a CI job fails as early and as clearly as it can:
+
+1. the stack config is validated by the same path as `warmstart render` (`render.load_plan`),
+   before any engine call: a bad config exits 2 in well under a second;
+2. every prerequisite (Pulumi CLI, provider plugins, the Python environment Pulumi runs the
+   program and the policy pack in, AWS credentials, state backend, secrets passphrase) is
+   checked, and everything missing is reported in ONE message with how to fix each, exit 4;
+3. only then is the engine run (LocalWorkspace over this project directory), its output
+   streamed live, the policy pack in `policy/` enforced on preview and up, and the outcome
+   mapped to an exit code and, with `--summary FILE`, a JSON summary for CI.
+
+The Automation API is imported late: `warmstart render` and the config-error path never load it.
+
+Modules, by concern:
+
+- `request`: the operation sets, `Request`, `Outcome`, `Missing`, `PolicyViolation`,
+  `PrerequisitesMissing`, and the pure summaries (`count_changes`, `changed`, `mask_outputs`,
+  `summary`);
+- `prerequisites`: the Pulumi CLI, plugin, Python environment, AWS credential, backend and
+  passphrase checks;
+- `engine`: opening the LocalWorkspace stack, running the operation, mapping the result;
+- `commands`: `add_parsers`, `request_from_args` and `execute`, for cli.py.
+
+The exit codes are in `warmstart.exit_codes`. This package re-exports the names callers use.
+"""
+
+from __future__ import annotations
+
+from .commands import add_parsers, execute, request_from_args
+from .engine import last_error_line, open_stack, run_engine
+from .prerequisites import (
+    AWS_CREDENTIALS_FIX,
+    PULUMI_INSTALL,
+    aws_credentials_source,
+    backend_url,
+    check_prerequisites,
+    find_pulumi,
+    missing_plugins,
+    missing_python_env,
+    required_plugins,
+    stored_login,
+)
+from .request import (
+    CREATING_OPERATIONS,
+    ENGINE_OPERATIONS,
+    NO_CHANGE_OPS,
+    OPERATIONS,
+    POLICY_OPERATIONS,
+    POLICY_PACK_DIR,
+    SECRET_MASK,
+    VALIDATED_OPERATIONS,
+    Missing,
+    Outcome,
+    PolicyViolation,
+    PrerequisitesMissing,
+    Request,
+    changed,
+    count_changes,
+    mask_outputs,
+    summary,
+)
+
+__all__ = [
+    "AWS_CREDENTIALS_FIX",
+    "CREATING_OPERATIONS",
+    "ENGINE_OPERATIONS",
+    "NO_CHANGE_OPS",
+    "OPERATIONS",
+    "POLICY_OPERATIONS",
+    "POLICY_PACK_DIR",
+    "PULUMI_INSTALL",
+    "SECRET_MASK",
+    "VALIDATED_OPERATIONS",
+    "Missing",
+    "Outcome",
+    "PolicyViolation",
+    "PrerequisitesMissing",
+    "Request",
+    "add_parsers",
+    "aws_credentials_source",
+    "backend_url",
+    "changed",
+    "check_prerequisites",
+    "count_changes",
+    "execute",
+    "find_pulumi",
+    "last_error_line",
+    "mask_outputs",
+    "missing_plugins",
+    "missing_python_env",
+    "open_stack",
+    "request_from_args",
+    "required_plugins",
+    "run_engine",
+    "stored_login",
+    "summary",
+]

@@ -1,0 +1,111 @@
+"""The engine subcommands for cli.py: their arguments, the Request they make, and `execute`,
+which validates, checks prerequisites, runs the engine and reports the outcome."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import ConfigError, ConfigErrors
+from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREREQUISITES
+# Called through their modules, so a test that replaces `prerequisites.check_prerequisites` or
+# `engine.open_stack` replaces what `execute` calls.
+from . import engine, prerequisites
+from .request import (
+    OPERATIONS,
+    POLICY_OPERATIONS,
+    VALIDATED_OPERATIONS,
+    Outcome,
+    PrerequisitesMissing,
+    Request,
+    summary,
+)
+
+
+def execute(request: Request) -> int:
+    """Validate, check prerequisites, run; print the outcome, write the summary, return the exit code."""
+    started = time.perf_counter()
+    say = functools.partial(print, flush=True)
+    say_err = functools.partial(print, file=sys.stderr, flush=True)
+
+    def finish(outcome: Outcome) -> int:
+        if request.summary_path:
+            request.summary_path.parent.mkdir(parents=True, exist_ok=True)
+            doc = summary(request, outcome, time.perf_counter() - started)
+            request.summary_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        return outcome.exit_code
+
+    if request.operation in VALIDATED_OPERATIONS:
+        from .. import render
+
+        try:
+            render.load_plan(request.project_dir / "stacks", request.config_stack)
+        except (ConfigError, ConfigErrors) as err:
+            finish(Outcome("config-error", EXIT_CONFIG, str(err)))
+            raise  # cli.main prints it, exactly as `warmstart render` does
+
+    cmd, missing = prerequisites.check_prerequisites(request)
+    if missing:
+        error = PrerequisitesMissing(request.operation, request.stack, missing)
+        say_err(str(error))
+        return finish(Outcome("missing-prerequisites", EXIT_PREREQUISITES, str(error), missing=missing))
+
+    from pulumi.automation.errors import CommandError
+
+    try:
+        stack = engine.open_stack(request, cmd)
+    except CommandError as e:
+        say_err(f"warmstart: could not open stack '{request.stack}': {engine.last_error_line(e)}")
+        return finish(Outcome("failed", EXIT_FAILED, f"could not open stack: {engine.last_error_line(e)}"))
+    outcome = engine.run_engine(request, stack, say, say_err)
+    if request.operation == "outputs" and outcome.outputs is not None:
+        say(json.dumps(outcome.outputs, indent=2, sort_keys=True))
+    if outcome.message:
+        (say if outcome.exit_code == EXIT_OK else say_err)(f"warmstart: {outcome.message}")
+    return finish(outcome)
+
+
+def add_parsers(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
+    """The engine subcommands, for cli.parser()."""
+    helps = {
+        "preview": "preview a stack's changes with the policy pack (Automation API)",
+        "up": "deploy a stack with the policy pack (Automation API)",
+        "destroy": "delete every resource of a stack (Automation API)",
+        "refresh": "adopt the cloud's actual state into a stack's state; with --expect-no-changes, "
+                   "report drift without writing state",
+        "outputs": "print a stack's outputs as JSON (secrets masked)",
+    }
+    for op in OPERATIONS:
+        p = sub.add_parser(op, help=helps[op])
+        p.add_argument("--stack", required=True,
+                       help="stack name; its config is stacks/Pulumi.<last segment of NAME>.yaml")
+        p.add_argument("--backend", help="state backend URL (file://DIR, s3://BUCKET/PREFIX); "
+                                         "default: PULUMI_BACKEND_URL or the Pulumi Cloud login")
+        p.add_argument("--summary", type=Path, metavar="FILE", help="write a JSON summary for CI to FILE")
+        if op in ("preview", "refresh"):
+            p.add_argument("--expect-no-changes", action="store_true",
+                           help="drift check: exit 3 if any resource would change")
+        if op in POLICY_OPERATIONS:
+            p.add_argument("--policy-config", type=Path, metavar="FILE",
+                           help="policy pack config JSON (e.g. an enforcement level per policy)")
+        if op == "outputs":
+            p.add_argument("--show-secrets", action="store_true", help="print secret outputs in clear")
+        p.set_defaults(func=handler, operation=op)
+
+
+def request_from_args(args: argparse.Namespace, project_dir: Path) -> Request:
+    return Request(
+        operation=args.operation,
+        stack=args.stack,
+        project_dir=project_dir,
+        backend=args.backend,
+        summary_path=args.summary,
+        expect_no_changes=getattr(args, "expect_no_changes", False),
+        policy_config=getattr(args, "policy_config", None),
+        show_secrets=getattr(args, "show_secrets", False),
+    )

@@ -1,0 +1,9 @@
+"""The exit codes of the `warmstart` command, in one place for cli.py and the engine commands."""
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+# The engine commands' own outcomes (warmstart/automation/, docs/ci-and-policies.md).
+EXIT_CHANGES = 3  # --expect-no-changes, and the stack would change (drift)
+EXIT_PREREQUISITES = 4  # Pulumi CLI, plugins, Python env, AWS credentials, backend or passphrase missing
+EXIT_POLICY = 5  # the policy pack blocked the preview or update (a mandatory violation)
