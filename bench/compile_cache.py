@@ -13,7 +13,7 @@ that machine noise hits all three alike:
                then the compile; the restore's whole wall time, interpreter start and S3
                client included, is added to the compile
 
-Target (issue 5): prewarmed <= 1.15 x warm and <= 0.2 x cold. The bare warm compile (without
+Target: prewarmed <= 1.15 x warm and <= 0.2 x cold. The bare warm compile (without
 the restore a warmstart pod runs) is printed too, with its ratio. The workload is the small
 transformer of tests/podside/compile_workload.py, the same one the test proves hits the cache.
 

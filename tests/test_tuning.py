@@ -1,4 +1,8 @@
-"""Decision functions: published figures and properties (field notes sections 1-2)."""
+"""Decision functions: published figures and properties.
+
+Figures from https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html
+and https://aws.amazon.com/blogs/containers/fast-model-loading-for-ai-inference-on-amazon-eks/.
+"""
 
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ def test_explicit_tensor_parallel_must_divide_the_node(inst, tp):
 
 
 def test_startup_budget_outlasts_the_published_worst_start():
-    # 203 GiB untuned: 429 s of weights + 34 s compile = 463 s (field notes 1).
+    # 203 GiB untuned: 429 s of weights + 34 s compile = 463 s (AWS Containers Blog, above).
     assert tuning.startup_budget_seconds(203 * GIB) >= 2 * 463
     # 67 GiB untuned: 82 s.
     assert tuning.startup_budget_seconds(67 * GIB) >= 5 * 82

@@ -6,11 +6,12 @@ Images carry a digest where the upstream digest is known; a tag-only image is fl
 
 from __future__ import annotations
 
-# vLLM >= 0.11.1 is needed for `distributed` in --model-loader-extra-config
-# (reference/vllm-facts.md 1.1). Stacks should pin their image by digest.
+# vLLM >= 0.11.1 is needed for `distributed` in --model-loader-extra-config (added by
+# https://github.com/vllm-project/vllm/pull/27230). Stacks should pin their image by digest.
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 
-# Karpenter 1.14.1, published chart (reference/eks-facts.md 1.2).
+# Karpenter 1.14.1, published chart, installed as in
+# https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/
 KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
 KARPENTER_VERSION = "1.14.1"
 KARPENTER_CONTROLLER_IMAGE = (
@@ -23,16 +24,19 @@ KARPENTER_CONTROLLER_IMAGE = (
 DEFAULT_KUBERNETES_VERSION = "1.33"
 
 # Karpenter's CRDs as their own chart, so `helm upgrade` updates them (Helm installs a
-# chart's crds/ folder only on first install; eks-facts 1.2). Same version as the controller.
+# chart's crds/ folder only on first install; see "CRD Upgrades" in
+# https://karpenter.sh/v1.14/upgrading/upgrade-guide/). Same version as the controller.
 KARPENTER_CRD_CHART = "oci://public.ecr.aws/karpenter/karpenter-crd"
 
 # EKS-optimized AL2023 AMI release for Karpenter's EC2NodeClass (`amiSelectorTerms.alias`).
 # Pinned: `@latest` makes every node drift, i.e. be replaced, on each weekly AMI release
-# (eks-facts 1.1). GPU instance types get the release's NVIDIA variant. Bump deliberately.
+# (https://karpenter.sh/v1.14/concepts/nodeclasses/#specamiselectorterms). GPU instance types get
+# the release's NVIDIA variant. Bump deliberately.
 KARPENTER_AMI_ALIAS = "al2023@v20260903"
 
-# NVIDIA device plugin (karpenter mode only: Auto Mode has the plugin built in, eks-facts
-# 2.4). Official chart repository and a pinned chart version (release-0.20 line).
+# NVIDIA device plugin (karpenter mode only: Auto Mode has the plugin built in,
+# https://docs.aws.amazon.com/eks/latest/userguide/auto-accelerated.html). Official chart
+# repository and a pinned chart version (release-0.20 line).
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"

@@ -26,7 +26,8 @@ pytestmark = [
 
 
 def compile_on(pod: Pod) -> dict:
-    """vLLM's compile, as the Deployment sets up its environment (field notes section 4)."""
+    """vLLM's compile, as the Deployment sets up its environment (the cache variables of
+    https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html)."""
     cache = pod.cache_dir
     env = {**clean_environ(), "XDG_CACHE_HOME": str(cache), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
            "TRITON_CACHE_DIR": str(cache / "triton")}

@@ -58,7 +58,8 @@ def service_account_subject(namespace: str, service_account: str) -> str:
 
 def irsa_trust_policy(oidc_provider_arn: str, oidc_issuer: str, namespace: str, service_account: str) -> dict:
     """Trust for exactly one Kubernetes ServiceAccount through the cluster's OIDC provider
-    (eks-facts 5.2): both `:sub` and `:aud` pinned with StringEquals, so no other
+    (https://docs.aws.amazon.com/eks/latest/userguide/associate-service-account-role.html):
+    both `:sub` and `:aud` pinned with StringEquals, so no other
     ServiceAccount, and no token minted for another audience, can assume the role."""
     issuer = oidc_issuer.removeprefix("https://").rstrip("/")
     return {
@@ -109,7 +110,8 @@ def bucket_policy(partition: str, bucket: str, vpc_endpoint_id: str | None = Non
                   admins: Sequence[str] = ()) -> dict:
     """Deny every request without TLS; with `vpc_endpoint_id`, also deny object reads, writes
     and listings that do not come through that endpoint, unless the caller is one of `admins`
-    (S3 UG "Controlling access from VPC endpoints with bucket policies", eks-facts 5.3).
+    (S3 UG "Controlling access from VPC endpoints with bucket policies",
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-bucket-policies-vpc-endpoint.html).
 
     The endpoint Deny is scoped to DATA_ACTIONS so the deployer is never locked out of the
     bucket's configuration, and the admin exemption keeps weight uploads possible from

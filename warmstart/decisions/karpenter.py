@@ -13,7 +13,8 @@ from typing import Any
 from . import iam, placement
 
 CONTROLLER_NAMESPACE = "kube-system"
-# The chart's fullname; `serviceAccount.name: ""` means this (eks-facts 1.2).
+# The chart's fullname; `serviceAccount.name: ""` means this
+# (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml).
 CONTROLLER_SERVICE_ACCOUNT = "karpenter"
 
 # Tag keys Karpenter puts on what it creates and later matches on (its IAM conditions).
@@ -28,8 +29,10 @@ def cluster_owned_tag(cluster_name: str) -> str:
     return f"kubernetes.io/cluster/{cluster_name}"
 
 
-# Interruption handling (eks-facts 1.3): EventBridge delivers these to the controller's SQS
-# queue so it drains a node before EC2 takes it away. Rule suffix -> event pattern.
+# Interruption handling, as in Karpenter's reference CloudFormation template
+# (https://karpenter.sh/v1.14/reference/cloudformation/#interruption-handling): EventBridge
+# delivers these to the controller's SQS queue so it drains a node before EC2 takes it away.
+# Rule suffix -> event pattern.
 INTERRUPTION_EVENTS: dict[str, dict[str, list[str]]] = {
     "health": {"source": ["aws.health"], "detail-type": ["AWS Health Event"]},
     "spot-interruption": {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
@@ -51,13 +54,15 @@ KARPENTER_NODE_ROLE_POLICIES = (
 )
 # Same for EKS managed node groups (the karpenter-mode system node group).
 SYSTEM_NODE_ROLE_POLICIES = KARPENTER_NODE_ROLE_POLICIES
-# Node role of a custom Auto Mode NodeClass (eks-facts 2.5).
+# Node role of a custom Auto Mode NodeClass
+# (https://docs.aws.amazon.com/eks/latest/userguide/auto-learn-iam.html#auto-learn-node-iam-role).
 AUTO_NODE_ROLE_POLICIES = ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodeMinimalPolicy")
 # Access policy Auto Mode nodes of a custom NodeClass need on their EC2-type access entry.
 AUTO_NODE_ACCESS_POLICY = "AmazonEKSAutoNodePolicy"
 CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
 
-# Controller requests = limits, as the reference install sets them (eks-facts 1.2).
+# Controller requests = limits, as the reference install sets them
+# (https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/).
 CONTROLLER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
 
 

@@ -108,5 +108,6 @@ def partition(region: str) -> str:
 
 
 def s3_service_name(region: str) -> str:
-    """The S3 endpoint service of a region (eks-facts 5.1)."""
+    """The S3 endpoint service of a region
+    (https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html)."""
     return f"com.amazonaws.{region}.s3"

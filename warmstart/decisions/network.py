@@ -6,7 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 
 # Subnet tags the AWS Load Balancer Controller discovers subnets by (EKS UG "subnet
-# requirements"), and the tag Karpenter's EC2NodeClass selects subnets by (eks-facts 1.1).
+# requirements"), and the tag Karpenter's EC2NodeClass selects subnets by
+# (https://karpenter.sh/v1.14/concepts/nodeclasses/#specsubnetselectorterms).
 ELB_ROLE_TAG = "kubernetes.io/role/elb"
 INTERNAL_ELB_ROLE_TAG = "kubernetes.io/role/internal-elb"
 KARPENTER_DISCOVERY_TAG = "karpenter.sh/discovery"

@@ -1,4 +1,9 @@
-"""Loader and pod tuning decisions, derived from the field notes (shared context).
+"""Loader and pod tuning decisions, derived from AWS's published guidance and measurements.
+
+Sources: [EKS] AWS EKS User Guide, "Accelerate model loading on Amazon EKS",
+https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html;
+[blog] AWS Containers Blog, "Fast model loading for AI inference on Amazon EKS",
+https://aws.amazon.com/blogs/containers/fast-model-loading-for-ai-inference-on-amazon-eks/.
 
 Units: every size is in bytes (`*_bytes`), every duration in seconds (`*_seconds`) unless the
 name says otherwise. Functions raise TuningError(rule, fix); the config layer adds the key.
@@ -11,12 +16,13 @@ from dataclasses import dataclass
 
 from .instances import GIB, MIB, GpuInstance
 
-# Field notes 2: 4 GiB chunks (about one request per ~3.9 GiB safetensors shard); 8 GiB was
+# [EKS], [blog]: 4 GiB chunks (about one request per ~3.9 GiB safetensors shard); 8 GiB was
 # 56 % slower, so the chunk should not exceed a shard.
 DEFAULT_CHUNK_BYTES = 4 * GIB
-# Run:ai streamer minimum S3 chunk (reference/vllm-facts.md 1.3).
+# Run:ai streamer minimum S3 chunk
+# (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md).
 MIN_S3_CHUNK_BYTES = 5 * MIB
-# Field notes 2: cut and retry transfers that stall, since readiness waits on the slowest chunk.
+# [EKS]: cut and retry transfers that stall, since readiness waits on the slowest chunk.
 DEFAULT_REQUEST_TIMEOUT_MS = 3000
 DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S = 1048576
 
@@ -36,10 +42,10 @@ class TuningError(ValueError):
 
 
 def loader_concurrency(weights_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
-    """Streamer workers: ceil(weights / chunk), at least 1 (field notes 2).
+    """Streamer workers: ceil(weights / chunk), at least 1 ([EKS]).
 
     Parallelism comes from distinct files, so more workers than chunks only adds idle
-    connections (256 gave nothing over 17 for 67 GiB).
+    connections (256 gave nothing over 17 for 67 GiB; [blog]).
     """
     if weights_bytes <= 0:
         raise TuningError("weights size must be positive", "set the model's weightsGiB")
@@ -78,8 +84,8 @@ def choose_tensor_parallel(
     """The tensor-parallel degree for a model on one node of `instance`.
 
     `requested=None` ("auto") picks the fewest GPUs in {1, 2, 4, 8} that divide the node's
-    GPUs and hold the weights with room for KV cache (field notes 2: "the minimum number of
-    GPUs that hold the model"). An explicit value is checked against the same rule.
+    GPUs and hold the weights with room for KV cache ([EKS]: "the minimum number of GPUs
+    required to fit the model"). An explicit value is checked against the same rule.
     """
     sizes = valid_tensor_parallel_sizes(instance)
     budget_gib = max_weights_per_gpu_bytes(instance, gpu_memory_utilization) / GIB
@@ -112,10 +118,10 @@ def choose_tensor_parallel(
 
 
 # Startup budget. The startup probe must outlast the slowest honest start, or Kubernetes kills
-# a pod that is still streaming weights and the restart starts over (field notes 1: an
+# a pod that is still streaming weights and the restart starts over ([blog]: an
 # untuned 203 GiB start took 463 s). Budget = fixed part + weights at a pessimistic rate:
-#  - fixed: engine init, tokenizer/config pull, a cold torch.compile (34-80 s in the field
-#    notes) and CUDA graph capture, with a wide margin;
+#  - fixed: engine init, tokenizer/config pull, a cold torch.compile (34-80 s in [EKS] and
+#    [blog]) and CUDA graph capture, with a wide margin;
 #  - rate: 0.2 GiB/s, under half of the untuned default AWS measured (203 GiB in 429 s).
 STARTUP_FIXED_SECONDS = 600
 STARTUP_PESSIMISTIC_BYTES_PER_SECOND = 0.2 * GIB

@@ -2,10 +2,11 @@
 """Pre-warm vLLM's torch.compile cache on a new node from S3, and publish it once.
 
 Why: the first vLLM pod on a node compiles for 50-80 s; pods that find the node's NVMe cache
-start the compile phase in 4-6 s (field notes section 4). This file carries that warm start
-across nodes. It is shipped into pods through a ConfigMap and run with the vLLM image's own
-interpreter, so it uses only the standard library and boto3/botocore (which the vLLM image
-ships for the Run:ai streamer):
+start the compile phase in 4-6 s (AWS, "Accelerate model loading on Amazon EKS":
+https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html). This file
+carries that warm start across nodes. It is shipped into pods through a ConfigMap and run with
+the vLLM image's own interpreter, so it uses only the standard library and boto3/botocore
+(which the vLLM image ships for the Run:ai streamer):
 
     python3 /opt/warmstart/compile_cache.py restore   # init container, before vLLM
     python3 /opt/warmstart/compile_cache.py publish   # sidecar, next to vLLM
@@ -39,7 +40,7 @@ Environment (read once, in Settings.from_env):
                                    points at the cache dir, so other tools' caches (a Hugging Face
                                    download, say) can land there too and must never be uploaded.
     WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed. Default 4 GiB
-                                   (a 640 GB model's cache is about 15 MB; field notes section 4).
+                                   (AWS measured about 15 MB of artifacts for a 60 GB model).
     WARMSTART_LOCK_TIMEOUT_S       how long a command waits for the node lock. Default 600.
     WARMSTART_HEALTH_URL           publish waits for HTTP 200 here. Default http://127.0.0.1:8000/health.
     WARMSTART_HEALTH_TIMEOUT_S     how long publish waits for it; 0 waits forever. Default 7200.
@@ -296,9 +297,13 @@ def detect_accelerator(override: str | None, cuda_build: str | None, *, which: C
 
 
 def compute_factors(settings: Settings) -> dict[str, Any]:
-    """Everything that makes a compile cache unusable elsewhere when it differs (field notes 4,
-    vLLM facts 2.2): accelerator and compute capability, TP, model, image, the torch build,
-    Triton, vLLM, CUDA, Python, the compile-relevant vLLM arguments and this tool's format.
+    """Everything that makes a compile cache unusable elsewhere when it differs: accelerator and
+    compute capability, TP, model, image, the torch build, Triton, vLLM, CUDA, Python, the
+    compile-relevant vLLM arguments and this tool's format. Sources: "Considerations for
+    cross-node caching" in AWS's
+    https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html,
+    and the factors vLLM hashes,
+    https://docs.vllm.ai/en/latest/design/torch_compile/#compilation-cache
     """
     build = _torch_build()
     triton = "none"

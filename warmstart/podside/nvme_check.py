@@ -2,9 +2,11 @@
 """Start-up check: is the cache directory on the node's local NVMe instance store?
 
 Runs as an init container of every serving pod that uses the compile cache, in the vLLM
-image (python3, standard library only). The failure it reports is silent otherwise (field
-notes 4): a `hostPath` whose node directory is not on the NVMe is created on the root EBS
-volume without any error, and the cache then runs at EBS speed (~1 GB/s instead of ~30).
+image (python3, standard library only). The failure it reports is silent otherwise: a
+`hostPath` whose node directory is not on the NVMe is created on the root EBS volume without
+any error, and the cache then runs at EBS speed (~1 GB/s instead of ~30; "Set the cache path
+to NVMe instance store" in
+https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html).
 
 How it decides (the first rule that decides wins):
 
