@@ -283,8 +283,8 @@ def _run_components(build, region: str = "us-west-2") -> render.Rendered:
 
 
 def _roles_under_mocks(stack: str):
-    """The IRSA roles of a stack's plan, built on a fake OIDC provider (component level)."""
-    from warmstart.components.identity import ModelRoles, ModelRolesArgs
+    """The IRSA roles of a stack's models, one ModelRole component each, on a fake OIDC provider."""
+    from components import ModelRole, ModelRoleArgs
 
     _, sp = render.load_plan(Path(__file__).resolve().parent.parent / "stacks", stack)
     issuer = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
@@ -292,9 +292,13 @@ def _roles_under_mocks(stack: str):
     def build():
         import pulumi_aws as aws
         oidc = aws.iam.OpenIdConnectProvider("oidc", url=f"https://{issuer}", client_id_lists=["sts.amazonaws.com"])
-        ModelRoles("warmstart-identity", ModelRolesArgs(
-            plan=sp.aws, oidc_provider_arn=oidc.arn, oidc_issuer=pulumi.Output.from_input(issuer),
-            model_bucket=sp.aws.model_bucket, compile_cache_bucket=sp.aws.compile_cache_bucket))
+        for m in sp.models:
+            args = ModelRoleArgs(model_name=m.name, source=m.source, namespace=sp.config.namespace,
+                                 oidc_provider_arn=oidc.arn, oidc_issuer=f"https://{issuer}",
+                                 name_prefix=sp.name_prefix, region=sp.config.region)
+            if m.compile_cache:
+                args["compile_cache_bucket"] = pulumi.Output.from_input(sp.aws.compile_cache_bucket)
+            ModelRole(f"warmstart-identity-{m.name}", args)
 
     return sp, _run_components(build), issuer
 
@@ -401,7 +405,7 @@ BAD_INPUTS = [
                                                           "rtb-0000000000000000c"]})],
      "warmstart:network.privateRouteTableIds", "more route tables than there are private subnets"),
     ("subnets-without-vpc", [_set("network", {"privateSubnetIds": ["subnet-0123456789abcdef0"]})],
-     "warmstart:network.privateSubnetIds", "network.vpcId is not set"),
+     "warmstart:network.privateSubnetIds", "vpcId is not set"),
     ("az-count-with-existing-vpc", [_set("network", EXISTING | {"azCount": 2})],
      "warmstart:network.azCount", "only applies to a VPC warmstart creates"),
     ("public-cidr", [_set("network.cidr", "8.8.0.0/16")], "warmstart:network.cidr", "not a private"),
@@ -427,7 +431,7 @@ BAD_INPUTS = [
      "warmstart:modelBucket.restrictToVpcEndpoint", "only writes the policy of a bucket it creates"),
     ("restrict-without-endpoint", [_set("modelBucket.restrictToVpcEndpoint", True), _set("modelBucket.admins", [ADMIN]),
                                    _set("network", {"s3GatewayEndpoint": False, "allowS3ViaNat": True})],
-     "warmstart:modelBucket.restrictToVpcEndpoint", "needs the stack's S3 Gateway endpoint"),
+     "warmstart:modelBucket.restrictToVpcEndpoint", "needs an S3 Gateway endpoint"),
     ("restrict-without-admins", [_set("modelBucket.restrictToVpcEndpoint", True)],
      "warmstart:modelBucket.restrictToVpcEndpoint", "nobody outside the VPC"),
 ]

@@ -16,9 +16,10 @@ import jsonschema
 import pytest
 import yaml
 
-from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
+from tests.conftest import STACK_NAMES, STACKS_DIR, load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import mocks, render, versions
-from warmstart.components import gpu_pools as gpu_pools_component
+from warmstart.manifests import gpu_pools as gpu_pools_component
+from warmstart.manifests.nvme_check import nvme_check_min_bytes
 from warmstart.decisions import gpu_pools, instances, karpenter, naming, placement
 from warmstart.decisions.instances import GB, GIB
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
@@ -233,12 +234,12 @@ def test_every_node_class_of_a_cache_pool_uses_the_nvme(any_mode):
             assert spec["instanceStorePolicy"] == "RAID0"
             (root,) = [b for b in spec["blockDeviceMappings"] if b.get("rootVolume")]
             # The root volume must be distinguishable from the NVMe RAID by size (nvme_check).
-            assert _quantity_bytes(root["ebs"]["volumeSize"]) < gpu_pools_component.nvme_check_min_bytes(p)
+            assert _quantity_bytes(root["ebs"]["volumeSize"]) < nvme_check_min_bytes(p.min_nvme_bytes)
             assert not spec["amiSelectorTerms"][0]["alias"].endswith("@latest")
         else:
             size = _quantity_bytes(spec["ephemeralStorage"]["size"])
             assert size < min(instances.lookup(t).nvme_total_bytes for t in p.instance_types)
-            assert size < gpu_pools_component.nvme_check_min_bytes(p)
+            assert size < nvme_check_min_bytes(p.min_nvme_bytes)
     for m in plan.models:
         if m.compile_cache:
             assert m.compile_cache_host_path.startswith(placement.NVME_MOUNT[mode] + "/")
@@ -479,28 +480,27 @@ def test_karpenter_controller_policies_match_the_upstream_reference(karpenter_mo
 def test_cluster_component_exposes_the_irsa_inputs(mode):
     import pulumi
 
+    from components import Cluster, ClusterArgs, GpuPoolArgs
 
-    from warmstart.components.cluster import Cluster, ClusterArgs
-    from warmstart.config import parse_config
-    from warmstart.plan import plan_stack
-
-    doc = load_stack_doc("prod")["config"]
-    cfg = parse_config({k.split(":", 1)[1]: v for k, v in doc.items()} | {"clusterMode": mode})
-    plan = plan_stack(cfg, "unit")
+    plan = render.load_plan(STACKS_DIR, "prod")[1]
     seen: dict[str, Any] = {}
 
     def program() -> None:
-        c = Cluster("unit", ClusterArgs(plan=plan.cluster, name_prefix=plan.name_prefix, region=cfg.region,
-                                        vpc_id="vpc-0123456789abcdef0",
-                                        private_subnet_ids=["subnet-0b", "subnet-0a"], public_subnet_ids=[]))
-        pulumi.Output.all(c.oidc_provider_arn, c.oidc_issuer).apply(lambda v: seen.update(arn=v[0], issuer=v[1]))
+        c = Cluster("unit", ClusterArgs(
+            cluster_name="unit", mode=mode, region="us-east-1", vpc_id="vpc-0123456789abcdef0",
+            private_subnet_ids=["subnet-0b", "subnet-0a"],
+            gpu_pools=[GpuPoolArgs(name="h100", instance_types=["p5.48xlarge"])]))
+        pulumi.Output.all(c.oidc_provider_arn, c.oidc_issuer, c.cluster_name).apply(
+            lambda v: seen.update(arn=v[0], issuer=v[1], name=v[2]))
         seen["provider"] = c.kubernetes_provider
-        seen["name"] = c.name
+        seen["plan"] = c.plan
 
-    resources = mocks.run(program, region=cfg.region, stack="unit")
+    resources = mocks.run(program, region="us-east-1", stack="unit")
     assert seen["arn"].startswith("arn:aws:iam::") and ":oidc-provider/" in seen["arn"]
     assert not seen["issuer"].startswith("https://") and seen["arn"].endswith(seen["issuer"])
-    assert seen["name"] == plan.cluster.name
+    assert seen["name"] == "unit" and seen["plan"].mode == mode
+    # Alone, with no models named, a pool may still launch one node of its type.
+    assert [p.max_gpus for p in seen["plan"].pools] == [8] and plan.cluster.pools[0].max_gpus > 8
     assert any(r.typ == "pulumi:providers:kubernetes" for r in resources)
     if mode == "auto":
         (nc,) = [r.inputs for r in resources if r.typ == AUTO_NODECLASS]

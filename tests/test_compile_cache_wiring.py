@@ -1,10 +1,10 @@
-"""The compile-cache pre-warm wiring, over every rendered stack (issue 5, under mocks)."""
+"""The compile-cache pre-warm wiring, over every rendered stack (under mocks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from warmstart.components import compile_cache
+from warmstart.manifests import compile_cache
 from warmstart.decisions import placement
 from tests.conftest import render_doc
 from tests.policy_eval import allowed

@@ -29,15 +29,23 @@ def test_render_matches_its_golden_files(stack, tmp_path):
 
 @pytest.mark.parametrize("stack", sorted(p.stem.removeprefix("urns-") for p in STATE.glob("urns-*.json")))
 def test_every_resource_of_existing_state_still_resolves(stack):
-    """Each URN a deployed stack holds is today's URN of a resource, or one of its aliases
-    (as the SDK computes them, parents' aliases included): `pulumi up` then updates in place
-    instead of deleting and recreating."""
+    """Each URN of a cloud or Kubernetes resource a deployed stack holds is today's URN of a
+    resource, or one of its aliases (resolved as the engine does, parents' aliases included):
+    `pulumi up` then updates in place instead of deleting and recreating. A warmstart
+    component of the old layout may drop out of the state (the per-stack ModelRoles became one
+    ModelRole per model): a component owns nothing in the cloud, so that deletes nothing."""
     old = [u for u in json.loads((STATE / f"urns-{stack}.json").read_text()) if f"::{ROOT_STACK}::" not in u]
     resources = render_stack(stack).resources
     assert all(r.urn for r in resources)
     resolves = {r.urn for r in resources} | {a for r in resources for a in r.aliases}
-    lost = [u for u in old if u not in resolves]
+    lost = [u for u in old if u not in resolves and not _own_type(u).startswith("warmstart:")]
     assert not lost, f"{len(lost)} resources of existing state would be replaced: {lost[:5]}"
+    dropped = sorted(_own_type(u) for u in old if u not in resolves)
+    assert dropped in ([], ["warmstart:aws:ModelRoles"]), dropped
+
+
+def _own_type(urn: str) -> str:
+    return urn.split("::")[2].split("$")[-1]
 
 
 def test_aliases_are_checked_at_all():

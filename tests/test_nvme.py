@@ -1,7 +1,8 @@
 """The NVMe guard: pool sizing rules, the config errors they raise, and the start-up check.
 
-The failure guarded against is silent (field notes 4): a compile cache whose hostPath is not
-on the node's NVMe lands on the root EBS volume with no error.
+The failure guarded against is silent: a compile cache whose hostPath is not on the node's NVMe
+lands on the root EBS volume with no error
+(https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html).
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from hypothesis import strategies as st
 
 from tests.conftest import render_stack
 from warmstart import config, plan
-from warmstart.components import gpu_pools as gpu_pools_component
-from warmstart.components import nvme_guard, podside
-from warmstart.components.serving import COMPILE_CACHE_VOLUME
+from warmstart.manifests import gpu_pools as gpu_pools_component
+from warmstart.manifests.nvme_check import nvme_check_min_bytes
+from warmstart.manifests import nvme_check as nvme_check_manifest, pod_scripts
+from warmstart.manifests.serving import COMPILE_CACHE_VOLUME
 from warmstart.decisions import gpu_pools, instances, placement
 from warmstart.decisions.instances import GB, GIB, GpuInstance
 from warmstart.errors import ConfigErrors
@@ -166,13 +168,13 @@ def test_auto_mode_ephemeral_storage_from_config():
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_every_cached_model_runs_the_nvme_check_on_its_cache_volume(stack):
     r = render_stack(stack)
-    (cm,) = [o for o in r.kind("ConfigMap") if o["metadata"]["name"] == nvme_guard.CONFIGMAP_NAME]
-    assert cm["data"][nvme_guard.SCRIPT_KEY] == SCRIPT.read_text()
+    (cm,) = [o for o in r.kind("ConfigMap") if o["metadata"]["name"] == nvme_check_manifest.CONFIGMAP_NAME]
+    assert cm["data"][nvme_check_manifest.SCRIPT_KEY] == SCRIPT.read_text()
     pools = {p.name: p for p in r.stack_plan.cluster.pools}
     for m in r.stack_plan.models:
         (dep,) = [d for d in r.kind("Deployment") if d["metadata"]["name"] == m.name]
         pod = dep["spec"]["template"]["spec"]
-        checks = [c for c in pod.get("initContainers", []) if c["name"] == nvme_guard.INIT_CONTAINER]
+        checks = [c for c in pod.get("initContainers", []) if c["name"] == nvme_check_manifest.INIT_CONTAINER]
         if not m.compile_cache:
             assert not checks
             continue
@@ -187,9 +189,9 @@ def test_every_cached_model_runs_the_nvme_check_on_its_cache_volume(stack):
         assert check["image"] == pod["containers"][0]["image"]  # no extra image to pull
         assert env["WARMSTART_NVME_CHECK_MODE"] == r.stack_plan.config.cluster.nvme_check
         pool = pools[m.pool]
-        assert int(env["WARMSTART_NVME_MIN_BYTES"]) == gpu_pools_component.nvme_check_min_bytes(pool) < pool.min_nvme_bytes
+        assert int(env["WARMSTART_NVME_MIN_BYTES"]) == nvme_check_min_bytes(pool.min_nvme_bytes) < pool.min_nvme_bytes
         annotations = dep["spec"]["template"]["metadata"]["annotations"]
-        assert annotations[nvme_guard.SCRIPT_ANNOTATION] == podside.script_digest(nvme_guard.SCRIPT_KEY)
+        assert annotations[nvme_check_manifest.SCRIPT_ANNOTATION] == pod_scripts.script_digest(nvme_check_manifest.SCRIPT_KEY)
 
 
 def test_nvme_check_fail_mode_reaches_the_pod(stack_doc, tmp_path):
@@ -200,7 +202,7 @@ def test_nvme_check_fail_mode_reaches_the_pod(stack_doc, tmp_path):
     r = render_doc(doc, tmp_path, stack="strict")
     (dep,) = r.kind("Deployment")
     inits = dep["spec"]["template"]["spec"]["initContainers"]
-    (check,) = [c for c in inits if c["name"] == nvme_guard.INIT_CONTAINER]
+    (check,) = [c for c in inits if c["name"] == nvme_check_manifest.INIT_CONTAINER]
     assert inits[0] is check  # it runs before anything writes into the cache
     assert {"name": "WARMSTART_NVME_CHECK_MODE", "value": "fail"} in check["env"]
 

@@ -26,7 +26,7 @@ from pulumi_policy.policy import PolicyResource, ResourceValidationArgs, StackVa
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from warmstart import policies, policy_pack
-from warmstart.components import serving
+from warmstart.manifests import serving
 from warmstart.config import LoaderTuning
 from warmstart.decisions import tuning
 from warmstart.decisions.instances import GIB, MIB

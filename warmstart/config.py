@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -37,7 +39,8 @@ class _Strict(BaseModel):
 
 
 class LoaderTuning(_Strict):
-    """Run:ai Model Streamer tuning (field notes section 2)."""
+    """Run:ai Model Streamer tuning, as AWS recommends in [Accelerate model loading on Amazon
+    EKS](https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html)."""
 
     chunk_bytes: Annotated[int, Field(ge=tuning.MIN_S3_CHUNK_BYTES)] = tuning.DEFAULT_CHUNK_BYTES
     """Bytes per ranged S3 read (`RUNAI_STREAMER_CHUNK_BYTESIZE`). 4 GiB is about one request per
@@ -50,7 +53,8 @@ class LoaderTuning(_Strict):
 
 
 class CompileCacheConfig(_Strict):
-    """torch.compile cache on the node's NVMe, pre-warmed from S3 (field notes section 4)."""
+    """torch.compile cache on the node's NVMe, pre-warmed from S3, as in [Accelerate model loading on
+    Amazon EKS](https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html)."""
 
     enabled: bool = True
     """Default for every model that does not run eager; a model can opt out with
@@ -82,8 +86,9 @@ class GpuPool(_Strict):
     NVMe needs it; a value at or above that NVMe is an error."""
 
 
-class ModelConfig(_Strict):
-    """One served model: one vLLM Deployment."""
+class ModelSpec(_Strict):
+    """What one model is and how it is served, wherever it runs (the `VllmModel` component's
+    spec; a stack's `models[]` entry adds the pool it runs on)."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=40)]
     """Deployment, Service and ServiceAccount name (a DNS label, at most 40 characters)."""
@@ -92,8 +97,6 @@ class ModelConfig(_Strict):
     the prefix (the streamer does not list recursively)."""
     weights_gib: Annotated[float, Field(gt=0, alias="weightsGiB")]
     """Total size of the safetensors weights in GiB (2^30 bytes)."""
-    pool: str
-    """Name of the `gpuPools` entry the model runs on."""
     instance_type: str | None = None
     """Instance type within the pool; default: the pool's only instance type."""
     tensor_parallel_size: Literal["auto"] | Annotated[int, Field(ge=1)] = "auto"
@@ -144,13 +147,21 @@ class ModelConfig(_Strict):
         return v
 
 
+class ModelConfig(ModelSpec):
+    """One served model: one vLLM Deployment."""
+
+    pool: str
+    """Name of the `gpuPools` entry the model runs on."""
+
+
 IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/*-]+$"
 
 
 class NetworkConfig(_Strict):
     """The VPC the cluster and GPU nodes run in: created by warmstart (default), or an existing
     one given by `vpcId`. Either way GPU subnets reach S3 through an S3 Gateway endpoint on
-    every private route table (field notes section 3), not through NAT."""
+    every private route table, not through NAT (see [Accelerate model loading on Amazon
+    EKS](https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html))."""
 
     vpc_id: Annotated[str, Field(pattern=r"^vpc-[0-9a-f]{8,17}$")] | None = None
     """Use this existing VPC instead of creating one; then `privateSubnetIds` and
@@ -292,6 +303,9 @@ class StackConfig(_Strict):
 # Loading
 
 
+_Spec = TypeVar("_Spec", bound=BaseModel)
+
+
 def _key_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -308,13 +322,13 @@ _FIXES = {
 }
 
 
-def _from_validation_error(err: ValidationError) -> ConfigErrors:
+def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:") -> ConfigErrors:
     found = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
         # pydantic reports union branches by their type name; keep the user's key path.
         loc = tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool"))
-        key = f"{NAMESPACE}:" + _key_path(loc) if loc else NAMESPACE
+        key = prefix + _key_path(loc) if loc else prefix.rstrip(":.")
         rule = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], "correct the value (see the config reference in README.md)")
         value = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
@@ -326,6 +340,23 @@ def _from_validation_error(err: ValidationError) -> ConfigErrors:
     for f in found:
         unique.setdefault(f.key, f)
     return ConfigErrors(list(unique.values()))
+
+
+def parse_spec(model: type[_Spec], values: dict[str, Any], prefix: str) -> _Spec:
+    """One config model from plain values (a component's Args), errors keyed `<prefix><key>`."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as err:
+        raise _from_validation_error(err, prefix) from None
+
+
+def spec_from_args(model: type[_Spec], args: Mapping[str, Any], prefix: str) -> _Spec:
+    """The config model `model` from a component's Args (a dict with snake_case keys): only the
+    keys the model has are read, enum members become their values, errors are keyed
+    `<prefix><key>`."""
+    values = {k: (v.value if isinstance(v, Enum) else v) for k, v in args.items()
+              if k in model.model_fields and v is not None}
+    return parse_spec(model, values, prefix)
 
 
 def parse_config(values: dict[str, Any]) -> StackConfig:

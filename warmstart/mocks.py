@@ -23,7 +23,6 @@ from typing import Any, Callable
 
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
-from pulumi.runtime.proto import resource_pb2
 
 FAKE_ACCOUNT = "123456789012"
 FAKE_PARTITION = "aws"
@@ -124,8 +123,8 @@ class Registered:
     provider: str | None = None
     urn: str = ""
     aliases: tuple[str, ...] = ()
-    """Full URNs this resource answers to besides `urn` (its own aliases and those inherited
-    from its parents' aliases), as the SDK computes them."""
+    """Full URNs this resource answers to besides `urn`: its own aliases and those inherited
+    from its parents' aliases, resolved as the engine resolves them."""
 
 
 @dataclass
@@ -160,14 +159,27 @@ class FakeCloud(pulumi.runtime.Mocks):
         return {}
 
 
+def _urn(stack: str, project: str, parent_qualified_type: str, type_: str, name: str) -> str:
+    """A URN as the engine builds it: the parent's whole qualified type, never the root stack's."""
+    if parent_qualified_type and parent_qualified_type != ROOT_STACK_TYPE:
+        type_ = f"{parent_qualified_type}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{type_}::{name}"
+
+
+def _qualified_type(urn: str) -> str:
+    return urn.split("::")[2]
+
+
 class EngineMonitor(MockMonitor):
     """The SDK's mock monitor, made to name and alias resources the way the engine does.
 
     - URNs carry the parent's whole qualified type and leave out the root stack's type, as
       the engine's `generateURN` does (the SDK's mock keeps only the last parent type).
-    - It does not claim alias specs, so the SDK itself computes every alias as a full URN,
-      inherited ones included (`pulumi.runtime.resource.all_aliases`), and the harness can
-      check that an old URN still resolves.
+    - Aliases arrive as alias specs, as with a current engine, and are resolved as the engine
+      resolves them: each spec against the resource's own name, type and parent, then every
+      alias of the parent multiplied out onto the child (`inheritedChildAlias`: a child named
+      after its parent follows the parent's old name), so a test can check that an old URN
+      still resolves. https://www.pulumi.com/docs/iac/concepts/options/aliases/
     """
 
     def __init__(self, mocks: FakeCloud) -> None:
@@ -176,33 +188,43 @@ class EngineMonitor(MockMonitor):
         # The SDK registers from several threads; one registration at a time keeps each
         # record paired with its own URN.
         self._lock = threading.Lock()
+        self.alias_urns: dict[str, tuple[str, ...]] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
-        if parent:
-            qualified = parent.split("::")[2]
-            if qualified != ROOT_STACK_TYPE:
-                type_ = f"{qualified}${type_}"
-        return "urn:pulumi:" + "::".join([pulumi.get_stack(), pulumi.get_project(), type_, name])
+        return _urn(pulumi.get_stack(), pulumi.get_project(), _qualified_type(parent) if parent else "", type_, name)
+
+    def _aliases(self, request, urn: str) -> tuple[str, ...]:
+        stack, project = pulumi.get_stack(), pulumi.get_project()
+        own = []
+        for alias in request.aliases:
+            if alias.urn:
+                own.append(alias.urn)
+                continue
+            spec = alias.spec
+            parent = "" if spec.noParent else (spec.parentUrn or request.parent)
+            own.append(_urn(spec.stack or stack, spec.project or project,
+                            _qualified_type(parent) if parent else "", spec.type or request.type,
+                            spec.name or request.name))
+        inherited = []
+        parent_name = request.parent.rsplit("::", 1)[-1] if request.parent else ""
+        for parent_alias in self.alias_urns.get(request.parent, ()):
+            for child in [urn, *own]:
+                child_name, child_type = child.rsplit("::", 1)[-1], _qualified_type(child).split("$")[-1]
+                if child_name.startswith(parent_name):
+                    child_name = parent_alias.rsplit("::", 1)[-1] + child_name[len(parent_name):]
+                inherited.append(_urn(stack, project, _qualified_type(parent_alias), child_type, child_name))
+        return tuple(sorted(set(own + inherited) - {urn}))
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         with self._lock:
             before = len(self.fake.resources)
             response = super().RegisterResource(request)
+            self.alias_urns[response.urn] = self._aliases(request, response.urn)
             if len(self.fake.resources) > before:
                 rec = self.fake.resources[-1]
                 rec.urn = response.urn
-                rec.aliases = tuple(sorted(a.urn for a in request.aliases if a.urn))
+                rec.aliases = self.alias_urns[response.urn]
             return response
-
-    def GetDeploymentInfo(self, request):  # noqa: N802
-        info = super().GetDeploymentInfo(request)
-        features = [f for f in info.supportedFeatures if f != resource_pb2.RESOURCE_MONITOR_FEATURE_ALIAS_SPECS]
-        return resource_pb2.DeploymentInfo(supportedFeatures=features)
-
-    def SupportsFeature(self, request):  # noqa: N802
-        if request.id == "aliasSpecs":
-            return type("SupportsFeatureResponse", (object,), {"hasSupport": False})
-        return super().SupportsFeature(request)
 
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "warmstart",

@@ -1,18 +1,21 @@
 """The cluster layer's decisions and cross-field rules: cluster, system nodes, GPU pools (pure).
 
-`plan_cluster()` is called by `plan.plan_stack`; it appends a ConfigError (key, rule, fix)
-for every broken rule, so the user sees them together with the other layers' errors.
+The Cluster component plans from its own Args with `plan_cluster_layer` (pools sized by the
+models it is told run on them); `plan_cluster()` (called by `plan.plan_stack`) does the same
+for a stack, with the stack's planned models. Both raise ConfigErrors naming every broken rule.
 """
 
 from __future__ import annotations
 
-import posixpath
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .config import NAMESPACE, GpuPool, StackConfig, SystemNodeGroupConfig
+from .config import NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from .decisions import gpu_pools, instances, naming, placement
+from .decisions.gpu_pools import PoolModel
 from .decisions.instances import GpuInstance
-from .errors import ConfigError
+from .errors import ConfigError, Problems
+from .plan_model import ModelPlan, check_compile_cache_host_path
 
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
 # zone spread (eks-facts 1.2), on nodes Karpenter did not launch.
@@ -103,39 +106,33 @@ class ClusterPlan:
         }
 
 
-def _under(path: str, root: str) -> bool:
-    path, root = posixpath.normpath(path), posixpath.normpath(root)
-    return path != root and posixpath.commonpath([path, root]) == root
-
-
-def _plan_pool(i: int, pool: GpuPool, cfg: StackConfig, models: list, errors: list[ConfigError]) -> PoolPlan | None:
-    key = f"{NAMESPACE}:gpuPools[{i}]"
-    mode = cfg.cluster_mode
-    try:
-        insts = tuple(sorted({t: instances.lookup(t) for t in pool.instance_types}.values(),
-                             key=lambda x: x.instance_type))
-    except instances.UnknownInstanceType:
-        return None  # plan_stack already reported it, with the known types
-    bad = len(errors)
+def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str) -> PoolPlan:
+    """One GPU pool's decisions, sized for `models` (the models that run on it), or ConfigErrors
+    keyed `<key>.<field>` (`warmstart:gpuPools[0]`, or `ClusterArgs.gpuPools[0]`)."""
+    errors = Problems()
+    insts = []
+    for t in sorted(set(pool.instance_types)):
+        try:
+            insts.append(instances.lookup(t))
+        except instances.UnknownInstanceType as err:
+            errors.add(f"{key}.instanceTypes", "unknown GPU instance type", f"use one of: {', '.join(err.known)}", t)
+    errors.raise_if_any()
     if mode == "auto" and pool.name in AUTO_MODE_RESERVED_POOL_NAMES:
-        errors.append(ConfigError(f"{key}.name", "is the name of one of EKS Auto Mode's built-in NodePools "
-                                  "or NodeClass", f"use another name (not {', '.join(AUTO_MODE_RESERVED_POOL_NAMES)})",
-                                  pool.name))
+        errors.add(f"{key}.name", "is the name of one of EKS Auto Mode's built-in NodePools or NodeClass",
+                   f"use another name (not {', '.join(AUTO_MODE_RESERVED_POOL_NAMES)})", pool.name)
     if mode == "auto":
         unsupported = [x.instance_type for x in insts if not x.auto_mode_supported]
         if unsupported:
-            errors.append(ConfigError(f"{key}.instanceTypes", "EKS Auto Mode does not launch this "
-                                      "instance family (eks-facts 2.4)", "use a supported family, or "
-                                      "clusterMode: karpenter", unsupported))
-    on_pool = [m for m in models if m is not None and m.pool == pool.name]
-    cached = sum(1 for m in on_pool if m.compile_cache)
+            # https://docs.aws.amazon.com/eks/latest/userguide/automode-learn-instances.html
+            errors.add(f"{key}.instanceTypes", "EKS Auto Mode does not launch this instance family",
+                       "use a supported family, or clusterMode: karpenter", unsupported)
+    cached = sum(1 for m in models if m.compile_cache)
     required = gpu_pools.required_nvme_bytes(cached)
     try:
         gpu_pools.check_nvme(insts, required)
     except gpu_pools.PoolError as err:
-        errors.append(ConfigError(f"{key}.instanceTypes", f"pool {pool.name!r}: {err.rule}", err.fix,
-                                  list(pool.instance_types)))
-        return None
+        errors.add(f"{key}.instanceTypes", f"pool {pool.name!r}: {err.rule}", err.fix, list(pool.instance_types))
+        errors.raise_if_any()
     min_nvme = gpu_pools.smallest_nvme_bytes(insts)
 
     ephemeral = None
@@ -143,37 +140,32 @@ def _plan_pool(i: int, pool: GpuPool, cfg: StackConfig, models: list, errors: li
         try:
             ephemeral = gpu_pools.auto_mode_ephemeral_storage_gib(min_nvme, pool.ephemeral_storage_gib)
         except gpu_pools.PoolError as err:
-            errors.append(ConfigError(f"{key}.ephemeralStorageGiB", f"pool {pool.name!r}: {err.rule}",
-                                      err.fix, pool.ephemeral_storage_gib))
+            errors.add(f"{key}.ephemeralStorageGiB", f"pool {pool.name!r}: {err.rule}", err.fix,
+                       pool.ephemeral_storage_gib)
     elif pool.ephemeral_storage_gib is not None:
-        errors.append(ConfigError(f"{key}.ephemeralStorageGiB", "only applies to clusterMode: auto "
-                                  "(Karpenter's EC2NodeClass uses the whole NVMe through "
-                                  "instanceStorePolicy: RAID0)", "remove ephemeralStorageGiB",
-                                  pool.ephemeral_storage_gib))
+        errors.add(f"{key}.ephemeralStorageGiB", "only applies to clusterMode: auto (Karpenter's "
+                   "EC2NodeClass uses the whole NVMe through instanceStorePolicy: RAID0)",
+                   "remove ephemeralStorageGiB", pool.ephemeral_storage_gib)
 
-    pool_models = [gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.replicas) for m in on_pool]
     if pool.max_gpus is None:
-        max_gpus = gpu_pools.default_max_gpus(pool_models, insts)
+        max_gpus = gpu_pools.default_max_gpus(models, insts)
     else:
         max_gpus = pool.max_gpus
-        need = gpu_pools.gpus_needed(pool_models)
-        one_node = max((m.instance.gpu_count for m in on_pool), default=0)
-        floor = max(need, one_node)
+        floor = max(gpu_pools.gpus_needed(models), max((m.instance.gpu_count for m in models), default=0))
         if max_gpus < floor:
-            errors.append(ConfigError(
+            errors.add(
                 f"{key}.maxGpus", f"pool {pool.name!r}: its models' replicas need nodes with {floor} "
                 "GPUs in all, and Karpenter counts whole nodes against the limit",
-                f"set maxGpus >= {floor} (>= {gpu_pools.default_max_gpus(pool_models, insts)} leaves room "
-                "for a rollout's surge pod), or remove it to derive it", max_gpus))
-    if len(errors) > bad:
-        return None
-    min_tp = min((m.tensor_parallel_size for m in on_pool), default=1)
+                f"set maxGpus >= {floor} (>= {gpu_pools.default_max_gpus(models, insts)} leaves room "
+                "for a rollout's surge pod), or remove it to derive it", max_gpus)
+    errors.raise_if_any()
+    min_tp = min((m.tensor_parallel_size for m in models), default=1)
     return PoolPlan(
         name=pool.name,
-        instances=insts,
+        instances=tuple(insts),
         capacity_types=tuple(sorted(set(pool.capacity_types))),
         max_gpus=max_gpus,
-        models=tuple(m.name for m in on_pool),
+        models=tuple(m.name for m in models),
         compile_cache_models=cached,
         required_nvme_bytes=required,
         min_nvme_bytes=min_nvme,
@@ -183,59 +175,82 @@ def _plan_pool(i: int, pool: GpuPool, cfg: StackConfig, models: list, errors: li
     )
 
 
-def plan_cluster(cfg: StackConfig, name_prefix: str, models: list, errors: list[ConfigError]) -> ClusterPlan | None:
-    """The cluster layer's decisions, or None after appending every broken rule to `errors`.
-
-    `models` are the ModelPlans in config order (None where a model had errors)."""
-    bad = len(errors)
-    mode = cfg.cluster_mode
-    c = cfg.cluster
-    key = f"{NAMESPACE}:cluster"
+def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence[PoolModel]]], *,
+                       mode: placement.ClusterMode, name: str, kubernetes_version: str, region: str,
+                       key: str, pools_key: str) -> ClusterPlan:
+    """The cluster's decisions: its settings `c` (keys `<key>.<field>`) and each pool with the
+    models on it (keys `<pools_key>[i].<field>`), or ConfigErrors."""
+    errors = Problems()
     system = None
     if mode == "karpenter":
         if c.system_node_group is None:
-            errors.append(ConfigError(
+            errors.add(
                 f"{key}.systemNodeGroup", "clusterMode: karpenter needs a system node group: the "
                 "Karpenter controller must not run on nodes it launches itself, so without one "
                 "nothing can launch the first node", "remove `systemNodeGroup: null` to get the "
                 f"default ({_DEFAULT_SYSTEM.size} x {', '.join(_DEFAULT_SYSTEM.instance_types)}), "
-                "or use clusterMode: auto"))
+                "or use clusterMode: auto")
         elif c.system_node_group.size < MIN_SYSTEM_NODES:
-            errors.append(ConfigError(
-                f"{key}.systemNodeGroup.size", f"the Karpenter chart runs {MIN_SYSTEM_NODES} controller replicas with "
-                "required anti-affinity across hosts and zones; fewer nodes leave one Pending and "
-                "a single node is a single point of failure for all scaling",
-                f"set size >= {MIN_SYSTEM_NODES}", c.system_node_group.size))
+            errors.add(
+                f"{key}.systemNodeGroup.size", f"the Karpenter chart runs {MIN_SYSTEM_NODES} controller "
+                "replicas with required anti-affinity across hosts and zones; fewer nodes leave one Pending "
+                "and a single node is a single point of failure for all scaling",
+                f"set size >= {MIN_SYSTEM_NODES}", c.system_node_group.size)
         else:
             system = SystemNodeGroupPlan(tuple(sorted(set(c.system_node_group.instance_types))),
                                          c.system_node_group.size)
         gpu_types = sorted(set(c.system_node_group.instance_types) & set(instances.catalog())
                            if c.system_node_group else set())
         if gpu_types:
-            errors.append(ConfigError(f"{key}.systemNodeGroup.instanceTypes", "GPU instance types in "
-                                      "the system node group would idle their GPUs",
-                                      "use a general-purpose type such as m7i.large", gpu_types))
-
-    host_path = cfg.compile_cache.host_path
-    if host_path is not None and not _under(host_path, placement.NVME_MOUNT[mode]):
-        errors.append(ConfigError(
-            f"{NAMESPACE}:compileCache.hostPath", f"is not under {placement.NVME_MOUNT[mode]}, where "
-            f"clusterMode: {mode} mounts the node's NVMe: the cache would silently land on the "
-            "root EBS volume (field notes 4)", f"use a path under {placement.NVME_MOUNT[mode]}/ or "
-            "remove hostPath for the default", host_path))
-
-    pools = [_plan_pool(i, p, cfg, models, errors) for i, p in enumerate(cfg.gpu_pools)]
-    if len(errors) > bad or any(p is None for p in pools):
-        return None
+            errors.add(f"{key}.systemNodeGroup.instanceTypes", "GPU instance types in the system node "
+                       "group would idle their GPUs", "use a general-purpose type such as m7i.large", gpu_types)
+    planned = []
+    for i, (pool, models) in enumerate(pools):
+        with errors.collect():
+            planned.append(plan_pool(pool, mode=mode, models=models, key=f"{pools_key}[{i}]"))
+    errors.raise_if_any()
     return ClusterPlan(
         mode=mode,
-        name=naming.cluster_name(name_prefix),
-        kubernetes_version=cfg.kubernetes_version,
-        partition=naming.partition(cfg.region),
+        name=name,
+        kubernetes_version=kubernetes_version,
+        partition=naming.partition(region),
         admins=tuple(sorted(set(c.admins))),
         log_types=tuple(sorted(set(c.log_types))),
         log_retention_days=c.log_retention_days,
         system_node_group=system,
         nvme_check=c.nvme_check,
-        pools=tuple(pools),
+        pools=tuple(planned),
     )
+
+
+def pool_model_of(name: str, instance_type: str, tensor_parallel_size: int, replicas: int,
+                  compile_cache: bool, *, key: str) -> PoolModel:
+    """A model a pool is sized for, given by hand (the Cluster component's `models`)."""
+    try:
+        inst = instances.lookup(instance_type)
+    except instances.UnknownInstanceType as err:
+        raise ConfigError(f"{key}.instanceType", "unknown GPU instance type",
+                          f"use one of: {', '.join(err.known)}", instance_type) from None
+    return PoolModel(inst, tensor_parallel_size, replicas, name=name, compile_cache=compile_cache)
+
+
+def pool_model(m: ModelPlan) -> PoolModel:
+    """What a pool's sizing needs to know of one planned model."""
+    return PoolModel(m.instance, m.tensor_parallel_size, m.replicas, name=m.name, compile_cache=m.compile_cache)
+
+
+def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]) -> ClusterPlan:
+    """A stack's cluster layer, its pools sized by the stack's (valid) planned models."""
+    errors = Problems()
+    with errors.collect():
+        check_compile_cache_host_path(cfg.compile_cache.host_path, cfg.cluster_mode,
+                                      f"{NAMESPACE}:compileCache.hostPath")
+    cluster = None
+    with errors.collect():
+        cluster = plan_cluster_layer(
+            cfg.cluster, [(p, [pool_model(m) for m in models if m.pool == p.name]) for p in cfg.gpu_pools],
+            mode=cfg.cluster_mode, name=naming.cluster_name(name_prefix), kubernetes_version=cfg.kubernetes_version,
+            region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools")
+    errors.raise_if_any()
+    assert cluster is not None  # else raise_if_any raised
+    return cluster

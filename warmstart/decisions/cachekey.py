@@ -9,22 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # plan -> plan_aws -> cachekey at run time
-    from ..plan import ModelPlan
-
 # Arguments that cannot change what torch.compile produces: the loader streams the same
 # weights whatever its concurrency, and vLLM leaves gpu_memory_utilization out of its own hash
-# (vllm-facts 2.2). Everything else a model passes to `vllm serve` is in the fingerprint.
+# (`CacheConfig.compute_hash` in
+# https://github.com/vllm-project/vllm/blob/main/vllm/config/cache.py). Everything else a
+# model passes to `vllm serve` is in the fingerprint.
 _NOT_COMPILE_RELEVANT = ("--model-loader-extra-config", "--load-format", "--gpu-memory-utilization",
                          "--host", "--port", "--served-model-name")
 
 
-def compile_fingerprint(m: ModelPlan, args: list[str]) -> str:
+def compile_fingerprint(image: str, source: str, tensor_parallel_size: int, args: list[str]) -> str:
     """sha256 over the model, TP degree, image and the compile-relevant `vllm serve` args."""
     relevant = [a for a in args if a.split("=", 1)[0] not in _NOT_COMPILE_RELEVANT]
-    factors = {"image": m.image, "model": m.source, "tensorParallelSize": m.tensor_parallel_size,
+    factors = {"image": image, "model": source, "tensorParallelSize": tensor_parallel_size,
                "args": relevant}
     return hashlib.sha256(json.dumps(factors, sort_keys=True).encode()).hexdigest()
 

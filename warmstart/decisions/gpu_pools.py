@@ -1,11 +1,15 @@
 """GPU node pool decisions: NVMe sizing, the NodePool's label floors, GPU limits (pure).
 
-The silent failure these functions guard against (field notes 4): a compile cache on a
-`hostPath` that is not backed by the node's NVMe lands on the root EBS volume with no error.
+The silent failure these functions guard against: a compile cache on a `hostPath` that is not
+backed by the node's NVMe lands on the root EBS volume with no error ("Set the cache path to
+NVMe instance store" in
+https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html).
 
 - Auto Mode RAID0s the NVMe and puts ephemeral storage on it only while the NodeClass
-  `ephemeralStorage.size` is SMALLER than the instance's total NVMe (eks-facts 2.2).
-- Karpenter uses the NVMe only with `instanceStorePolicy: RAID0` (eks-facts 1.1).
+  `ephemeralStorage.size` is SMALLER than the instance's total NVMe ("Considerations" in
+  https://docs.aws.amazon.com/eks/latest/userguide/automode-learn-instances.html).
+- Karpenter uses the NVMe only with `instanceStorePolicy: RAID0`
+  (https://karpenter.sh/v1.14/concepts/nodeclasses/#specinstancestorepolicy).
 - Either way a node type without NVMe has nothing to RAID: the pool must not allow one.
 
 Units: bytes (`*_bytes`) unless the name says GiB/GB. EC2 reports instance store in decimal
@@ -26,14 +30,15 @@ from .instances import GB, GIB, GpuInstance
 # container images (a vLLM image unpacks to ~20 GiB; a rollout briefly keeps two versions,
 # compressed layers plus snapshots) and pod scratch (logs, emptyDirs).
 NODE_EPHEMERAL_RESERVE_BYTES = 100 * GIB
-# Per model with the compile cache on. Field notes 4 measured ~15 MB of artifacts for a
-# 60 GB model; one directory per model keeps an entry per configuration that ran on the
-# node (TP degree, image), so reserve over 300x the measured size.
+# Per model with the compile cache on. AWS measured ~15 MB of artifacts for a 60 GB model
+# (ml-inference-fast-model-loading page above); one directory per model keeps an entry per
+# configuration that ran on the node (TP degree, image), so reserve over 300x the measured size.
 COMPILE_CACHE_RESERVE_BYTES = 5 * GIB
 
-# Auto Mode's own default `ephemeralStorage.size` (eks-facts 2.1). With NVMe present the size
-# is only a threshold (Auto Mode then uses a 20 GiB EBS data volume), so the default is kept
-# whenever it is safely below the NVMe.
+# Auto Mode's own default `ephemeralStorage.size`
+# (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html). With NVMe present
+# the size is only a threshold (Auto Mode then uses a 20 GiB EBS data volume), so the default
+# is kept whenever it is safely below the NVMe.
 AUTO_MODE_DEFAULT_EPHEMERAL_GIB = 80
 # The default is at most this share of the smallest NVMe, a margin for whatever unit and
 # rounding Auto Mode compares in (the docs call the NVMe label "gibibytes" but EC2's total is GB).
@@ -68,7 +73,7 @@ def check_nvme(instances: Sequence[GpuInstance], required_bytes: int) -> None:
         raise PoolError(
             f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no local NVMe instance "
             "store: a node of this type would put the compile cache on its root EBS volume "
-            "silently (field notes 4)",
+            "silently",
             "use instance types with local NVMe (every g5, g6, g6e, g7e, p4d, p5 type has it)")
     small = sorted((i for i in instances if not nvme_fits(i, required_bytes)), key=lambda i: i.instance_type)
     if small:
@@ -98,7 +103,7 @@ def max_ephemeral_storage_gib(min_nvme_bytes: int) -> int:
 def auto_mode_ephemeral_storage_gib(min_nvme_bytes: int, requested_gib: int | None = None) -> int:
     """The Auto Mode NodeClass `ephemeralStorage.size` (GiB) for a pool whose smallest NVMe is
     `min_nvme_bytes`: strictly below it, so Auto Mode RAID0s the NVMe on every node type of
-    the pool (eks-facts 2.2).
+    the pool (the Auto Mode rule in the module docstring).
 
     Comparing GiB against EC2's decimal GB in bytes is the conservative reading: a size below
     the byte count is also below the GB number read as GiB.
@@ -110,7 +115,7 @@ def auto_mode_ephemeral_storage_gib(min_nvme_bytes: int, requested_gib: int | No
             raise PoolError(
                 f"ephemeralStorageGiB={requested_gib} is not smaller than the pool's smallest NVMe "
                 f"({min_nvme_bytes / GB:.0f} GB = {min_nvme_bytes / GIB:.0f} GiB): Auto Mode would "
-                "then skip the RAID0 and the compile cache would not be on the NVMe (eks-facts 2.2)",
+                "then skip the RAID0 and the compile cache would not be on the NVMe",
                 f"remove ephemeralStorageGiB (default {AUTO_MODE_DEFAULT_EPHEMERAL_GIB}) or set it "
                 f"below {limit + 1}")
         if not lo <= requested_gib <= hi:
@@ -153,6 +158,9 @@ class PoolModel:
     instance: GpuInstance
     tensor_parallel_size: int
     replicas: int
+    name: str = ""
+    compile_cache: bool = False
+    """Whether the model keeps a compile cache on the node's NVMe."""
 
 
 def nodes_for(m: PoolModel, pods: int) -> int:

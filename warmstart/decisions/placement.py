@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
 ClusterMode = Literal["auto", "karpenter"]
@@ -19,7 +20,9 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
-# Auto Mode and Karpenter use different label domains (reference/eks-facts.md 2.4).
+# Auto Mode and Karpenter use different label domains
+# (https://docs.aws.amazon.com/eks/latest/userguide/create-node-pool.html,
+# https://karpenter.sh/v1.14/concepts/scheduling/#well-known-labels).
 LABEL_DOMAIN: dict[ClusterMode, str] = {"auto": "eks.amazonaws.com", "karpenter": "karpenter.k8s.aws"}
 
 
@@ -32,13 +35,21 @@ def gpu_count_label(mode: ClusterMode) -> str:
 
 
 # Where each mode mounts the node's NVMe (RAID0 over all drives): Auto Mode's ephemeral
-# storage, Karpenter's `instanceStorePolicy: RAID0` on AL2023 (field notes 4, eks-facts 1.1).
+# storage, Karpenter's `instanceStorePolicy: RAID0` on AL2023
+# (https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html,
+# https://karpenter.sh/v1.14/concepts/nodeclasses/#specinstancestorepolicy).
 NVME_MOUNT: dict[ClusterMode, str] = {"auto": "/mnt/.ephemeral", "karpenter": "/mnt/k8s-disks/0"}
 
 
 def compile_cache_host_path(mode: ClusterMode) -> str:
     """Default node directory of the compile cache, identical on every node of a mode."""
     return f"{NVME_MOUNT[mode]}/compile-cache"
+
+
+def under(path: str, root: str) -> bool:
+    """`path` is strictly below `root` (both normalised)."""
+    path, root = posixpath.normpath(path), posixpath.normpath(root)
+    return path != root and posixpath.commonpath([path, root]) == root
 
 
 # Inside the container the cache is always here, so its paths are the same on every node.

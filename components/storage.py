@@ -2,16 +2,14 @@
 off: private, encrypted at rest, TLS-only, versioned, owner-enforced.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Sequence
+from typing import NotRequired, Optional, Sequence, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 
-from ..decisions import iam
-from ..plan_aws import AwsPlan
+from warmstart.config import CompileCacheBucketConfig, ModelBucketConfig, spec_from_args
+from warmstart.decisions import iam
+from warmstart.plan_aws import BucketsPlan, plan_buckets
 
 # Weight uploads are multi-GiB multipart uploads; parts of an abandoned one are billed until
 # aborted.
@@ -20,16 +18,50 @@ ABORT_INCOMPLETE_UPLOADS_DAYS = 7
 CACHE_NONCURRENT_DAYS = 1
 
 
-@dataclass(frozen=True)
-class StorageArgs:
-    """Inputs of the storage layer."""
+class ModelBucketArgs(TypedDict):
+    """The bucket that holds the model weights."""
 
-    plan: AwsPlan
-    """Bucket names and choices (plan_aws.py)."""
+    name: NotRequired[str]
+    """Bucket name. Default (created bucket): `<namePrefix>-models-<hash8>`."""
+    create: NotRequired[bool]
+    """Create the bucket with warmstart's baseline (default true); false: use the existing
+    bucket `name`, whose settings warmstart leaves alone."""
+    restrict_to_vpc_endpoint: NotRequired[bool]
+    """Deny object reads, writes and listings that do not come through `s3EndpointId`, except by
+    `admins` (default false). Needs `create`."""
+    admins: NotRequired[list[str]]
+    """IAM role or user ARNs (`*` wildcards allowed) exempt from `restrictToVpcEndpoint`."""
+
+
+class CompileCacheBucketArgs(TypedDict):
+    """The bucket that holds the torch.compile cache, one key prefix per model."""
+
+    name: NotRequired[str]
+    """Bucket name. Default: `<namePrefix>-compile-cache-<hash8>`."""
+    expire_after_days: NotRequired[int]
+    """Days after which a cache object is deleted (default 30): entries are cheap to rebuild."""
+
+
+class ModelStorageArgs(TypedDict):
+    """Inputs of the ModelStorage component."""
+
     name_prefix: str
-    """Prefix of Name tags."""
-    s3_endpoint_id: pulumi.Input[str] | None = None
-    """The network's S3 Gateway endpoint id; needed when the model bucket is restricted to it."""
+    """Prefix of derived bucket names and Name tags."""
+    region: str
+    """AWS region (part of the derived names' hash, and the partition of ARNs)."""
+    model_bucket: NotRequired[ModelBucketArgs]
+    """The model bucket (default: created, with a derived name)."""
+    compile_cache: NotRequired[bool]
+    """Create the compile-cache bucket (default true)."""
+    compile_cache_bucket: NotRequired[CompileCacheBucketArgs]
+    """The compile-cache bucket's settings."""
+    s3_endpoint_id: NotRequired[pulumi.Input[str]]
+    """The S3 Gateway endpoint id the model bucket may be restricted to (`restrictToVpcEndpoint`)."""
+    account_id: NotRequired[str]
+    """AWS account id; part of the derived names' hash, so two accounts' stacks never derive the
+    same global bucket name."""
+    stack: NotRequired[str]
+    """Stack name in the derived names' hash (default: the current Pulumi stack)."""
 
 
 class SecureBucket(pulumi.ComponentResource):
@@ -95,22 +127,34 @@ def _abort_uploads(days: int) -> aws.s3.BucketLifecycleConfigurationRuleAbortInc
     return aws.s3.BucketLifecycleConfigurationRuleAbortIncompleteMultipartUploadArgs(days_after_initiation=days)
 
 
-class Storage(pulumi.ComponentResource):
-    """The model bucket (created, or an existing one by name) and the compile-cache bucket."""
+class ModelStorage(pulumi.ComponentResource):
+    """The model bucket (created, or an existing one by name) and the compile-cache bucket, both
+    private, encrypted, TLS-only and versioned."""
 
     model_bucket: pulumi.Output[str]
     """Name of the bucket holding every model's weights."""
     model_bucket_arn: pulumi.Output[str]
     """Its ARN."""
-    compile_cache_bucket: pulumi.Output[str] | None
-    """Name of the compile-cache bucket (one key prefix `<model>/` per model), or None when
-    no model uses the compile cache."""
-    compile_cache_bucket_arn: pulumi.Output[str] | None
-    """Its ARN, or None."""
+    compile_cache_bucket: pulumi.Output[Optional[str]]
+    """Name of the compile-cache bucket (one key prefix `<model>/` per model); unset when
+    `compileCache` is false."""
+    compile_cache_bucket_arn: pulumi.Output[Optional[str]]
+    """Its ARN; unset when `compileCache` is false."""
 
-    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:aws:Storage", name, None, opts)
-        p, prefix = args.plan, args.name_prefix
+    def __init__(self, name: str, args: ModelStorageArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:ModelStorage", name, None, opts)
+        prefix = args["name_prefix"]
+        endpoint = args.get("s3_endpoint_id")
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.plan: BucketsPlan = plan_buckets(
+            spec_from_args(ModelBucketConfig, args.get("model_bucket") or {}, "ModelStorageArgs.modelBucket."),
+            spec_from_args(CompileCacheBucketConfig, args.get("compile_cache_bucket") or {},
+                           "ModelStorageArgs.compileCacheBucket."),
+            name_prefix=prefix, stack=args.get("stack") or pulumi.get_stack(), region=args["region"],
+            account_id=args.get("account_id"), has_s3_endpoint=endpoint is not None,
+            compile_cache=args.get("compile_cache", True), model_key="ModelStorageArgs.modelBucket",
+            cache_key="ModelStorageArgs.compileCacheBucket", endpoint_fix="pass s3EndpointId")
+        p = self.plan
         child = pulumi.ResourceOptions(parent=self)
         if p.create_model_bucket:
             models = SecureBucket(
@@ -120,7 +164,7 @@ class Storage(pulumi.ComponentResource):
                     abort_incomplete_multipart_upload=_abort_uploads(ABORT_INCOMPLETE_UPLOADS_DAYS))],
                 # Weights are the one thing here that is not cheap to rebuild.
                 force_destroy=False,
-                vpc_endpoint_id=args.s3_endpoint_id if p.restrict_model_bucket_to_endpoint else None,
+                vpc_endpoint_id=endpoint if p.restrict_model_bucket_to_endpoint else None,
                 admins=p.admins, opts=child)
             self.model_bucket, self.model_bucket_arn = models.bucket, models.arn
         else:

@@ -3,18 +3,17 @@ accepting, a compile-cache directory that is not on the node's local NVMe (field
 
 The script (warmstart/podside/nvme_check.py, standard library only) ships in a ConfigMap and
 runs in the model's own vLLM image, so no extra image is pulled. `nvme_check_extras()` is the
-pod wiring (pure); the stack ships the script with `podside.PodScript`.
+pod wiring (pure); the script ships in a ConfigMap (`pod_scripts.config_map_spec`).
 """
 
 from __future__ import annotations
 
 from ..decisions import placement
-from ..plan import ModelPlan
-from ..plan_cluster import ClusterPlan, PoolPlan
-from . import podside
-from .gpu_pools import nvme_check_min_bytes
+from ..plan_model import ModelPlan
+from . import pod_scripts
 from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, PodExtras
 
+# The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-nvme-check"
 SCRIPT_KEY = "nvme_check.py"
 SCRIPT_VOLUME = "warmstart-nvme-check"
@@ -25,18 +24,26 @@ SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/nvme-check-sha256"
 
 
 def script_source() -> str:
-    return podside.script_source(SCRIPT_KEY)
+    return pod_scripts.script_source(SCRIPT_KEY)
 
 
-def nvme_check_extras(m: ModelPlan, pool: PoolPlan, cluster: ClusterPlan) -> PodExtras:
+def nvme_check_min_bytes(min_nvme_bytes: int) -> int:
+    """Smallest filesystem that can be the node's NVMe RAID: 80 % of the smallest NVMe total the
+    pods can land on (formatting overhead is a few percent). Anything smaller (the 100 GiB root
+    volume, Auto Mode's 20-80 GiB EBS data volume) is not the NVMe."""
+    return int(min_nvme_bytes * 0.8)
+
+
+def nvme_check_extras(m: ModelPlan, mode: str, config_map: str = CONFIGMAP_NAME) -> PodExtras:
     """The init container (and its script volume) for one model; nothing when the model keeps
-    no compile cache on the node."""
+    no compile cache on the node. `mode`: `warn` or `fail` when the cache is not on NVMe. The
+    size floor is the model's instance type's NVMe (its pods select that type)."""
     if not m.compile_cache:
         return PodExtras()
     env = {
         "WARMSTART_NVME_CHECK_PATH": placement.COMPILE_CACHE_MOUNT,
-        "WARMSTART_NVME_CHECK_MODE": cluster.nvme_check,
-        "WARMSTART_NVME_MIN_BYTES": str(nvme_check_min_bytes(pool)),
+        "WARMSTART_NVME_CHECK_MODE": mode,
+        "WARMSTART_NVME_MIN_BYTES": str(nvme_check_min_bytes(m.instance.nvme_total_bytes)),
         "WARMSTART_NVME_HOST_PATH": f"{m.compile_cache_host_path}/{m.name}",
     }
     init = {
@@ -55,6 +62,6 @@ def nvme_check_extras(m: ModelPlan, pool: PoolPlan, cluster: ClusterPlan) -> Pod
     }
     return PodExtras(
         init_containers=(init,),
-        volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": CONFIGMAP_NAME}},),
-        pod_annotations={SCRIPT_ANNOTATION: podside.script_digest(SCRIPT_KEY)},
+        volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": config_map}},),
+        pod_annotations={SCRIPT_ANNOTATION: pod_scripts.script_digest(SCRIPT_KEY)},
     )

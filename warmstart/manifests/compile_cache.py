@@ -7,18 +7,19 @@ Per node, the cache lives on the NVMe hostPath the serving pod already mounts. A
 - a `compile-cache-publish` native sidecar waits until vLLM answers /health (compile done) and
   publishes the artifacts once, with a conditional write.
 Both always exit 0: a cache problem costs a compile, never a crash loop. `compile_cache_extras()`
-is the wiring (pure); the stack ships the script with `podside.PodScript`.
+is the wiring (pure); the script ships in a ConfigMap (`pod_scripts.config_map_spec`).
 """
 
 from __future__ import annotations
 
-import pulumi
+from typing import Any
 
 from ..decisions import cachekey, placement
-from ..plan import ModelPlan
-from . import podside
+from ..plan_model import ModelPlan
+from . import pod_scripts
 from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, HTTP_PORT, PodExtras, vllm_args
 
+# The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-compile-cache"
 SCRIPT_KEY = "compile_cache.py"
 SCRIPT_VOLUME = "warmstart-compile-cache"
@@ -33,18 +34,19 @@ SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/compile-cache-script-sha256"
 
 
 def script_source() -> str:
-    return podside.script_source(SCRIPT_KEY)
+    return pod_scripts.script_source(SCRIPT_KEY)
 
 
-def _env(m: ModelPlan, bucket: pulumi.Input[str], region: str) -> list[dict]:
-    values: dict[str, pulumi.Input[str]] = {
+def _env(m: ModelPlan, bucket: Any, region: str) -> list[dict]:
+    values: dict[str, Any] = {
         "WARMSTART_CACHE_DIR": placement.COMPILE_CACHE_MOUNT,
         "WARMSTART_CACHE_BUCKET": bucket,
         "WARMSTART_CACHE_PREFIX": cachekey.cache_key_prefix(m.name),
         "WARMSTART_MODEL": m.name,
         "WARMSTART_TP": str(m.tensor_parallel_size),
         "WARMSTART_IMAGE": m.image,
-        "WARMSTART_COMPILE_FINGERPRINT": cachekey.compile_fingerprint(m, vllm_args(m)),
+        "WARMSTART_COMPILE_FINGERPRINT": cachekey.compile_fingerprint(
+            m.image, m.source, m.tensor_parallel_size, vllm_args(m)),
         "WARMSTART_STATE_FILE": f"{STATE_MOUNT}/key.json",
         "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{HTTP_PORT}/health",
         # The first start of a large model may take its whole start-up budget to get healthy.
@@ -57,8 +59,10 @@ def _env(m: ModelPlan, bucket: pulumi.Input[str], region: str) -> list[dict]:
     return env
 
 
-def compile_cache_extras(m: ModelPlan, bucket: pulumi.Input[str] | None, region: str) -> PodExtras:
-    """Restore/publish wiring for one model; nothing for a model without the compile cache."""
+def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME) -> PodExtras:
+    """Restore/publish wiring for one model; nothing for a model without the compile cache or
+    without a bucket. `bucket` is the cache bucket's name (a string or a Pulumi Input);
+    `config_map` the ConfigMap that carries the script."""
     if not m.compile_cache or bucket is None:
         return PodExtras()
     env = _env(m, bucket, region)
@@ -98,8 +102,8 @@ def compile_cache_extras(m: ModelPlan, bucket: pulumi.Input[str] | None, region:
     }
     return PodExtras(
         init_containers=(restore, publish),
-        volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": CONFIGMAP_NAME}},
+        volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": config_map}},
                  {"name": STATE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),
         # A new script rolls the pods onto it.
-        pod_annotations={SCRIPT_ANNOTATION: podside.script_digest(SCRIPT_KEY)},
+        pod_annotations={SCRIPT_ANNOTATION: pod_scripts.script_digest(SCRIPT_KEY)},
     )

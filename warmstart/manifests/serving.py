@@ -1,7 +1,8 @@
-"""The tuned vLLM serving objects for one model: ServiceAccount, Deployment, Service, PDB.
+"""The tuned vLLM serving objects of one model as plain Kubernetes object dicts (pure).
 
-`serving_objects()` turns a ModelPlan into plain Kubernetes object dicts (pure, testable);
-`VllmModel` registers them as Pulumi resources on the cluster's provider.
+ServiceAccount, Deployment, Service and PodDisruptionBudget from a ModelPlan; the VllmModel
+component (components/serving.py) registers them, and the tests validate them against the
+Kubernetes schemas.
 """
 
 from __future__ import annotations
@@ -10,11 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import pulumi
-import pulumi_kubernetes as k8s
-
 from ..decisions import placement, tuning
-from ..plan import ModelPlan
+from ..plan_model import ModelPlan
 
 HTTP_PORT = 8000
 # Pod volume of the node's compile-cache directory (other pod wiring mounts it by this name).
@@ -118,7 +116,7 @@ def merge_extras(*extras: PodExtras) -> PodExtras:
     return out
 
 
-def deployment_spec(m: ModelPlan, namespace: str, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
+def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
     """The Deployment object (apps/v1) for one model."""
     size = m.pod
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": tuning.PROBE_PERIOD_SECONDS}
@@ -174,8 +172,8 @@ def deployment_spec(m: ModelPlan, namespace: str, region: str, extras: PodExtras
             "metadata": {"labels": pod_labels, **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
             "spec": {
                 "serviceAccountName": m.name,
-                "nodeSelector": {
-                    placement.NODEPOOL_LABEL: m.pool,
+                # The pool, when the model names one, and always the instance type it was tuned for.
+                "nodeSelector": ({placement.NODEPOOL_LABEL: m.pool} if m.pool else {}) | {
                     placement.INSTANCE_TYPE_LABEL: m.instance.instance_type,
                 },
                 "tolerations": [{"key": placement.GPU_TAINT_KEY, "operator": "Exists", "effect": placement.GPU_TAINT_EFFECT}],
@@ -210,7 +208,7 @@ def deployment_spec(m: ModelPlan, namespace: str, region: str, extras: PodExtras
     }
 
 
-def service_spec(m: ModelPlan, namespace: str) -> dict[str, Any]:
+def service_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -223,7 +221,7 @@ def service_spec(m: ModelPlan, namespace: str) -> dict[str, Any]:
     }
 
 
-def pdb_spec(m: ModelPlan, namespace: str) -> dict[str, Any]:
+def pdb_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
     # maxUnavailable rather than minAvailable: a single-replica model must not block node
     # drains forever.
     return {
@@ -234,53 +232,10 @@ def pdb_spec(m: ModelPlan, namespace: str) -> dict[str, Any]:
     }
 
 
-def service_account_spec(m: ModelPlan, namespace: str, role_arn: pulumi.Input[str] | None) -> dict[str, Any]:
+def service_account_spec(m: ModelPlan, namespace: str, role_arn: Any = None) -> dict[str, Any]:
+    """The model's ServiceAccount; `role_arn` (a string or a Pulumi Input) is the IRSA role."""
     meta: dict[str, Any] = {"name": m.name, "namespace": namespace, "labels": labels(m.name)}
     if role_arn is not None:
         meta["annotations"] = {IRSA_ROLE_ANNOTATION: role_arn}
     # The IRSA webhook mounts its own projected token; the pod never calls the Kubernetes API.
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False}
-
-
-@dataclass(frozen=True)
-class VllmModelArgs:
-    """Inputs of one model's serving objects."""
-
-    plan: ModelPlan
-    """The model's resolved decisions."""
-    namespace: pulumi.Input[str]
-    """Namespace of every object."""
-    region: str
-    """AWS region, for the streamer's S3 client."""
-    role_arn: pulumi.Input[str] | None = None
-    """IAM role the ServiceAccount assumes through IRSA (from the AWS layer)."""
-    extras: PodExtras = PodExtras()
-    """Additional pod wiring (compile-cache restore/publish)."""
-
-
-class VllmModel(pulumi.ComponentResource):
-    """One model served by vLLM, tuned for a fast cold start."""
-
-    service_name: pulumi.Output[str]
-    """In-cluster Service name; the API is at http://<service>.<namespace>:8000/v1."""
-
-    def __init__(self, name: str, args: VllmModelArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:serving:VllmModel", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
-        m, ns = args.plan, args.namespace
-        sa = service_account_spec(m, ns, args.role_arn)
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
-                                   automount_service_account_token=False, opts=child)
-        dep = deployment_spec(m, ns, args.region, args.extras)
-        timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
-        k8s.apps.v1.Deployment(
-            f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(
-                create=f"{timeout}s", update=f"{timeout}s")),
-        )
-        svc = service_spec(m, ns)
-        service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"], opts=child)
-        pdb = pdb_spec(m, ns)
-        k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
-        self.service_name = service.metadata.apply(lambda md: md["name"] if isinstance(md, dict) else md.name)
-        self.register_outputs({"serviceName": self.service_name})

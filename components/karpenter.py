@@ -15,10 +15,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from .. import versions
-from ..decisions import iam, karpenter
-from ..plan_cluster import ClusterPlan
-from .serving import IRSA_ROLE_ANNOTATION
+from warmstart import versions
+from warmstart.decisions import iam, karpenter
+from warmstart.manifests.serving import IRSA_ROLE_ANNOTATION
+from warmstart.plan_cluster import ClusterPlan
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ class KarpenterArgs:
 
 
 class Karpenter(pulumi.ComponentResource):
-    """Karpenter controller, its AWS plumbing, and the NVIDIA device plugin."""
+    """Karpenter controller, its AWS plumbing, and the NVIDIA device plugin (a part of the
+    Cluster component in karpenter mode; not hosted on its own)."""
 
     node_role: aws.iam.Role
     """Role of the GPU nodes Karpenter launches (its NAME goes in every EC2NodeClass)."""

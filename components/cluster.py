@@ -13,75 +13,147 @@ NodePool per GPU pool whose nodes put their ephemeral storage on local NVMe.
 See docs/cluster-modes.md.
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass, field
+from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
-from ..decisions import iam, karpenter, naming, placement
-from ..decisions.network import KARPENTER_DISCOVERY_TAG
-from ..plan_cluster import ClusterPlan
+from warmstart import versions
+from warmstart.config import ClusterConfig, GpuPool, spec_from_args
+from warmstart.decisions import iam, karpenter, naming, placement
+from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
+from warmstart.plan_cluster import ClusterPlan, plan_cluster_layer, pool_model_of
+
 from .gpu_pools import GpuPools, GpuPoolsArgs
 from .karpenter import Karpenter, KarpenterArgs
+from .types import ClusterMode, mode_value
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")
 
 
-@dataclass(frozen=True)
-class ClusterArgs:
-    """Inputs of the cluster layer."""
+class PoolModelArgs(TypedDict):
+    """A model that will run on a GPU pool: what the pool's limits and NVMe floor are sized for."""
 
-    plan: ClusterPlan
-    """Mode, name, version, admins, logs, system node group and GPU pools."""
-    name_prefix: str
-    """Prefix of IAM names."""
+    name: str
+    """The model's name."""
+    instance_type: str
+    """The instance type its pods run on."""
+    tensor_parallel_size: int
+    """GPUs per pod."""
+    replicas: NotRequired[int]
+    """Pods (default 1)."""
+    compile_cache: NotRequired[bool]
+    """Whether it keeps a compile cache on the nodes' NVMe (default true)."""
+
+
+class GpuPoolArgs(TypedDict):
+    """A set of GPU nodes: one NodePool and its node class."""
+
+    name: str
+    """Pool name; also the NodePool and node class name."""
+    instance_types: list[str]
+    """EC2 instance types the pool may launch (each must be in warmstart's GPU table, with NVMe)."""
+    capacity_types: NotRequired[list[str]]
+    """`on-demand` and/or `spot` (default on-demand)."""
+    max_gpus: NotRequired[int]
+    """NodePool GPU limit. Default: every model of `models` at its replicas plus one surging pod,
+    at least one node of the largest type."""
+    ephemeral_storage_gib: NotRequired[int]
+    """Auto Mode only: the NodeClass `ephemeralStorage.size`, which must stay below the NVMe or
+    Auto Mode puts ephemeral storage on EBS (default 80, or less for a small NVMe)."""
+    models: NotRequired[list[PoolModelArgs]]
+    """The models that will run on the pool (sizing only; they are deployed by VllmModel)."""
+
+
+class SystemNodeGroupArgs(TypedDict):
+    """Karpenter mode: the managed node group for the controller and add-ons."""
+
+    instance_types: NotRequired[list[str]]
+    """On-demand x86_64 instance types (default m7i.large)."""
+    size: NotRequired[int]
+    """Nodes, at least 2 (default 2)."""
+
+
+class ClusterArgs(TypedDict):
+    """Inputs of the Cluster component."""
+
+    cluster_name: str
+    """EKS cluster name."""
+    mode: ClusterMode
+    """EKS Auto Mode, or self-managed Karpenter."""
     region: str
     """AWS region."""
     vpc_id: pulumi.Input[str]
-    """The stack's VPC (network layer)."""
+    """The VPC (e.g. the Network component's `vpcId`)."""
     private_subnet_ids: pulumi.Input[list[str]]
     """Private subnets: control-plane ENIs, system nodes, GPU nodes."""
-    public_subnet_ids: pulumi.Input[list[str]] = field(default_factory=list)
+    gpu_pools: list[GpuPoolArgs]
+    """GPU node pools."""
+    public_subnet_ids: NotRequired[pulumi.Input[list[str]]]
     """Public subnets for internet-facing load balancers (may be empty)."""
-    tags: dict[str, str] = field(default_factory=dict)
-    """Stack tags; also set on instances Karpenter launches."""
+    name_prefix: NotRequired[str]
+    """Prefix of the IAM role names (default: the cluster name)."""
+    kubernetes_version: NotRequired[str]
+    """EKS Kubernetes version."""
+    admins: NotRequired[list[str]]
+    """IAM role or user ARNs (exact) given cluster-admin access through EKS access entries."""
+    log_types: NotRequired[list[str]]
+    """Control-plane log types sent to CloudWatch Logs (default api, audit, authenticator)."""
+    log_retention_days: NotRequired[int]
+    """Days CloudWatch keeps the control-plane logs (default 90)."""
+    system_node_group: NotRequired[SystemNodeGroupArgs]
+    """Karpenter mode: the system node group (ignored in Auto Mode)."""
+    tags: NotRequired[dict[str, str]]
+    """Tags of the instances Karpenter launches (provider default tags do not reach them)."""
+
+
+def plan(args: ClusterArgs) -> ClusterPlan:
+    """The cluster's decisions from its Args alone (pure planners; ConfigErrors keyed `ClusterArgs.*`)."""
+    pools = []
+    for i, pool in enumerate(args["gpu_pools"]):
+        key = f"ClusterArgs.gpuPools[{i}]"
+        models = [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"], m.get("replicas", 1),
+                                m.get("compile_cache", True), key=f"{key}.models[{j}]")
+                  for j, m in enumerate(pool.get("models") or [])]
+        pools.append((spec_from_args(GpuPool, pool, f"{key}."), models))
+    return plan_cluster_layer(
+        spec_from_args(ClusterConfig, args, "ClusterArgs."), pools, mode=mode_value(args["mode"]),  # type: ignore[arg-type]
+        name=args["cluster_name"], kubernetes_version=args.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION,
+        region=args["region"], key="ClusterArgs", pools_key="ClusterArgs.gpuPools")
 
 
 class Cluster(pulumi.ComponentResource):
-    """An EKS cluster with GPU node pools whose nodes cache on local NVMe."""
+    """An EKS cluster, in Auto Mode or with Karpenter, with GPU node pools whose nodes keep their
+    caches on RAID0 NVMe.
 
-    name: str
+    Besides the outputs, Python programs get `kubernetes_provider` (for every object deployed
+    into the cluster), `eks`, `karpenter`, `system_node_group`, `gpu_pools` and `ready` (what
+    serving pods must wait for)."""
+
+    cluster_name: pulumi.Output[str]
     """EKS cluster name."""
-    eks: eks.Cluster
-    """The pulumi-eks cluster."""
-    kubernetes_provider: k8s.Provider
-    """Provider for every Kubernetes object of the stack (serving objects included)."""
+    kubeconfig: pulumi.Output[str]
+    """Kubeconfig (JSON, secret) that authenticates with `aws eks get-token`."""
     oidc_provider_arn: pulumi.Output[str]
     """ARN of the cluster's IAM OIDC provider (IRSA trust principal)."""
     oidc_issuer: pulumi.Output[str]
     """OIDC issuer WITHOUT `https://` (IRSA condition-key prefix, e.g. `oidc.eks.<region>...`)."""
     security_group_id: pulumi.Output[str]
     """The EKS-created cluster security group, shared by the control plane and every node."""
-    gpu_node_role: aws.iam.Role
-    """Role the GPU node classes name."""
-    karpenter: Karpenter | None
-    """The Karpenter controller (karpenter mode), else None."""
-    system_node_group: aws.eks.NodeGroup | None
-    """The managed system node group (karpenter mode), else None."""
-    gpu_pools: GpuPools
-    """Node classes and NodePools per GPU pool."""
-    ready: list[pulumi.Resource]
-    """What serving pods need before they can schedule (pools, controller, device plugin)."""
+    gpu_node_role_name: pulumi.Output[str]
+    """Name of the IAM role of the GPU nodes (the node classes name it)."""
 
-    def __init__(self, name: str, args: ClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:cluster:Cluster", name, None, opts)
-        p = args.plan
-        self.name = p.name
+    def __init__(self, name: str, args: ClusterArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:Cluster", name, None, opts)
+        # Every decision is made here, from the Args alone, by the pure planners.
+        self.plan: ClusterPlan = plan(args)
+        p = self.plan
+        name_prefix = args.get("name_prefix") or p.name
+        region = args["region"]
+        private_subnet_ids = args["private_subnet_ids"]
         child = pulumi.ResourceOptions(parent=self)
 
         # EKS writes control-plane logs to this group; creating it first sets a retention
@@ -94,9 +166,9 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-eks",
             name=p.name,
             version=p.kubernetes_version,
-            vpc_id=args.vpc_id,
-            private_subnet_ids=args.private_subnet_ids,
-            public_subnet_ids=args.public_subnet_ids,
+            vpc_id=args["vpc_id"],
+            private_subnet_ids=private_subnet_ids,
+            public_subnet_ids=args.get("public_subnet_ids", []),
             endpoint_private_access=True,
             endpoint_public_access=True,
             # Access entries only: no aws-auth ConfigMap to drift.
@@ -120,6 +192,8 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_provider_arn = self.eks.oidc_provider_arn
         self.oidc_issuer = self.eks.oidc_issuer
         self.security_group_id = self.eks.cluster_security_group_id
+        self.cluster_name = pulumi.Output.from_input(p.name)
+        self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
 
         for arn in p.admins:
@@ -136,21 +210,21 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group = None
         k8s_child = pulumi.ResourceOptions(parent=self, provider=self.kubernetes_provider)
         if auto:
-            role, node_access = self._auto_mode_node_role(name, args)
+            role, node_access = self._auto_mode_node_role(name, name_prefix)
             self.gpu_node_role = role
-            subnets = pulumi.Output.from_input(args.private_subnet_ids).apply(
+            subnets = pulumi.Output.from_input(private_subnet_ids).apply(
                 lambda ids: [{"id": i} for i in sorted(ids)])
             groups = pulumi.Output.from_input(self.security_group_id).apply(lambda sg: [{"id": sg}])
             pool_deps: list[pulumi.Resource] = [self.eks, node_access]
         else:
             assert p.system_node_group is not None  # plan_cluster requires it in karpenter mode
-            self.system_node_group = self._system_node_group(name, args)
+            self.system_node_group = self._system_node_group(name, name_prefix, private_subnet_ids)
             # Karpenter finds the security group by the same discovery tag the network layer
             # puts on the private subnets.
             sg_tag = aws.ec2.Tag(f"{name}-sg-discovery", resource_id=self.security_group_id,
                                  key=KARPENTER_DISCOVERY_TAG, value=p.name, opts=after_cluster)
             self.karpenter = Karpenter(f"{name}-karpenter", KarpenterArgs(
-                plan=p, name_prefix=args.name_prefix, region=args.region,
+                plan=p, name_prefix=name_prefix, region=region,
                 oidc_provider_arn=self.oidc_provider_arn, oidc_issuer=self.oidc_issuer,
                 kubernetes_provider=self.kubernetes_provider, system_nodes=self.system_node_group,
                 cluster=self.eks), opts=child)
@@ -161,21 +235,25 @@ class Cluster(pulumi.ComponentResource):
 
         self.gpu_pools = GpuPools(f"{name}-gpu", GpuPoolsArgs(
             plan=p, node_role_name=self.gpu_node_role.name, subnet_selector_terms=subnets,
-            security_group_selector_terms=groups, tags=args.tags),
+            security_group_selector_terms=groups, tags=args.get("tags") or {}),
             opts=pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=pool_deps)))
+        self.gpu_node_role_name = self.gpu_node_role.name
         self.ready = [self.gpu_pools] + ([self.karpenter.device_plugin] if self.karpenter else [])
         self.register_outputs({
-            "clusterName": p.name,
+            "clusterName": self.cluster_name,
             "oidcProviderArn": self.oidc_provider_arn,
             "oidcIssuer": self.oidc_issuer,
-            "kubeconfig": pulumi.Output.secret(self.eks.kubeconfig_json),
+            "kubeconfig": self.kubeconfig,
+            "securityGroupId": self.security_group_id,
+            "gpuNodeRoleName": self.gpu_node_role_name,
         })
 
-    def _auto_mode_node_role(self, name: str, args: ClusterArgs) -> tuple[aws.iam.Role, pulumi.Resource]:
-        """Node role of the GPU NodeClasses and its EC2-type access entry (eks-facts 2.5)."""
-        p = args.plan
+    def _auto_mode_node_role(self, name: str, name_prefix: str) -> tuple[aws.iam.Role, pulumi.Resource]:
+        """Node role of the GPU NodeClasses and its EC2-type access entry
+        (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html)."""
+        p = self.plan
         child = pulumi.ResourceOptions(parent=self)
-        role_name = f"{args.name_prefix}-gpu-node"
+        role_name = f"{name_prefix}-gpu-node"
         role = aws.iam.Role(
             f"{name}-gpu-node", name=role_name, assume_role_policy=iam.to_json(karpenter.ec2_trust_policy()),
             description=f"warmstart: GPU nodes of EKS Auto Mode cluster {p.name}",
@@ -194,12 +272,13 @@ class Cluster(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
         return role, association
 
-    def _system_node_group(self, name: str, args: ClusterArgs) -> aws.eks.NodeGroup:
+    def _system_node_group(self, name: str, name_prefix: str,
+                           subnet_ids: pulumi.Input[list[str]]) -> aws.eks.NodeGroup:
         """Managed node group for the Karpenter controller and the add-ons (karpenter mode)."""
-        p = args.plan
-        assert p.system_node_group is not None
+        p = self.plan
+        assert p.system_node_group is not None  # plan_cluster_layer plans one in karpenter mode
         child = pulumi.ResourceOptions(parent=self)
-        role_name = f"{args.name_prefix}-system-node"
+        role_name = f"{name_prefix}-system-node"
         role = aws.iam.Role(
             f"{name}-system-node", name=role_name, assume_role_policy=iam.to_json(karpenter.ec2_trust_policy()),
             description=f"warmstart: system nodes of cluster {p.name}", tags={"Name": role_name}, opts=child)
@@ -211,7 +290,7 @@ class Cluster(pulumi.ComponentResource):
         # EKS creates the EC2_LINUX access entry of a managed node group's role itself.
         return aws.eks.NodeGroup(
             f"{name}-system", cluster_name=p.name, node_group_name=f"{p.name}-system",
-            node_role_arn=role.arn, subnet_ids=args.private_subnet_ids,
+            node_role_arn=role.arn, subnet_ids=subnet_ids,
             instance_types=list(p.system_node_group.instance_types), capacity_type="ON_DEMAND",
             ami_type="AL2023_x86_64_STANDARD",
             scaling_config=aws.eks.NodeGroupScalingConfigArgs(desired_size=size, min_size=size, max_size=size + 1),

@@ -1,7 +1,7 @@
 """GPU capacity: one node class and one NodePool per `gpuPools` entry, in either cluster mode.
 
 `node_class()` and `node_pool()` build the objects as plain dicts (pure: the tests validate
-them against the upstream CRD schemas); `GpuPools` registers them on the cluster's provider.
+them against the upstream CRD schemas); the Cluster component registers them.
 
 Both modes use the `karpenter.sh/v1` NodePool; they differ in the node class it points at:
 - auto: `eks.amazonaws.com/v1` NodeClass, NVMe used when `ephemeralStorage.size` is below it;
@@ -10,15 +10,11 @@ Both modes use the `karpenter.sh/v1` NodePool; they differ in the node class it 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
-
-import pulumi
-import pulumi_kubernetes as k8s
 
 from .. import versions
 from ..decisions import placement
-from ..plan_cluster import ClusterPlan, PoolPlan
+from ..plan_cluster import PoolPlan
 
 NODEPOOL_API = "karpenter.sh/v1"
 # (apiVersion, group, kind) of each mode's node class.
@@ -134,53 +130,3 @@ def node_pool(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, Any]:
                            "budgets": [dict(b) for b in DISRUPTION_BUDGETS]},
         },
     }
-
-
-def nvme_check_min_bytes(pool: PoolPlan) -> int:
-    """Smallest filesystem that can be the pool's NVMe RAID: 80 % of the smallest NVMe total
-    (formatting overhead is a few percent). Anything smaller (the 100 GiB root volume, Auto
-    Mode's 20-80 GiB EBS data volume) is not the NVMe."""
-    return int(pool.min_nvme_bytes * 0.8)
-
-
-@dataclass(frozen=True)
-class GpuPoolsArgs:
-    """Inputs of the GPU pools."""
-
-    plan: ClusterPlan
-    """Mode and per-pool decisions."""
-    node_role_name: pulumi.Input[str]
-    """IAM role NAME the node classes give their nodes (it must have the mode's access entry)."""
-    subnet_selector_terms: pulumi.Input[list[dict]]
-    """Where GPU nodes go: the private subnets."""
-    security_group_selector_terms: pulumi.Input[list[dict]]
-    """Security groups of GPU nodes: the cluster security group."""
-    tags: dict[str, str] = field(default_factory=dict)
-    """EC2 tags of the launched instances (karpenter mode)."""
-
-
-class GpuPools(pulumi.ComponentResource):
-    """Node class + NodePool per GPU pool, on the cluster's Kubernetes provider."""
-
-    node_classes: dict[str, k8s.apiextensions.CustomResource]
-    """Node class (NodeClass or EC2NodeClass) per pool name."""
-    node_pools: dict[str, k8s.apiextensions.CustomResource]
-    """NodePool per pool name."""
-
-    def __init__(self, name: str, args: GpuPoolsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:cluster:GpuPools", name, None, opts)
-        mode = args.plan.mode
-        self.node_classes, self.node_pools = {}, {}
-        for pool in args.plan.pools:
-            nc = node_class(mode, pool, role=args.node_role_name, subnet_terms=args.subnet_selector_terms,
-                            security_group_terms=args.security_group_selector_terms, tags=args.tags)
-            self.node_classes[pool.name] = k8s.apiextensions.CustomResource(
-                f"{name}-{pool.name}-nodeclass", api_version=nc["apiVersion"], kind=nc["kind"],
-                metadata=nc["metadata"], spec=nc["spec"], opts=pulumi.ResourceOptions(parent=self))
-            np_ = node_pool(mode, pool)
-            self.node_pools[pool.name] = k8s.apiextensions.CustomResource(
-                f"{name}-{pool.name}-nodepool", api_version=np_["apiVersion"], kind=np_["kind"],
-                metadata=np_["metadata"], spec=np_["spec"],
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.node_classes[pool.name]]))
-        self.register_outputs({})
-

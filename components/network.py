@@ -6,30 +6,51 @@ Gateway endpoint sits on every private route table, so weights and compile-cache
 travel to the GPU nodes without crossing a NAT gateway (field notes 3).
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
+from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 
-from ..decisions import naming
-from ..decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
-from ..plan_aws import NetworkPlan
+from warmstart.config import NetworkConfig, spec_from_args
+from warmstart.decisions import naming
+from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
+from warmstart.plan_aws import NetworkPlan, plan_network
 
 ANYWHERE = "0.0.0.0/0"
 
 
-@dataclass(frozen=True)
-class NetworkArgs:
-    """Inputs of the network layer (all decisions; nothing is wired from other resources)."""
+class NetworkArgs(TypedDict):
+    """Inputs of the Network component: a VPC warmstart creates (the default), or an existing one
+    by `vpcId`; either way with the S3 Gateway endpoint on every private route table."""
 
-    plan: NetworkPlan
-    """Create-or-existing decision, CIDR layout, existing ids, endpoint choice."""
     name_prefix: str
     """Prefix of every Name tag."""
     region: str
-    """Region of the S3 endpoint service."""
+    """AWS region (the S3 endpoint service is regional)."""
+    vpc_id: NotRequired[Optional[str]]
+    """Use this existing VPC instead of creating one; then `privateSubnetIds` and
+    `privateRouteTableIds` are required."""
+    private_subnet_ids: NotRequired[list[str]]
+    """Existing VPC only: its private subnets (at least two, in different AZs)."""
+    private_route_table_ids: NotRequired[list[str]]
+    """Existing VPC only: every route table of `privateSubnetIds`; the S3 endpoint is attached to each."""
+    public_subnet_ids: NotRequired[list[str]]
+    """Existing VPC only: public subnets for internet-facing load balancers."""
+    cidr: NotRequired[str]
+    """Created VPC only: its IPv4 CIDR, /16 to /22 (default 10.0.0.0/16)."""
+    availability_zones: NotRequired[list[str]]
+    """Created VPC only: AZ names to use (default: the region's first `azCount` available AZs)."""
+    az_count: NotRequired[int]
+    """Created VPC only: number of AZs when `availabilityZones` is not given (default 3)."""
+    single_nat_gateway: NotRequired[bool]
+    """Created VPC only: one NAT gateway for all AZs instead of one per AZ (default false)."""
+    s3_gateway_endpoint: NotRequired[bool]
+    """Create the S3 Gateway endpoint, so model and cache traffic bypasses NAT (default true)."""
+    allow_s3_via_nat: NotRequired[bool]
+    """Explicit opt-out needed for `s3GatewayEndpoint: false` (default false)."""
+    karpenter_discovery_cluster: NotRequired[Optional[str]]
+    """Karpenter mode: the EKS cluster name to tag the private subnets with
+    (`karpenter.sh/discovery`), so its EC2NodeClasses find them."""
 
 
 def _sorted_ids(*ids: pulumi.Input[str]) -> pulumi.Output[list[str]]:
@@ -37,27 +58,31 @@ def _sorted_ids(*ids: pulumi.Input[str]) -> pulumi.Output[list[str]]:
 
 
 class Network(pulumi.ComponentResource):
-    """VPC, subnets, NAT and the S3 Gateway endpoint of one stack."""
+    """VPC, subnets, NAT and the S3 Gateway endpoint GPU nodes pull weights through."""
 
     vpc_id: pulumi.Output[str]
     """The VPC's id."""
     private_subnet_ids: pulumi.Output[list[str]]
-    """Private subnets (sorted) for the cluster and GPU nodes; tagged `karpenter.sh/discovery:
-    <cluster name>` in karpenter mode."""
+    """Private subnets (sorted) for the cluster and GPU nodes."""
     public_subnet_ids: pulumi.Output[list[str]]
     """Public subnets (sorted) for internet-facing load balancers; empty for an existing VPC
     that names none."""
     private_route_table_ids: pulumi.Output[list[str]]
     """Route tables of the private subnets (sorted); each carries the S3 endpoint's route."""
-    s3_endpoint_id: pulumi.Output[str] | None
-    """The S3 Gateway endpoint's id (`vpce-...`, the `aws:SourceVpce` value), or None when
-    the stack opted out with `allowS3ViaNat`."""
+    s3_endpoint_id: pulumi.Output[Optional[str]]
+    """The S3 Gateway endpoint's id (`vpce-...`, the `aws:SourceVpce` value); unset when
+    `s3GatewayEndpoint` is false."""
 
-    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("warmstart:aws:Network", name, None, opts)
-        p = args.plan
+    def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:Network", name, None, opts)
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.plan: NetworkPlan = plan_network(
+            spec_from_args(NetworkConfig, args, "NetworkArgs."), region=args["region"],
+            karpenter_discovery=args.get("karpenter_discovery_cluster"), key="NetworkArgs")
+        p = self.plan
+        region, name_prefix = args["region"], args["name_prefix"]
         if p.create:
-            self._create(name, args)
+            self._create(name, p, region, name_prefix)
         else:
             self.vpc_id = pulumi.Output.from_input(p.vpc_id)
             self.private_subnet_ids = pulumi.Output.from_input(list(p.private_subnet_ids))
@@ -71,12 +96,12 @@ class Network(pulumi.ComponentResource):
                                 key=KARPENTER_DISCOVERY_TAG, value=p.karpenter_discovery,
                                 opts=pulumi.ResourceOptions(parent=self))
 
-        self.s3_endpoint_id = None
+        self.s3_endpoint_id = None  # type: ignore[assignment]
         if p.s3_gateway_endpoint:
             endpoint = aws.ec2.VpcEndpoint(
                 f"{name}-s3",
                 vpc_id=self.vpc_id,
-                service_name=naming.s3_service_name(args.region),
+                service_name=naming.s3_service_name(region),
                 vpc_endpoint_type="Gateway",
                 # Route tables on the endpoint itself (not VpcEndpointRouteTableAssociation):
                 # one resource owns the full set, so a missing table shows up as a diff.
@@ -84,7 +109,7 @@ class Network(pulumi.ComponentResource):
                 # No endpoint policy (full access): the nodes also pull ECR image layers, which
                 # ECR serves from its own S3 buckets, through this endpoint. Bucket access is
                 # limited by the IRSA roles and bucket policies instead.
-                tags={"Name": f"{args.name_prefix}-s3"},
+                tags={"Name": f"{name_prefix}-s3"},
                 opts=pulumi.ResourceOptions(parent=self),
             )
             self.s3_endpoint_id = endpoint.id
@@ -97,9 +122,8 @@ class Network(pulumi.ComponentResource):
             "s3EndpointId": self.s3_endpoint_id,
         })
 
-    def _create(self, name: str, args: NetworkArgs) -> None:
-        p, prefix = args.plan, args.name_prefix
-        assert p.layout is not None
+    def _create(self, name: str, p: NetworkPlan, region: str, prefix: str) -> None:
+        assert p.layout is not None  # plan_network lays out every VPC it creates
         child = pulumi.ResourceOptions(parent=self)
         count = p.az_count
         if p.availability_zones:
@@ -115,7 +139,7 @@ class Network(pulumi.ComponentResource):
             def first(names: list[str] | None) -> list[str]:
                 names = sorted(names or [])
                 if len(names) < count:
-                    raise ValueError(f"region {args.region} reports {len(names)} available AZs, "
+                    raise ValueError(f"region {region} reports {len(names)} available AZs, "
                                      f"warmstart:network.azCount is {count}")
                 return names[:count]
 

@@ -1,0 +1,36 @@
+"""warmstart's reusable Pulumi components: vLLM on Amazon EKS with fast cold starts.
+
+Each component takes its own typed Args (a TypedDict a person writes, with plain values for
+plan-time decisions and `pulumi.Input` for values wired from other resources), decides inside
+through warmstart's pure planners, and registers only resources:
+
+- `Network`: a VPC (or an existing one) with the S3 Gateway endpoint on every private route table;
+- `Cluster`: EKS in Auto Mode or with self-managed Karpenter, GPU pools on RAID0 NVMe;
+- `ModelStorage`: the model and compile-cache buckets with a security baseline;
+- `ModelRole`: one model's least-privilege IRSA role;
+- `VllmModel`: one model served by vLLM, tuned for a fast cold start;
+- `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys).
+
+The first five are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
+`__main__.py` here), so `pulumi package add` makes them usable from TypeScript, Go, C# or YAML.
+Modules import each other relatively, so the package works under any name it is imported as
+(`components` in this project, `warmstart_components` once installed).
+"""
+
+from .cluster import Cluster, ClusterArgs, GpuPoolArgs, PoolModelArgs, SystemNodeGroupArgs
+from .identity import ModelRole, ModelRoleArgs
+from .network import Network, NetworkArgs
+from .serving import LoaderArgs, VllmModel, VllmModelArgs
+from .stack import WarmstartStack, WarmstartStackArgs, stack_config
+from .storage import CompileCacheBucketArgs, ModelBucketArgs, ModelStorage, ModelStorageArgs
+from .types import ClusterMode, NvmeCheckMode
+
+# The components the package hosts for other languages (their Args are schema-typed).
+HOSTED = [Network, Cluster, ModelStorage, ModelRole, VllmModel]
+
+__all__ = [
+    "HOSTED", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "LoaderArgs",
+    "ModelBucketArgs", "ModelRole", "ModelRoleArgs", "ModelStorage", "ModelStorageArgs", "Network",
+    "NetworkArgs", "NvmeCheckMode", "PoolModelArgs", "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs",
+    "WarmstartStack", "WarmstartStackArgs", "stack_config",
+]

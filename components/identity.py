@@ -1,0 +1,91 @@
+"""One IAM role for one model's ServiceAccount (IRSA), least privilege.
+
+Trust: exactly `system:serviceaccount:<namespace>:<serviceAccount>` through the cluster's OIDC
+provider, `:sub` and `:aud` both pinned
+(https://docs.aws.amazon.com/eks/latest/userguide/associate-service-account-role.html).
+Permissions: read the model's prefix of its weights bucket; read/write the model's own
+`<model>/` prefix of the compile-cache bucket when one is given. No write to the weights, no
+delete, no wildcard resource.
+"""
+
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_aws as aws
+
+from warmstart.config import S3_URI
+from warmstart.decisions import iam, naming
+from warmstart.errors import ConfigError
+from warmstart.plan_aws import ModelAccess, model_access
+
+ROLE_POLICY_NAME = "s3-access"
+
+
+class ModelRoleArgs(TypedDict):
+    """Inputs of the ModelRole component."""
+
+    model_name: str
+    """The model's name: its key prefix in the compile-cache bucket, and the default
+    ServiceAccount name."""
+    source: str
+    """`s3://bucket/prefix` of the model's weights: the role may read exactly that prefix."""
+    namespace: str
+    """Namespace of the ServiceAccount that assumes the role."""
+    oidc_provider_arn: pulumi.Input[str]
+    """ARN of the cluster's IAM OIDC provider (the trust policy's Federated principal)."""
+    oidc_issuer: pulumi.Input[str]
+    """The cluster's OIDC issuer, with or without `https://` (the trust conditions' key prefix)."""
+    name_prefix: str
+    """Prefix of the role's name: `<namePrefix>-<model>-irsa`."""
+    region: str
+    """AWS region (the partition of the ARNs)."""
+    service_account: NotRequired[str]
+    """The ServiceAccount that assumes the role (default: the model's name)."""
+    compile_cache_bucket: NotRequired[pulumi.Input[str]]
+    """Name of the compile-cache bucket; without it the role gets no cache access at all."""
+
+
+class ModelRole(pulumi.ComponentResource):
+    """The IRSA role one model's pods assume: read its weights, read/write its compile cache."""
+
+    role_arn: pulumi.Output[str]
+    """The role's ARN, for the ServiceAccount's `eks.amazonaws.com/role-arn` annotation."""
+    role_name: pulumi.Output[str]
+    """The role's name."""
+
+    def __init__(self, name: str, args: ModelRoleArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:ModelRole", name, None, opts)
+        source, namespace = args["source"], args["namespace"]
+        bucket, prefix = _source(source)
+        cache_bucket = args.get("compile_cache_bucket")
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.access: ModelAccess = model_access(
+            args["model_name"], prefix, name_prefix=args["name_prefix"],
+            service_account=args.get("service_account"), compile_cache=cache_bucket is not None)
+        a, partition = self.access, naming.partition(args["region"])
+        trust = pulumi.Output.all(args["oidc_provider_arn"], args["oidc_issuer"]).apply(
+            lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), namespace,
+                                                        a.service_account)))
+        role = aws.iam.Role(
+            name, name=a.role_name, assume_role_policy=trust,
+            description=f"warmstart: {namespace}/{a.service_account} reads its model weights"
+                        + (" and its compile cache" if a.cache_prefix else ""),
+            tags={"Name": a.role_name, "warmstart:model": a.model},
+            opts=pulumi.ResourceOptions(parent=self))
+        policy = pulumi.Output.from_input(cache_bucket if cache_bucket is not None else "").apply(
+            lambda cache: iam.to_json(iam.model_role_policy(
+                partition, bucket, a.model_prefix, cache or None, a.cache_prefix)))
+        aws.iam.RolePolicy(f"{name}-s3", role=role.name, name=ROLE_POLICY_NAME, policy=policy,
+                           opts=pulumi.ResourceOptions(parent=self))
+        self.role_arn = role.arn
+        self.role_name = role.name
+        self.register_outputs({"roleArn": self.role_arn, "roleName": self.role_name})
+
+
+def _source(source: str) -> tuple[str, str]:
+    """(bucket, prefix) of an `s3://bucket/prefix` source, or a ConfigError naming the key."""
+    m = S3_URI.match(source)
+    if m is None:
+        raise ConfigError("ModelRoleArgs.source", "must be s3://bucket/prefix with a valid bucket name "
+                          "and a non-empty prefix", "give the model's S3 URI", source)
+    return m["bucket"], m["prefix"].rstrip("/")

@@ -1,0 +1,178 @@
+"""One model served by vLLM on an EKS cluster, tuned for a fast cold start.
+
+From its Args alone the component decides everything through the pure planner
+(`warmstart.plan_model.plan_model`: tensor parallel degree, streamer concurrency, distributed
+loading, pod size, start-up budget) and registers the objects `warmstart.manifests` builds:
+ServiceAccount (with its IRSA role), Deployment, Service and PodDisruptionBudget, the start-up
+NVMe check, and the compile-cache restore/publish wiring when a cache bucket is given.
+"""
+
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from warmstart import versions
+from warmstart.config import LoaderTuning, ModelSpec, spec_from_args
+from warmstart.manifests import compile_cache, nvme_check
+from warmstart.manifests.serving import (
+    HTTP_PORT,
+    deployment_spec,
+    merge_extras,
+    pdb_spec,
+    service_account_spec,
+    service_spec,
+)
+from warmstart.plan_model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
+
+from .pod_scripts import PodScript
+from .types import ClusterMode, NvmeCheckMode, mode_value
+
+DEFAULT_NAMESPACE = "default"
+
+
+class LoaderArgs(TypedDict):
+    """Run:ai Model Streamer tuning
+    (https://docs.vllm.ai/en/stable/models/extensions/runai_model_streamer/)."""
+
+    chunk_bytes: NotRequired[int]
+    """Bytes per ranged S3 read, `RUNAI_STREAMER_CHUNK_BYTESIZE` (default 4 GiB, about one request
+    per safetensors shard)."""
+    request_timeout_ms: NotRequired[int]
+    """Window after which a stalled transfer is cut and retried (default 3000)."""
+    low_speed_limit_bytes_per_second: NotRequired[int]
+    """Throughput below which a transfer counts as stalled (default 1 MiB/s)."""
+
+
+class VllmModelArgs(TypedDict):
+    """Inputs of the VllmModel component."""
+
+    model_name: str
+    """Name of the Deployment, Service and ServiceAccount (a DNS label, at most 40 characters)."""
+    source: str
+    """`s3://bucket/prefix` holding the safetensors shards and the config and tokenizer files."""
+    weights_gib: float
+    """Total size of the safetensors weights in GiB (2^30 bytes): the tuning depends on it."""
+    instance_type: str
+    """EC2 GPU instance type the pods run on (its GPUs decide the tensor-parallel degree)."""
+    region: str
+    """AWS region of the weights bucket (the streamer's S3 client needs it explicitly)."""
+    namespace: NotRequired[str]
+    """Existing namespace of the objects (default `default`)."""
+    tensor_parallel_size: NotRequired[Optional[int]]
+    """GPUs per replica; omit for auto: the fewest of 1, 2, 4, 8 that hold the weights and leave
+    15 % of each GPU for KV cache."""
+    replicas: NotRequired[int]
+    """Serving pods (default 1)."""
+    image: NotRequired[str]
+    """vLLM image, an explicit tag or `@sha256:` digest (default: warmstart's pinned vLLM)."""
+    max_model_len: NotRequired[int]
+    """`--max-model-len` (default: the model's)."""
+    gpu_memory_utilization: NotRequired[float]
+    """`--gpu-memory-utilization` (default 0.9); also the basis of the tensor-parallel rule."""
+    eager: NotRequired[bool]
+    """Run with `--enforce-eager`: no torch.compile or CUDA graphs (default false)."""
+    extra_args: NotRequired[list[str]]
+    """Extra `vllm serve` arguments, after the ones warmstart derives."""
+    loader: NotRequired[LoaderArgs]
+    """Streamer tuning overrides."""
+    cluster_mode: NotRequired[ClusterMode]
+    """How the cluster runs its GPU nodes, which decides where their NVMe is mounted (default auto)."""
+    node_pool: NotRequired[str]
+    """Karpenter / Auto Mode NodePool the pods must land on (default: any node of `instanceType`)."""
+    compile_cache: NotRequired[bool]
+    """Keep the torch.compile cache on the node's NVMe (default: on unless eager)."""
+    compile_cache_host_path: NotRequired[str]
+    """Node directory of the cache, under the mode's NVMe mount (default
+    `/mnt/.ephemeral/compile-cache` or `/mnt/k8s-disks/0/compile-cache`)."""
+    compile_cache_bucket: NotRequired[pulumi.Input[str]]
+    """Compile-cache bucket: with it, the first pod on a new node restores the cache from S3 and
+    the first healthy pod publishes it."""
+    nvme_check: NotRequired[NvmeCheckMode]
+    """What the start-up check does when the cache is not on NVMe (default warn)."""
+    role_arn: NotRequired[pulumi.Input[str]]
+    """IAM role the ServiceAccount assumes through IRSA (e.g. the ModelRole component's `roleArn`)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """Kubeconfig of the cluster; without it the objects use the Kubernetes provider of the
+    resource options (or the ambient one)."""
+    ship_pod_scripts: NotRequired[bool]
+    """Create this model's ConfigMaps for the pod-side scripts (default true). False when one
+    `PodScript` per namespace already ships them, as the warmstart stack does."""
+
+
+def plan(args: VllmModelArgs) -> ModelPlan:
+    """The model's decisions from its Args alone (ConfigErrors keyed `VllmModelArgs.*`)."""
+    mode = mode_value(args.get("cluster_mode", ClusterMode.AUTO))
+    tp = args.get("tensor_parallel_size")
+    spec = spec_from_args(ModelSpec, {
+        "name": args["model_name"], "source": args["source"], "weights_gib": args["weights_gib"],
+        "instance_type": args["instance_type"], "tensor_parallel_size": "auto" if tp is None else tp,
+        "replicas": args.get("replicas"), "image": args.get("image"), "max_model_len": args.get("max_model_len"),
+        "gpu_memory_utilization": args.get("gpu_memory_utilization"), "eager": args.get("eager"),
+        "extra_args": args.get("extra_args"),
+    }, "VllmModelArgs.")
+    host_path = args.get("compile_cache_host_path")
+    check_compile_cache_host_path(host_path, mode, "VllmModelArgs.compileCacheHostPath")  # type: ignore[arg-type]
+    return plan_model(
+        spec, key="VllmModelArgs", instance_type=args["instance_type"], pool=args.get("node_pool"),
+        loader=spec_from_args(LoaderTuning, args.get("loader") or {}, "VllmModelArgs.loader."),
+        compile_cache=args.get("compile_cache", not spec.eager),
+        compile_cache_host_path=compile_cache_host_path(mode, host_path))  # type: ignore[arg-type]
+
+
+class VllmModel(pulumi.ComponentResource):
+    """One model served by vLLM on EKS, tuned for a fast cold start: Run:ai streamer concurrency
+    and distributed loading, the compile cache on NVMe (pre-warmed from S3 with a bucket), and
+    probes that never kill a loading pod. Python programs also get `plan`, every decision."""
+
+    service_name: pulumi.Output[str]
+    """In-cluster Service name."""
+    endpoint: pulumi.Output[str]
+    """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
+
+    def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:VllmModel", name, None, opts)
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.plan: ModelPlan = plan(args)
+        m = self.plan
+        ns = args.get("namespace") or DEFAULT_NAMESPACE
+        child = pulumi.ResourceOptions(parent=self)
+        if args.get("kubeconfig") is not None:
+            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            child = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        bucket = args.get("compile_cache_bucket") if m.compile_cache else None
+        scripts: list[pulumi.Resource] = []
+        nvme_map, cache_map = nvme_check.CONFIGMAP_NAME, compile_cache.CONFIGMAP_NAME
+        if args.get("ship_pod_scripts", True) and m.compile_cache:
+            nvme_map, cache_map = f"{m.name}-nvme-check", f"{m.name}-compile-cache"
+            scripts.append(PodScript(f"{name}-nvme-check", ns, nvme_map, nvme_check.SCRIPT_KEY, opts=child))
+            if bucket is not None:
+                scripts.append(PodScript(f"{name}-compile-cache", ns, cache_map, compile_cache.SCRIPT_KEY,
+                                         opts=child))
+        # The NVMe check runs first: no restore onto a cache path that is not NVMe.
+        extras = merge_extras(
+            nvme_check.nvme_check_extras(m, mode_value(args.get("nvme_check", NvmeCheckMode.WARN)), nvme_map),
+            compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map))
+
+        sa = service_account_spec(m, ns, args.get("role_arn"))
+        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
+                                   automount_service_account_token=False, opts=child)
+        dep = deployment_spec(m, ns, args["region"], extras)
+        timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=scripts,
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout}s", update=f"{timeout}s"))))
+        svc = service_spec(m, ns)
+        service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"], opts=child)
+        pdb = pdb_spec(m, ns)
+        k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
+        self.service_name = service.metadata.apply(lambda md: md["name"] if isinstance(md, dict) else md.name)
+        self.endpoint = pulumi.Output.all(self.service_name, ns).apply(
+            lambda v: f"http://{v[0]}.{v[1]}.svc:{HTTP_PORT}/v1")
+        self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
+
+
+__all__ = ["LoaderArgs", "VllmModel", "VllmModelArgs", "plan", "versions"]

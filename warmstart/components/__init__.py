@@ -1,1 +1,0 @@
-"""Pulumi components: each translates decisions (warmstart.plan) into resources."""

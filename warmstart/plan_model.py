@@ -1,0 +1,157 @@
+"""One model's decisions (pure; no Pulumi): the VllmModel component's planner.
+
+`plan_model` decides everything for one model from its own spec and where it runs, and raises
+ConfigErrors naming each broken rule under the key it is given.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from .config import LoaderTuning, ModelSpec
+from .decisions import instances, placement, tuning
+from .decisions.instances import GIB, GpuInstance
+from .errors import ConfigError, Problems
+
+# Flags warmstart derives; a model's extraArgs may not set them, or two sources of truth
+# would disagree on the cluster.
+MANAGED_FLAGS = (
+    "--tensor-parallel-size",
+    "--load-format",
+    "--model-loader-extra-config",
+    "--enforce-eager",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--port",
+    "--host",
+)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Everything decided for one model."""
+
+    name: str
+    source: str
+    bucket: str
+    prefix: str
+    pool: str | None
+    """The NodePool the pods select (`karpenter.sh/nodepool`); None: any node of the instance type."""
+    instance: GpuInstance
+    tensor_parallel_size: int
+    weights_bytes: int
+    loader: LoaderTuning
+    concurrency: int
+    distributed: bool
+    eager: bool
+    compile_cache: bool
+    compile_cache_host_path: str
+    startup_budget_seconds: int
+    pod: tuning.PodSize
+    replicas: int
+    image: str
+    max_model_len: int | None
+    gpu_memory_utilization: float
+    extra_args: tuple[str, ...]
+
+    def summary(self) -> dict:
+        """The plan.json entry for this model."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "pool": self.pool,
+            "instanceType": self.instance.instance_type,
+            "gpuName": self.instance.gpu_model,
+            "gpusPerNode": self.instance.gpu_count,
+            "tensorParallelSize": self.tensor_parallel_size,
+            "replicas": self.replicas,
+            "weightsBytes": self.weights_bytes,
+            "chunkBytes": self.loader.chunk_bytes,
+            "concurrency": self.concurrency,
+            "distributed": self.distributed,
+            "eager": self.eager,
+            "compileCache": self.compile_cache,
+            "compileCacheHostPath": self.compile_cache_host_path,
+            "startupBudgetSeconds": self.startup_budget_seconds,
+            "image": self.image,
+            "imagePinnedByDigest": "@sha256:" in self.image,
+        }
+
+
+def compile_cache_host_path(mode: placement.ClusterMode, host_path: str | None = None) -> str:
+    """The node directory of the compile cache: `host_path` as given, or the mode's NVMe mount."""
+    return posixpath.normpath(host_path or placement.compile_cache_host_path(mode))
+
+
+def check_compile_cache_host_path(host_path: str | None, mode: placement.ClusterMode, key: str) -> None:
+    """A given cache path must lie under the mode's NVMe mount, or the cache silently lands on
+    the root EBS volume (https://docs.aws.amazon.com/eks/latest/userguide/ml-accelerate-model-loading.html)."""
+    mount = placement.NVME_MOUNT[mode]
+    if host_path is not None and not placement.under(host_path, mount):
+        raise ConfigError(
+            key, f"is not under {mount}, where clusterMode: {mode} mounts the node's NVMe: the cache "
+            "would silently land on the root EBS volume", f"use a path under {mount}/ or remove it "
+            "for the default", host_path)
+
+
+def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
+               compile_cache: bool, compile_cache_host_path: str) -> ModelPlan:
+    """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
+    (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone)."""
+    problems = Problems()
+    try:
+        inst = instances.lookup(instance_type)
+    except instances.UnknownInstanceType as err:
+        raise ConfigError(f"{key}.instanceType", "unknown GPU instance type",
+                          f"use one of: {', '.join(err.known)}", instance_type) from None
+
+    weights = int(m.weights_gib * GIB)
+    requested = None if m.tensor_parallel_size == "auto" else m.tensor_parallel_size
+    try:
+        tp = tuning.choose_tensor_parallel(weights, inst, requested, m.gpu_memory_utilization)
+    except tuning.TuningError as err:
+        raise ConfigError(f"{key}.tensorParallelSize", f"{m.name}: {err.rule}", err.fix,
+                          m.tensor_parallel_size) from None
+
+    distributed = tp > 1
+    if m.eager and distributed:
+        problems.add(
+            f"{key}.eager", f"{m.name}: --enforce-eager breaks distributed loading, which "
+            f"tensorParallelSize={tp} turns on (an error, or a silent fallback to rank 0 loading and "
+            "an NCCL broadcast)", "set eager: false, or use a model that fits on one GPU", True)
+    if m.eager and compile_cache:
+        problems.add(
+            f"{key}.compileCache", f"{m.name}: --enforce-eager disables torch.compile, so the "
+            "compile cache would never be written", "set compileCache: false or eager: false", True)
+    for arg in m.extra_args:
+        flag = arg.split("=", 1)[0]
+        if flag in MANAGED_FLAGS:
+            problems.add(
+                f"{key}.extraArgs", f"{flag} is derived by warmstart", "remove it and set the "
+                "matching model key (tensorParallelSize, eager, maxModelLen, gpuMemoryUtilization)", arg)
+    problems.raise_if_any()
+
+    return ModelPlan(
+        name=m.name,
+        source=m.source,
+        bucket=m.bucket,
+        prefix=m.prefix,
+        pool=pool,
+        instance=inst,
+        tensor_parallel_size=tp,
+        weights_bytes=weights,
+        loader=loader,
+        concurrency=tuning.loader_concurrency(weights, loader.chunk_bytes),
+        distributed=distributed,
+        eager=m.eager,
+        compile_cache=compile_cache,
+        compile_cache_host_path=compile_cache_host_path,
+        startup_budget_seconds=tuning.startup_budget_seconds(weights),
+        pod=tuning.pod_size(inst, tp),
+        replicas=m.replicas,
+        image=m.image,
+        max_model_len=m.max_model_len,
+        gpu_memory_utilization=m.gpu_memory_utilization,
+        extra_args=tuple(m.extra_args),
+    )
