@@ -23,13 +23,10 @@ from .network import Network, NetworkArgs
 from .serving import LoaderArgs, VllmModel, VllmModelArgs
 from .stack import WarmstartStack, WarmstartStackArgs, stack_config
 from .storage import CompileCacheBucketArgs, ModelBucketArgs, ModelStorage, ModelStorageArgs
-from .types import ClusterMode, NvmeCheckMode
-
-# The components the package hosts for other languages (their Args are schema-typed).
-HOSTED = [Network, Cluster, ModelStorage, ModelRole, VllmModel]
+from .enums import ClusterMode, NvmeCheckMode
 
 __all__ = [
-    "HOSTED", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "LoaderArgs",
+    "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "LoaderArgs",
     "ModelBucketArgs", "ModelRole", "ModelRoleArgs", "ModelStorage", "ModelStorageArgs", "Network",
     "NetworkArgs", "NvmeCheckMode", "PoolModelArgs", "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs",
     "WarmstartStack", "WarmstartStackArgs", "stack_config",

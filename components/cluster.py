@@ -28,7 +28,7 @@ from warmstart.plan_cluster import ClusterPlan, plan_cluster_layer, pool_model_o
 
 from .gpu_pools import GpuPools, GpuPoolsArgs
 from .karpenter import Karpenter, KarpenterArgs
-from .types import ClusterMode, mode_value
+from .enums import ClusterMode, mode_value
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")

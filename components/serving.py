@@ -26,7 +26,7 @@ from warmstart.manifests.serving import (
 from warmstart.plan_model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
 
 from .pod_scripts import PodScript
-from .types import ClusterMode, NvmeCheckMode, mode_value
+from .enums import ClusterMode, NvmeCheckMode, mode_value
 
 DEFAULT_NAMESPACE = "default"
 

@@ -25,7 +25,7 @@ from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValid
 from pulumi_policy.policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from warmstart import policies, policy_pack
+from warmstart import mocks, policies, policy_pack
 from warmstart.manifests import serving
 from warmstart.config import LoaderTuning
 from warmstart.decisions import tuning
@@ -39,7 +39,7 @@ _records: dict[str, list[Resource]] = {}
 def records(stack: str) -> list[Resource]:
     """A fresh, mutable copy of a rendered stack's records."""
     if stack not in _records:
-        _records[stack] = policies.from_rendered(render_stack(stack))
+        _records[stack] = mocks.policy_records(render_stack(stack).resources, render_stack(stack).stack_plan.config.region)
     return copy.deepcopy(_records[stack])
 
 

@@ -19,10 +19,12 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import pulumi
 from pulumi.runtime.mocks import MockMonitor
+
+from . import policies
 
 FAKE_ACCOUNT = "123456789012"
 FAKE_PARTITION = "aws"
@@ -225,6 +227,17 @@ class EngineMonitor(MockMonitor):
                 rec.urn = response.urn
                 rec.aliases = self.alias_urns[response.urn]
             return response
+
+
+def policy_records(resources: Iterable[Registered], region: str) -> list[policies.Resource]:
+    """The policy pack's view of what a program registered: each resource's inputs plus the
+    outputs the mocks answered (ids, ARNs, names), which other resources referenced."""
+    cloud = FakeCloud(region=region)
+    out = []
+    for r in resources:
+        rid, outputs = cloud.new_resource(pulumi.runtime.MockResourceArgs(r.typ, r.name, dict(r.inputs)))
+        out.append(policies.Resource(r.typ, r.name, {"id": rid} | outputs))
+    return out
 
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "warmstart",

@@ -6,7 +6,7 @@ records. The SAME functions run in two places:
 - inside the Pulumi policy pack (`policy/`, adapters in `warmstart/policy_pack.py`) on what a
   real `pulumi preview` / `up` is about to deploy: props are the engine's view of the resource,
   with values not known yet during a preview replaced by `UNKNOWN`;
-- in tests, over `warmstart.render.run_program(...)` (`from_rendered()`), where the Pulumi mocks
+- in tests, over what a program registered under the mocks (`warmstart.mocks.policy_records()`), where the Pulumi mocks
   answered every registration.
 
 A check never reports what it cannot see: an `UNKNOWN` value (a preview of a resource whose
@@ -26,7 +26,7 @@ Modules, by concern:
 - `registry`: `Check`, `CHECKS` (the order the pack registers them in) and `run_all`.
 
 No Pulumi import here: the checks depend only on the decision modules' constants and rules
-(`from_rendered`, a test helper, loads the renderer and the Pulumi SDK only when called).
+
 This package re-exports the names callers use, so `policies.X` works whatever module X is in.
 """
 
@@ -90,7 +90,6 @@ from .records import (
     as_list,
     as_resources,
     conditions,
-    from_rendered,
     iam_match,
     is_unknown,
     k8s,
@@ -179,7 +178,6 @@ __all__ = [
     "check_vllm_startup_probe",
     "conditions",
     "flag",
-    "from_rendered",
     "gpu_node_classes",
     "gpu_node_pools",
     "iam_match",

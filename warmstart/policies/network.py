@@ -13,7 +13,6 @@ from typing import Any, Mapping, Sequence
 
 from .nodes import gpu_node_classes, gpu_node_pools
 from .records import Resource, Violation, as_list, is_unknown, refers, related
-from .vllm import vllm_deployments
 
 SUBNET_TYPES = ("aws:ec2/subnet:Subnet",)
 ROUTE_TABLE_TYPES = ("aws:ec2/routeTable:RouteTable",)
@@ -96,10 +95,12 @@ def check_gpu_subnets_s3_endpoint(resources: Sequence[Resource]) -> list[Violati
     endpoints = [(ep, _is_s3_gateway(ep)) for ep in resources if ep.typ in VPC_ENDPOINT_TYPES]
     s3_endpoints = [ep for ep, is_s3 in endpoints if is_s3 is not False]
     subnets = [r for r in resources if r.typ in SUBNET_TYPES]
-    serves_gpus = bool(gpu_node_pools(resources)) or bool(vllm_deployments(resources))
+    # A stack that only deploys models onto a cluster and network it does not own (a component
+    # used alone) cannot see the nodes' path to S3; the stack that owns them is checked instead.
+    owns_gpu_capacity = bool(gpu_node_pools(resources))
     if not s3_endpoints:
-        if subnets or serves_gpus:
-            anchor = subnets[0] if subnets else next(iter(vllm_deployments(resources) or resources))
+        if subnets or owns_gpu_capacity:
+            anchor = subnets[0] if subnets else next(iter(gpu_node_pools(resources) or resources))
             found.append(Violation(policy, anchor, "the stack has no S3 Gateway VPC endpoint, so GPU nodes pull "
                                    "weights through NAT (shared bandwidth, per-GB charge); fix: set "
                                    "warmstart:network.s3GatewayEndpoint: true"))

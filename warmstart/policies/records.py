@@ -104,21 +104,6 @@ def as_resources(items: Iterable[Any]) -> list[Resource]:
     return out
 
 
-def from_rendered(rendered: Any) -> list[Resource]:
-    """Records for a `render.run_program()` result, with the outputs the Pulumi mocks answered
-    (ids, ARNs, names), which is what other resources referenced during the render."""
-    from ..mocks import FakeCloud  # late: the mocks pull in the Pulumi SDK
-    from pulumi.runtime import MockResourceArgs
-
-    mocks = FakeCloud(region=rendered.stack_plan.config.region)
-    out = []
-    for r in rendered.resources:
-        rid, outputs = mocks.new_resource(MockResourceArgs(r.typ, r.name, dict(r.inputs)))
-        out.append(Resource(r.typ, r.name, {"id": rid} | outputs))
-    return out
-
-
-
 def refers(src: Resource, prop: str, target: Resource) -> bool | None:
     """Does `src.props[prop]` reference `target`? True, False, or None (not knowable yet)."""
     deps = src.deps.get(prop, ())

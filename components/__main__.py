@@ -1,0 +1,35 @@
+"""Entry point of warmstart's source-based Pulumi component package.
+
+Pulumi's Python language host runs this file when a program in any language uses the package
+(`pulumi package add <repo>/components`); it serves the hosted components, whose schema the SDK
+infers from their Args and docstrings (`pulumi.provider.experimental`).
+https://www.pulumi.com/docs/iac/guides/building-extending/packages/source-based-plugin/
+"""
+
+import sys
+from importlib import metadata
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a script by the language host: the repository root holds the `warmstart` core and
+    # this folder, importable as the `components` package.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from components import Cluster, ModelRole, ModelStorage, Network, VllmModel  # noqa: E402
+else:
+    from . import Cluster, ModelRole, ModelStorage, Network, VllmModel
+
+from pulumi.provider.experimental import component_provider_host  # noqa: E402
+
+PACKAGE = "warmstart"
+HOSTED = [Network, Cluster, ModelStorage, ModelRole, VllmModel]
+
+
+def version() -> str:
+    try:
+        return metadata.version(PACKAGE)
+    except metadata.PackageNotFoundError:
+        return "0.0.0"
+
+
+if __name__ == "__main__":
+    component_provider_host(HOSTED, PACKAGE, version=version())

@@ -1,0 +1,202 @@
+"""The components as a public surface: Pulumi's schema inference accepts them, each one works
+alone from Args a person writes, and inside a stack each decides exactly what the stack plan says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ROOT, STACK_NAMES, STACKS_DIR
+from warmstart import config, mocks, policies, render
+from warmstart.errors import ConfigErrors
+
+import components
+from components import schema as package_schema
+from components.__main__ import HOSTED
+
+EXAMPLES = ROOT / "examples"
+KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})
+# Inputs that are wired from other resources, so other languages can pass outputs to them; every
+# other input is a plan-time decision and must be plain.
+WIRED = {
+    "Network": set(),
+    "Cluster": {"vpcId", "privateSubnetIds", "publicSubnetIds"},
+    "ModelStorage": {"s3EndpointId"},
+    "ModelRole": {"oidcProviderArn", "oidcIssuer", "compileCacheBucket"},
+    "VllmModel": {"compileCacheBucket", "roleArn", "kubeconfig"},
+}
+
+
+# --------------------------------------------------------------------------------------
+# The package's schema, as `pulumi package add` infers it
+
+
+def test_pulumi_infers_a_schema_for_every_hosted_component():
+    result = package_schema.analyze()
+    defs = result["component_definitions"]
+    assert sorted(defs) == sorted(WIRED)
+    for name, c in defs.items():
+        assert c.description, name
+        assert c.inputs and c.outputs, name
+        undocumented = [k for k, p in {**c.inputs, **c.outputs}.items() if not (p.description or "").strip()]
+        assert not undocumented, f"{name}: no docstring for {undocumented}"
+        wired = {k for k, p in c.inputs.items() if not p.plain}
+        assert wired == WIRED[name], f"{name}: inputs that accept outputs {sorted(wired)}"
+    for t in result["type_definitions"].values():
+        props = t.enum or list(t.properties.values())
+        assert t.description and props, t.name
+        assert all((p.description or "").strip() for p in props), t.name
+
+
+def test_the_schema_names_every_component_by_its_token():
+    doc = package_schema.schema()
+    assert doc["name"] == "warmstart"
+    tokens = {f"warmstart:index:{c.__name__}" for c in HOSTED}
+    assert set(doc["resources"]) == tokens
+    for token, res in doc["resources"].items():
+        assert res["isComponent"] is True
+        assert res["requiredInputs"], token
+        assert all(p.get("description") for p in res["inputProperties"].values()), token
+    # A component instance registers under the same token the schema advertises.
+    for c in HOSTED:
+        assert f'"warmstart:index:{c.__name__}"' in Path(c.__init__.__code__.co_filename).read_text()
+
+
+def test_the_plugin_manifest_names_the_python_runtime():
+    manifest = yaml.safe_load((ROOT / "components" / "PulumiPlugin.yaml").read_text())
+    assert manifest == {"runtime": "python"}
+    assert (ROOT / "components" / "__main__.py").is_file()
+
+
+def test_components_readme_is_the_generated_reference():
+    readme = (ROOT / "components" / "README.md").read_text()
+    assert readme == package_schema.reference(), "stale: run `python -m components.schema > components/README.md`"
+    for c in HOSTED:
+        assert f"## {c.__name__}\n" in readme
+
+
+# --------------------------------------------------------------------------------------
+# Inside the stack: each component decides what the stack plan decided
+
+
+def _stack(stack: str):
+    _, plan = render.load_plan(STACKS_DIR, stack)
+    built = {}
+
+    def program():
+        built["stack"] = components.WarmstartStack(
+            "warmstart", components.WarmstartStackArgs(config=plan.config, stack=stack))
+
+    mocks.run(program, region=plan.config.region, stack=stack)
+    return plan, built["stack"]
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack):
+    plan, s = _stack(stack)
+    assert {name: m.plan for name, m in s.models.items()} == {m.name: m for m in plan.models}
+    assert s.network.plan == plan.aws.network
+    assert s.storage.plan == plan.aws.buckets
+    assert {name: r.access for name, r in s.roles.items()} == {a.model: a for a in plan.aws.access}
+    assert s.cluster.plan.pools == plan.cluster.pools
+    assert s.cluster.plan.system_node_group == plan.cluster.system_node_group
+
+
+# --------------------------------------------------------------------------------------
+# Alone: a vLLM model on an existing cluster
+
+
+def _vllm_alone(**overrides):
+    args = components.VllmModelArgs(model_name="llama", source="s3://team-models/meta-llama/Llama-3.1-70B",
+                                    weights_gib=140, instance_type="p5.48xlarge", region="us-east-1",
+                                    namespace="ml", kubeconfig=KUBECONFIG,
+                                    compile_cache_bucket="team-compile-cache") | overrides
+    built = {}
+    resources = mocks.run(lambda: built.setdefault("m", components.VllmModel("llama", args)),
+                          region="us-east-1", stack="alone")
+    return built["m"], resources
+
+
+def test_a_model_alone_decides_its_tuning_and_ships_its_own_scripts():
+    m, resources = _vllm_alone()
+    assert (m.plan.tensor_parallel_size, m.plan.concurrency, m.plan.distributed) == (4, 35, True)
+    (provider,) = [r for r in resources if r.typ == "pulumi:providers:kubernetes"]
+    objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
+    assert all(r.provider and provider.urn in r.provider for r in resources if render.is_kubernetes_object(r))
+    maps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    assert maps == {"llama-nvme-check", "llama-compile-cache"}
+    (dep,) = [o for o in objects if o["kind"] == "Deployment"]
+    mounted = {v["configMap"]["name"] for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
+    assert mounted == maps, "the pods must mount the ConfigMaps this model ships"
+    assert "karpenter.sh/nodepool" not in dep["spec"]["template"]["spec"]["nodeSelector"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+    assert not policies.run_all(mocks.policy_records(resources, "us-east-1"))
+
+
+def test_a_model_alone_without_a_cache_bucket_keeps_the_node_cache_and_no_restore():
+    m, resources = _vllm_alone(compile_cache_bucket=None)
+    (dep,) = [r.inputs for r in resources if r.typ == "kubernetes:apps/v1:Deployment"]
+    inits = [c["name"] for c in dep["spec"]["template"]["spec"]["initContainers"]]
+    assert inits == ["nvme-check"] and m.plan.compile_cache
+    assert {r.inputs["metadata"]["name"] for r in resources if r.typ == "kubernetes:core/v1:ConfigMap"} == {
+        "llama-nvme-check"}
+
+
+@pytest.mark.parametrize("overrides, key, rule", [
+    ({"tensor_parallel_size": 8, "instance_type": "g6e.12xlarge"}, "VllmModelArgs.tensorParallelSize", "needs 8 GPUs"),
+    ({"instance_type": "p9.96xlarge"}, "VllmModelArgs.instanceType", "unknown GPU instance type"),
+    ({"source": "https://example.com/m"}, "VllmModelArgs.source", "must be s3://bucket/prefix"),
+    ({"compile_cache_host_path": "/var/cache/x"}, "VllmModelArgs.compileCacheHostPath", "is not under"),
+    ({"eager": True}, "VllmModelArgs.compileCache", "--enforce-eager disables torch.compile"),
+])
+def test_a_model_alone_names_the_arg_it_cannot_use(overrides, key, rule):
+    if overrides.get("eager"):
+        overrides = overrides | {"compile_cache": True, "tensor_parallel_size": None, "weights_gib": 15}
+    with pytest.raises(Exception) as err:
+        _vllm_alone(**overrides)
+    errors = err.value.errors if isinstance(err.value, ConfigErrors) else getattr(err.value, "errors", None)
+    text = str(err.value) if errors is None else "\n".join(str(e) for e in errors)
+    assert key in text and rule in text, text
+
+
+# --------------------------------------------------------------------------------------
+# The examples: components used alone in programs of their own, validated like a stack
+
+
+EXAMPLE_NAMES = sorted(p.name for p in EXAMPLES.iterdir() if (p / "__main__.py").is_file())
+
+
+def _render_example(name: str) -> tuple[dict, list[mocks.Registered]]:
+    folder = EXAMPLES / name
+    raw = config.read_stack_file(folder / "Pulumi.example.yaml")
+    project = yaml.safe_load((folder / "Pulumi.yaml").read_text())["name"]
+    region = raw[f"{project}:region"]
+    return raw, mocks.run_program_file(folder, region=region, stack="example", config=raw, project=project)
+
+
+def test_there_are_examples_of_components_alone():
+    assert {"vllm-on-existing-cluster", "buckets-and-role"} <= set(EXAMPLE_NAMES)
+
+
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
+def test_example_renders_and_validates_like_a_stack(name):
+    raw, resources = _render_example(name)
+    assert resources
+    used = {r.typ for r in resources if r.typ.startswith("warmstart:index:")}
+    assert used and used <= {f"warmstart:index:{c.__name__}" for c in HOSTED}
+    for r in resources:
+        if render.is_kubernetes_object(r):
+            kubernetes_validate.validate(r.inputs, "1.33", strict=True)
+    region = next(v for k, v in raw.items() if k.endswith(":region"))
+    assert [str(v) for v in policies.run_all(mocks.policy_records(resources, region))] == []
+
+
+def test_examples_import_the_installed_name_not_a_bare_components_package():
+    for name in EXAMPLE_NAMES:
+        source = (EXAMPLES / name / "__main__.py").read_text()
+        assert "from warmstart_components import" in source and "import components" not in source

@@ -1,0 +1,143 @@
+"""The layout's rules: one direction of imports, no cycles, and no bare `components` package
+installed where it could shadow a user's own."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+# Packages of this repository, by the name they are imported under here.
+PACKAGES = {"warmstart": ROOT / "warmstart", "components": ROOT / "components"}
+# What the components may use of the core: pure decisions, config, planners and object builders.
+CORE_FOR_COMPONENTS = ("warmstart.config", "warmstart.errors", "warmstart.versions", "warmstart.decisions",
+                       "warmstart.manifests", "warmstart.plan", "warmstart.plan_aws", "warmstart.plan_cluster",
+                       "warmstart.plan_model")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            name = ".".join((top, *parts))
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules `name` imports (relative imports resolved, `from pkg import mod`
+    counted as importing the submodule)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from pkg import mod` imports the submodule; `from pkg import name` the package.
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                out.append(sorted(scc))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_imports_point_one_way_main_to_components_to_core():
+    graph = _graph()
+    core_to_components = {m: sorted(t for t in ts if t.startswith("components"))
+                          for m, ts in graph.items() if m.startswith("warmstart")}
+    assert not any(core_to_components.values()), core_to_components
+    for m, targets in graph.items():
+        if m.startswith("components"):
+            core = [t for t in targets if t.startswith("warmstart.")]
+            assert all(t.startswith(CORE_FOR_COMPONENTS) for t in core), (m, core)
+    main = _imports("__main__", ROOT / "__main__.py", set(graph))
+    assert main == {"components"}
+
+
+def test_pure_code_imports_no_pulumi():
+    pure = ("warmstart.config", "warmstart.errors", "warmstart.decisions", "warmstart.manifests", "warmstart.plan",
+            "warmstart.podside", "warmstart.policies")
+    for name, path in _modules().items():
+        if name.startswith(pure):
+            imported = {a.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Import)
+                        for a in n.names} | {n.module or "" for n in ast.walk(ast.parse(path.read_text()))
+                                             if isinstance(n, ast.ImportFrom) and not n.level}
+            top_level = {i.split(".")[0] for i in imported}
+            assert not top_level & {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes"}, name
+
+
+def test_no_bare_components_package_is_installed():
+    """Outside this project, `components` is whatever the user's own program has; warmstart's
+    components are `warmstart_components`."""
+    probe = ("import importlib.util as u; print(u.find_spec('components') is None, "
+             "u.find_spec('warmstart_components') is not None)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True"]
+
+
+def test_every_core_package_is_packaged():
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "warmstart").rglob("__init__.py")}
+    assert folders | {"warmstart_components"} == set(setuptools["packages"])
+    assert setuptools["package-dir"] == {"warmstart_components": "components"}
