@@ -6,8 +6,9 @@ a Kubernetes provider for everything deployed into the cluster, and one node cla
 NodePool per GPU pool whose nodes put their ephemeral storage on local NVMe.
 
 - auto: Auto Mode runs the nodes; the GPU node classes name a dedicated node role that has
-  the EC2-type access entry with AmazonEKSAutoNodePolicy (eks-facts 2.5; without it nodes
-  never join, silently).
+  the EC2-type access entry with AmazonEKSAutoNodePolicy
+  (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html#auto-node-access-entry;
+  without it nodes never join, silently).
 - karpenter: a small managed system node group for the controller and add-ons, then the
   Karpenter component (karpenter.py) and EC2NodeClasses with RAID0 instance store.
 See docs/cluster-modes.md.

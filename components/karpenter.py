@@ -1,6 +1,7 @@
 """Self-managed Karpenter on the cluster (clusterMode: karpenter), and the NVIDIA device plugin.
 
-- The node role Karpenter passes to GPU nodes, with its EC2_LINUX access entry (eks-facts 1.3).
+- The node role Karpenter passes to GPU nodes, with its EC2_LINUX access entry
+  (https://docs.aws.amazon.com/eks/latest/userguide/creating-access-entries.html).
 - The interruption queue, its policy and the EventBridge rules that feed it.
 - The controller's IRSA role with the reference permissions (decisions/karpenter.py).
 - The CRD chart, then the controller chart, pinned; the controller pinned to the system
@@ -120,7 +121,7 @@ class Karpenter(pulumi.ComponentResource):
 
         k8s_opts = dict(parent=self, provider=args.kubernetes_provider)
         # CRDs from their own chart, so upgrades update them (a chart's crds/ folder is only
-        # applied on first install; eks-facts 1.2).
+        # applied on first install; https://karpenter.sh/v1.14/upgrading/upgrade-guide/#crd-upgrades).
         crds = k8s.helm.v3.Release(
             f"{name}-crd", name="karpenter-crd", chart=versions.KARPENTER_CRD_CHART,
             version=versions.KARPENTER_VERSION, namespace=karpenter.CONTROLLER_NAMESPACE,

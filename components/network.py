@@ -3,7 +3,8 @@
 Either a VPC warmstart creates (public and private subnets per AZ, NAT for egress, subnets
 tagged for load balancers and Karpenter) or an existing VPC given by id. In both, the S3
 Gateway endpoint sits on every private route table, so weights and compile-cache objects
-travel to the GPU nodes without crossing a NAT gateway (field notes 3).
+travel to the GPU nodes without crossing a NAT gateway
+(https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-auto-mode-s3).
 """
 
 from typing import NotRequired, Optional, TypedDict

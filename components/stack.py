@@ -21,7 +21,6 @@ from warmstart import config
 from warmstart.config import StackConfig
 from warmstart.manifests import compile_cache, nvme_check
 from warmstart.plan import StackPlan, plan_stack
-from warmstart.plan_cluster import pool_model
 
 from .cluster import Cluster, ClusterArgs
 from .identity import ModelRole

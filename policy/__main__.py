@@ -1,5 +1,5 @@
 """The warmstart-guardrails policy pack: `pulumi preview --policy-pack policy` (warmstart
-preview/up pass it for you). The checks live in warmstart/policies.py, so tests run them too."""
+preview/up pass it for you). The checks live in warmstart/policies/, so tests run them too."""
 
 import sys
 from pathlib import Path

@@ -15,7 +15,7 @@ import pulumi
 import pytest
 import yaml
 
-from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
+from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc
 from tests.policy_eval import DENY, allowed, evaluate, statements
 from warmstart import config as config_mod
 from warmstart import plan as plan_mod

@@ -18,7 +18,6 @@ import yaml
 
 from tests.conftest import STACK_NAMES, STACKS_DIR, load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import mocks, render, versions
-from warmstart.manifests import gpu_pools as gpu_pools_component
 from warmstart.manifests.nvme_check import nvme_check_min_bytes
 from warmstart.decisions import gpu_pools, instances, karpenter, naming, placement
 from warmstart.decisions.instances import GB, GIB

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 from warmstart.manifests import compile_cache
 from warmstart.decisions import placement

@@ -1,4 +1,4 @@
-"""The NVMe guard: pool sizing rules, the config errors they raise, and the start-up check.
+"""Keeping the caches on NVMe: pool sizing rules, the config errors they raise, and the start-up check.
 
 The failure guarded against is silent: a compile cache whose hostPath is not on the node's NVMe
 lands on the root EBS volume with no error
@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from tests.conftest import render_stack
 from warmstart import config, plan
-from warmstart.manifests import gpu_pools as gpu_pools_component
 from warmstart.manifests.nvme_check import nvme_check_min_bytes
 from warmstart.manifests import nvme_check as nvme_check_manifest, pod_scripts
 from warmstart.manifests.serving import COMPILE_CACHE_VOLUME

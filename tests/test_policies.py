@@ -1,7 +1,7 @@
 """warmstart's policy pack: the rendered stacks pass, and a broken copy of each resource kind
 fails with the policy's message.
 
-The checks are the pure functions in warmstart/policies.py, run here over the resources the real
+The checks are the pure functions in warmstart/policies/, run here over the resources the real
 program registers under Pulumi mocks, exactly as the pack (warmstart/policy_pack.py) runs them
 inside `pulumi preview` / `up`. The pack adapters are exercised too, with the SDK's own
 PolicyResource and unknown-value proxies standing in for a preview.

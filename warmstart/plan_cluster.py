@@ -18,11 +18,14 @@ from .errors import ConfigError, Problems
 from .plan_model import ModelPlan, check_compile_cache_host_path
 
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
-# zone spread (eks-facts 1.2), on nodes Karpenter did not launch.
+# zone spread (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml),
+# on nodes Karpenter did not launch.
 MIN_SYSTEM_NODES = 2
 _DEFAULT_SYSTEM = SystemNodeGroupConfig()
 # Auto Mode's own NodePools and NodeClass: a GPU pool of the same name would collide with them
-# (and a custom NodeClass may not be called `default`; eks-facts 2.1, 2.3).
+# (and a custom NodeClass may not be called `default`;
+# https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html,
+# https://docs.aws.amazon.com/eks/latest/userguide/create-node-pool.html).
 AUTO_MODE_RESERVED_POOL_NAMES = ("default", "general-purpose", "system")
 
 

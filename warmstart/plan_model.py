@@ -86,7 +86,7 @@ def compile_cache_host_path(mode: placement.ClusterMode, host_path: str | None =
 
 def check_compile_cache_host_path(host_path: str | None, mode: placement.ClusterMode, key: str) -> None:
     """A given cache path must lie under the mode's NVMe mount, or the cache silently lands on
-    the root EBS volume (https://docs.aws.amazon.com/eks/latest/userguide/ml-accelerate-model-loading.html)."""
+    the root EBS volume (https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-nvme-instance-store)."""
     mount = placement.NVME_MOUNT[mode]
     if host_path is not None and not placement.under(host_path, mount):
         raise ConfigError(

@@ -1,7 +1,7 @@
 """Self-managed Karpenter: controller permissions, interruption events, chart values (pure).
 
 The controller's IAM follows Karpenter's own reference, the getting-started CloudFormation
-template of v1.14 (tests/schemas/karpenter/SOURCES.md), statement for statement, scoped to
+template of v1.14 (tests/schemas/SOURCES.md), statement for statement, scoped to
 this stack's cluster, node role and queue. It is written here as data rather than copied, so
 the scoping is visible and testable.
 """

@@ -3,7 +3,8 @@
 Per node, the cache lives on the NVMe hostPath the serving pod already mounts. Across nodes:
 - a `compile-cache-restore` init container runs before vLLM and, when the node lacks the
   artifacts for this model's key, restores them from the compile-cache bucket, so the first pod
-  on a new node does not compile (field notes 4: 65 s -> 16 s);
+  on a new node does not compile (AWS measured 65 s -> 16 s;
+  https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-torch-compile-new-nodes);
 - a `compile-cache-publish` native sidecar waits until vLLM answers /health (compile done) and
   publishes the artifacts once, with a conditional write.
 Both always exit 0: a cache problem costs a compile, never a crash loop. `compile_cache_extras()`

@@ -24,7 +24,8 @@ NODE_CLASS: dict[placement.ClusterMode, tuple[str, str, str]] = {
 }
 
 # Karpenter-mode root EBS volume. With RAID0 the kubelet and containerd state live on the
-# NVMe (eks-facts 1.1), so the root volume holds the OS only. It is kept well below the
+# NVMe (https://karpenter.sh/v1.14/concepts/nodeclasses/#specinstancestorepolicy), so the root
+# volume holds the OS only. It is kept well below the
 # smallest NVMe the pools allow, so the start-up check's size test can tell the two apart.
 ROOT_VOLUME_GIB = 100
 # IMDSv2 only, and one hop: pods cannot reach the node role's credentials (they use IRSA).
@@ -72,7 +73,8 @@ def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet
             # the NVMe as RAID0 for ephemeral storage; at or above it the cache lands on EBS.
             "ephemeralStorage": {"size": f"{pool.ephemeral_storage_gib}Gi"},
             # No `tags`: custom tags need extra tagging permissions on the cluster role
-            # (eks-facts 2.1); the cluster's tags reach the nodes through Auto Mode.
+            # (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html); the
+            # cluster's tags reach the nodes through Auto Mode.
         }
     else:
         spec = {
@@ -80,7 +82,8 @@ def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet
             "amiSelectorTerms": [{"alias": versions.KARPENTER_AMI_ALIAS}],
             "subnetSelectorTerms": subnet_terms,
             "securityGroupSelectorTerms": security_group_terms,
-            # Without it Karpenter ignores the instance-store disks (field notes 4).
+            # Without it Karpenter ignores the instance-store disks
+            # (https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-nvme-instance-store).
             "instanceStorePolicy": "RAID0",
             "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {
                 "volumeSize": f"{ROOT_VOLUME_GIB}Gi", "volumeType": "gp3", "encrypted": True,

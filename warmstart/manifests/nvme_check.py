@@ -1,5 +1,6 @@
 """The serving pod's start-up NVMe check: an init container that reports, instead of silently
-accepting, a compile-cache directory that is not on the node's local NVMe (field notes 4).
+accepting, a compile-cache directory that is not on the node's local NVMe
+(https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-nvme-instance-store).
 
 The script (warmstart/podside/nvme_check.py, standard library only) ships in a ConfigMap and
 runs in the model's own vLLM image, so no extra image is pulled. `nvme_check_extras()` is the

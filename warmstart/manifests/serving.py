@@ -67,13 +67,15 @@ def vllm_args(m: ModelPlan) -> list[str]:
 
 def vllm_env(m: ModelPlan, region: str) -> list[dict[str, str]]:
     env = {
-        # Field notes 2: one ~4 GiB request per shard; cut stalled transfers after 3 s below
-        # 1 MiB/s and retry, since the pod is ready only when the slowest chunk lands.
+        # One ~4 GiB request per shard; cut stalled transfers after 3 s below 1 MiB/s and
+        # retry, since the pod is ready only when the slowest chunk lands
+        # (https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-runai-model-streamer).
         "RUNAI_STREAMER_CHUNK_BYTESIZE": str(m.loader.chunk_bytes),
         "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(m.loader.request_timeout_ms),
         "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(m.loader.low_speed_limit_bytes_per_second),
         # The streamer freezes boto3's resolved credentials and region for the CRT client
-        # (vllm-facts 1.3): the region must be explicit on EKS.
+        # (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md):
+        # the region must be explicit on EKS.
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
     }
@@ -81,8 +83,10 @@ def vllm_env(m: ModelPlan, region: str) -> list[dict[str, str]]:
         root = placement.COMPILE_CACHE_MOUNT
         env |= {
             # vLLM keeps its cache under $XDG_CACHE_HOME/vllm and redirects inductor/triton
-            # under its own hash directory (vllm-facts 2.1); the two torch variables still
-            # point at the NVMe mount so any compile outside vLLM's path lands there too.
+            # under its own hash directory
+            # (https://docs.vllm.ai/en/latest/design/torch_compile/#compilation-cache); the
+            # two torch variables still point at the NVMe mount so any compile outside
+            # vLLM's path lands there too.
             "XDG_CACHE_HOME": root,
             "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
             "TRITON_CACHE_DIR": f"{root}/triton",
@@ -130,7 +134,7 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
         volumes.append({
             "name": COMPILE_CACHE_VOLUME,
             # A per-model directory on the node's NVMe, shared by that model's pods on the
-            # node. The guard in the cluster layer makes sure this path is NVMe, not EBS.
+            # node. The nvme-check init container makes sure this path is NVMe, not EBS.
             "hostPath": {"path": f"{m.compile_cache_host_path}/{m.name}", "type": "DirectoryOrCreate"},
         })
         mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT})
@@ -149,7 +153,8 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
             "requests": {"cpu": f"{size.cpu_millis}m", "memory": _quantity(size.memory_bytes), placement.GPU_RESOURCE: gpu},
             "limits": {"memory": _quantity(size.memory_bytes), placement.GPU_RESOURCE: gpu},
         },
-        # vLLM binds its port only after weights and compile are done (vllm-facts 4.1), so
+        # vLLM binds its port only after weights and compile are done
+        # (https://github.com/vllm-project/vllm/blob/main/vllm/entrypoints/launcher.py), so
         # /health refuses connections while loading. The start-up probe owns that phase with
         # a budget derived from the weights size; liveness starts only after it succeeds, so
         # no probe kills a pod that is still loading.
