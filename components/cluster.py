@@ -27,9 +27,9 @@ from warmstart.decisions import iam, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.plan_cluster import ClusterPlan, plan_cluster_layer, pool_model_of
 
+from .enums import ClusterMode, mode_value
 from .gpu_pools import GpuPools, GpuPoolsArgs
 from .karpenter import Karpenter, KarpenterArgs
-from .enums import ClusterMode, mode_value
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from . import versions
@@ -86,6 +86,37 @@ class GpuPool(_Strict):
     NVMe needs it; a value at or above that NVMe is an error."""
 
 
+class HuggingFaceSource(_Strict):
+    """A Hugging Face Hub repository at a pinned commit."""
+
+    repo: Annotated[str, Field(pattern=r"^[\w.-]+/[\w.-]+$")]
+    """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
+    revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+    """The commit (40 hex characters) to copy: a branch or tag could move under the same config."""
+
+
+class WeightsImport(_Strict):
+    """Where `up` copies the model's weights from into `source`, once, before its pods start."""
+
+    hugging_face: HuggingFaceSource | None = None
+    """From the Hugging Face Hub. A gated repository needs the secret `warmstart:huggingFaceToken`."""
+    s3: str | None = None
+    """From another `s3://bucket/prefix`, which the import's role may read."""
+
+    @field_validator("s3")
+    @classmethod
+    def _s3_uri(cls, v: str | None) -> str | None:
+        if v is not None and not S3_URI.match(v):
+            raise ValueError("must be s3://bucket/prefix with a valid bucket name and a non-empty prefix")
+        return v.rstrip("/") if v else v
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "WeightsImport":
+        if (self.hugging_face is None) == (self.s3 is None):
+            raise ValueError("give exactly one of huggingFace or s3")
+        return self
+
+
 class ModelSpec(_Strict):
     """What one model is and how it is served, wherever it runs (the `VllmModel` component's
     spec; a stack's `models[]` entry adds the pool it runs on)."""
@@ -119,6 +150,9 @@ class ModelSpec(_Strict):
     """Extra `vllm serve` arguments, appended after the ones warmstart manages."""
     loader: LoaderTuning | None = None
     """Per-model override of the stack's `loader`."""
+    weights_import: Annotated[WeightsImport | None, Field(alias="import")] = None
+    """Copy the weights into `source` during `up` (a Job on non-GPU nodes), verified and
+    recorded in a manifest; without it `source` must already hold them."""
 
     @field_validator("source")
     @classmethod
@@ -249,6 +283,10 @@ class ClusterConfig(_Strict):
     """IAM role or user ARNs (exact, no wildcards) given cluster-admin access through EKS
     access entries (`AmazonEKSClusterAdminPolicy`, cluster scope). The identity that deploys
     the stack is admin anyway (cluster creator)."""
+    viewers: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_EXACT_ARN)]] = []
+    """IAM role or user ARNs (exact) given read-only access to the whole cluster, Secrets
+    included, through EKS access entries: what `warmstart refresh` and `preview` (the CI drift
+    check) need to read every object the stack owns."""
     log_types: list[Literal["api", "audit", "authenticator", "controllerManager", "scheduler"]] = [
         "api", "audit", "authenticator"]
     """Control-plane log types sent to CloudWatch Logs."""
@@ -297,6 +335,10 @@ class StackConfig(_Strict):
     """Bucket of the torch.compile cache."""
     cluster: ClusterConfig = ClusterConfig()
     """EKS cluster settings: admins, control-plane logs, the system node group, the NVMe check."""
+    hugging_face_token: str | dict[str, str] | None = None
+    """Hugging Face token for `models[].import.huggingFace` of gated repositories. Set it as a
+    secret (`pulumi config set --secret warmstart:huggingFaceToken hf_...`); it reaches only the
+    import Jobs, through a Kubernetes Secret."""
 
 
 # --------------------------------------------------------------------------------------
