@@ -200,3 +200,24 @@ def test_examples_import_the_installed_name_not_a_bare_components_package():
     for name in EXAMPLE_NAMES:
         source = (EXAMPLES / name / "__main__.py").read_text()
         assert "from warmstart_components import" in source and "import components" not in source
+
+
+def test_another_languages_inputs_reach_the_component_as_its_args():
+    """What `pulumi package add` SDKs send (camelCase inputs, enums as strings) is mapped by the
+    SDK's own component provider onto the Args and builds the same model."""
+    from pulumi.provider.experimental.component import ComponentProvider
+
+    provider = ComponentProvider(HOSTED, "warmstart")
+    inputs = {"modelName": "llama", "source": "s3://team-models/meta-llama/Llama-3.1-70B", "weightsGib": 140,
+              "instanceType": "p5.48xlarge", "region": "us-east-1", "namespace": "ml", "clusterMode": "karpenter",
+              "nvmeCheck": "fail", "loader": {"chunkBytes": 2 * 2**30}, "kubeconfig": KUBECONFIG}
+    args = provider.map_inputs(inputs, provider._component_defs["VllmModel"])
+    assert args["weights_gib"] == 140 and args["cluster_mode"] is components.ClusterMode.KARPENTER
+    assert args["loader"] == {"chunk_bytes": 2 * 2**30}
+    built = {}
+    mocks.run(lambda: built.setdefault("m", components.VllmModel("llama", args)), region="us-east-1", stack="sdk")
+    m = built["m"].plan
+    assert m.compile_cache_host_path.startswith("/mnt/k8s-disks/0/") and m.concurrency == 70
+    with pytest.raises(Exception, match="weightsGib"):
+        provider.map_inputs({k: v for k, v in inputs.items() if k != "weightsGib"},
+                            provider._component_defs["VllmModel"])
