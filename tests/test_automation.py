@@ -26,6 +26,7 @@ from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import CommandError
 
 from warmstart import automation, cli
+from warmstart.exit_codes import EXIT_PREFLIGHT
 from tests.conftest import ROOT
 
 BAD_CONFIG = ROOT / "tests" / "bad_configs" / "bad-cluster-mode.yaml"
@@ -88,9 +89,11 @@ class FakeStack:
 
 @pytest.fixture
 def engine(monkeypatch):
-    """Prerequisites satisfied and the Stack faked; returns a setter for the fake."""
+    """Prerequisites satisfied, the preflight passed (tests/test_preflight.py runs it for real)
+    and the Stack faked; returns a setter for the fake."""
     state: dict = {"stack": FakeStack()}
     monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))
+    monkeypatch.setattr(automation.preflight, "run_preflight", lambda stack_plan, **kw: [])
     monkeypatch.setattr(automation.engine, "open_stack", lambda request, cmd: state["stack"])
 
     def use(stack: FakeStack) -> FakeStack:
@@ -103,6 +106,7 @@ def _no_engine(monkeypatch) -> None:
     def boom(*a, **k):
         raise AssertionError("the engine must not be reached")
     monkeypatch.setattr(automation.prerequisites, "check_prerequisites", boom)
+    monkeypatch.setattr(automation.preflight, "run_preflight", boom)
     monkeypatch.setattr(automation.engine, "open_stack", boom)
 
 
@@ -133,7 +137,8 @@ def test_engine_commands_reject_what_does_not_apply(argv, capsys):
 
 
 def test_exit_codes_are_distinct():
-    codes = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_CONFIG, cli.EXIT_CHANGES, cli.EXIT_PREREQUISITES, cli.EXIT_POLICY]
+    codes = [cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_CONFIG, cli.EXIT_CHANGES, cli.EXIT_PREREQUISITES, cli.EXIT_POLICY,
+             EXIT_PREFLIGHT]
     assert len(set(codes)) == len(codes)
 
 
@@ -237,6 +242,7 @@ def test_missing_plugins_are_named_with_their_install_command(bare_env, capsys, 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
     monkeypatch.setattr(automation.prerequisites, "missing_python_env", lambda request: [])
+    monkeypatch.setattr(automation.prerequisites, "missing_aws_cli", lambda: [])
     rc = cli.main(["preview", "--stack", "dev"])
     err = capsys.readouterr().err
     assert rc == cli.EXIT_PREREQUISITES

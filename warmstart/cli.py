@@ -15,6 +15,7 @@ from .exit_codes import (  # noqa: F401
     EXIT_FAILED,
     EXIT_OK,
     EXIT_POLICY,
+    EXIT_PREFLIGHT,
     EXIT_PREREQUISITES,
 )
 

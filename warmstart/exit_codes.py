@@ -7,3 +7,6 @@ EXIT_CONFIG = 2
 EXIT_CHANGES = 3  # --expect-no-changes, and the stack would change (drift)
 EXIT_PREREQUISITES = 4  # Pulumi CLI, plugins, Python env, AWS credentials, backend or passphrase missing
 EXIT_POLICY = 5  # the policy pack blocked the preview or update (a mandatory violation)
+# A model's weights are not ready to stream (missing files, a size unlike weightsGiB, a bucket
+# the stack would create empty or cannot read): found by preflight.py before any engine call.
+EXIT_PREFLIGHT = 6

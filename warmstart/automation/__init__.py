@@ -5,9 +5,14 @@ Order of work, so that a CI job fails as early and as clearly as it can:
 1. the stack config is validated by the same path as `warmstart render` (`render.load_plan`),
    before any engine call: a bad config exits 2 in well under a second;
 2. every prerequisite (Pulumi CLI, provider plugins, the Python environment Pulumi runs the
-   program and the policy pack in, AWS credentials, state backend, secrets passphrase) is
-   checked, and everything missing is reported in ONE message with how to fix each, exit 4;
-3. only then is the engine run (LocalWorkspace over this project directory), its output
+   program and the policy pack in, the AWS CLI v2, AWS credentials, boto3 for the preflight,
+   state backend, secrets passphrase) is checked, and everything missing is reported in ONE
+   message with how to fix each, exit 4;
+3. `preview` and `up` (not a drift check, not `--skip-preflight`) run the preflight: with the
+   deployer's AWS credentials, every model without `import:` must have config.json and its
+   safetensors (all the index names, totalling weightsGiB within 5 %) directly under its S3
+   source, in a bucket that exists; every problem of every model in ONE message, exit 6;
+4. only then is the engine run (LocalWorkspace over this project directory), its output
    streamed live, the policy pack in `policy/` enforced on preview and up, and the outcome
    mapped to an exit code and, with `--summary FILE`, a JSON summary for CI.
 
@@ -18,8 +23,9 @@ Modules, by concern:
 - `request`: the operation sets, `Request`, `Outcome`, `Missing`, `PolicyViolation`,
   `PrerequisitesMissing`, and the pure summaries (`count_changes`, `changed`, `mask_outputs`,
   `summary`);
-- `prerequisites`: the Pulumi CLI, plugin, Python environment, AWS credential, backend and
-  passphrase checks;
+- `prerequisites`: the Pulumi CLI, plugin, Python environment, AWS CLI, AWS credential, boto3,
+  backend and passphrase checks;
+- `preflight`: the models' weights in S3, before any engine call;
 - `engine`: opening the LocalWorkspace stack, running the operation, mapping the result;
 - `commands`: `add_parsers`, `request_from_args` and `execute`, for cli.py.
 
@@ -29,14 +35,18 @@ The exit codes are in `warmstart.exit_codes`. This package re-exports the names 
 from __future__ import annotations
 
 from .commands import add_parsers, execute, request_from_args
+from .preflight import WEIGHTS_TOLERANCE, check_models, run_preflight
 from .engine import last_error_line, open_stack, run_engine
 from .prerequisites import (
+    AWS_CLI_INSTALL,
     AWS_CREDENTIALS_FIX,
     PULUMI_INSTALL,
     aws_credentials_source,
     backend_url,
     check_prerequisites,
     find_pulumi,
+    missing_aws_cli,
+    missing_boto3,
     missing_plugins,
     missing_python_env,
     required_plugins,
@@ -49,11 +59,14 @@ from .request import (
     OPERATIONS,
     POLICY_OPERATIONS,
     POLICY_PACK_DIR,
+    PREFLIGHT_OPERATIONS,
     SECRET_MASK,
     VALIDATED_OPERATIONS,
     Missing,
     Outcome,
     PolicyViolation,
+    PreflightFailed,
+    PreflightProblem,
     PrerequisitesMissing,
     Request,
     changed,
@@ -63,6 +76,7 @@ from .request import (
 )
 
 __all__ = [
+    "AWS_CLI_INSTALL",
     "AWS_CREDENTIALS_FIX",
     "CREATING_OPERATIONS",
     "ENGINE_OPERATIONS",
@@ -70,30 +84,38 @@ __all__ = [
     "OPERATIONS",
     "POLICY_OPERATIONS",
     "POLICY_PACK_DIR",
+    "PREFLIGHT_OPERATIONS",
     "PULUMI_INSTALL",
     "SECRET_MASK",
     "VALIDATED_OPERATIONS",
+    "WEIGHTS_TOLERANCE",
     "Missing",
     "Outcome",
     "PolicyViolation",
+    "PreflightFailed",
+    "PreflightProblem",
     "PrerequisitesMissing",
     "Request",
     "add_parsers",
     "aws_credentials_source",
     "backend_url",
     "changed",
+    "check_models",
     "check_prerequisites",
     "count_changes",
     "execute",
     "find_pulumi",
     "last_error_line",
     "mask_outputs",
+    "missing_aws_cli",
+    "missing_boto3",
     "missing_plugins",
     "missing_python_env",
     "open_stack",
     "request_from_args",
     "required_plugins",
     "run_engine",
+    "run_preflight",
     "stored_login",
     "summary",
 ]

@@ -1,5 +1,6 @@
 """The engine subcommands for cli.py: their arguments, the Request they make, and `execute`,
-which validates, checks prerequisites, runs the engine and reports the outcome."""
+which validates, checks prerequisites, runs the preflight (preflight.py), runs the engine and
+reports the outcome."""
 
 from __future__ import annotations
 
@@ -12,15 +13,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError, ConfigErrors
-from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREREQUISITES
-# Called through their modules, so a test that replaces `prerequisites.check_prerequisites` or
-# `engine.open_stack` replaces what `execute` calls.
-from . import engine, prerequisites
+from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
+# Called through their modules, so a test that replaces `prerequisites.check_prerequisites`,
+# `preflight.run_preflight` or `engine.open_stack` replaces what `execute` calls.
+from . import engine, preflight, prerequisites
 from .request import (
     OPERATIONS,
     POLICY_OPERATIONS,
+    PREFLIGHT_OPERATIONS,
     VALIDATED_OPERATIONS,
     Outcome,
+    PreflightFailed,
     PrerequisitesMissing,
     Request,
     summary,
@@ -28,7 +31,8 @@ from .request import (
 
 
 def execute(request: Request) -> int:
-    """Validate, check prerequisites, run; print the outcome, write the summary, return the exit code."""
+    """Validate, check prerequisites, run the preflight, run; print the outcome, write the
+    summary, return the exit code."""
     started = time.perf_counter()
     say = functools.partial(print, flush=True)
     say_err = functools.partial(print, file=sys.stderr, flush=True)
@@ -40,11 +44,12 @@ def execute(request: Request) -> int:
             request.summary_path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         return outcome.exit_code
 
+    stack_plan = None
     if request.operation in VALIDATED_OPERATIONS:
         from .. import render
 
         try:
-            render.load_plan(request.project_dir / "stacks", request.config_stack)
+            _, stack_plan = render.load_plan(request.project_dir / "stacks", request.config_stack)
         except (ConfigError, ConfigErrors) as err:
             finish(Outcome("config-error", EXIT_CONFIG, str(err)))
             raise  # cli.main prints it, exactly as `warmstart render` does
@@ -54,6 +59,19 @@ def execute(request: Request) -> int:
         error = PrerequisitesMissing(request.operation, request.stack, missing)
         say_err(str(error))
         return finish(Outcome("missing-prerequisites", EXIT_PREREQUISITES, str(error), missing=missing))
+
+    if request.runs_preflight and stack_plan is not None:
+        problems = preflight.run_preflight(stack_plan)
+        if problems:
+            error = PreflightFailed(request.operation, request.stack, problems)
+            say_err(str(error))
+            return finish(Outcome("preflight-failed", EXIT_PREFLIGHT, str(error), preflight_problems=problems))
+        models = stack_plan.config.models
+        imports = sum(m.weights_import is not None for m in models)
+        say(f"warmstart: preflight passed: {len(models) - imports} model(s) ready in S3"
+            + (f", {imports} left to their import Jobs" if imports else ""))
+    elif request.skip_preflight:
+        say_err("warmstart: --skip-preflight: the models' weights in S3 were not checked")
 
     from pulumi.automation.errors import CommandError
 
@@ -93,6 +111,15 @@ def add_parsers(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
         if op in POLICY_OPERATIONS:
             p.add_argument("--policy-config", type=Path, metavar="FILE",
                            help="policy pack config JSON (e.g. an enforcement level per policy)")
+        if op in PREFLIGHT_OPERATIONS:
+            tolerance = f"{preflight.WEIGHTS_TOLERANCE:.0%}".replace("%", "%%")  # argparse formats help
+            p.add_argument("--skip-preflight", action="store_true",
+                           help="emergencies only: skip the preflight, which checks with your AWS "
+                                "credentials, before any engine call, that every model without `import:` "
+                                "has config.json, every shard its model.safetensors.index.json names, and "
+                                f"*.safetensors totalling its weightsGiB (within {tolerance}) directly under "
+                                f"its S3 source; a failed preflight exits {EXIT_PREFLIGHT}"
+                                + (" (a drift check, --expect-no-changes, never runs it)" if op == "preview" else ""))
         if op == "outputs":
             p.add_argument("--show-secrets", action="store_true", help="print secret outputs in clear")
         p.set_defaults(func=handler, operation=op)
@@ -108,4 +135,5 @@ def request_from_args(args: argparse.Namespace, project_dir: Path) -> Request:
         expect_no_changes=getattr(args, "expect_no_changes", False),
         policy_config=getattr(args, "policy_config", None),
         show_secrets=getattr(args, "show_secrets", False),
+        skip_preflight=getattr(args, "skip_preflight", False),
     )

@@ -1,12 +1,14 @@
 """Every prerequisite of an engine command, checked before the engine runs and reported at once:
 the Pulumi CLI, provider plugins, the Python environment Pulumi runs the program and the policy
-pack in, AWS credentials, the state backend and the secrets passphrase."""
+pack in, the AWS CLI v2, AWS credentials, boto3 for the preflight, the state backend and the
+secrets passphrase."""
 
 from __future__ import annotations
 
 import configparser
 import json
 import os
+import re
 import shutil
 import subprocess
 from importlib import metadata
@@ -142,6 +144,60 @@ def aws_credentials_source(env: Mapping[str, str] | None = None) -> tuple[str | 
                   "(botocore is not installed, so instance and container roles were not probed)")
 
 
+AWS_CLI_INSTALL = (
+    "install the AWS CLI v2 (https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html; "
+    "Linux x86_64: `curl -fsSL https://awscli.amazonaws.com/awscli-exe-linux-x86_64.zip -o awscliv2.zip && "
+    "unzip -q awscliv2.zip && sudo ./aws/install`; GitHub-hosted runners have it) and put it first on PATH; "
+    "the `awscli` package from pip is v1: uninstall it"
+)
+
+
+def missing_aws_cli() -> list[Missing]:
+    """The AWS CLI v2 on PATH: the kubeconfig pulumi-eks writes runs `aws eks get-token`, so every
+    engine operation that reaches the cluster needs it."""
+    path = shutil.which("aws")
+    if path is None:
+        return [Missing("AWS CLI v2", "`aws` is not on PATH (the cluster's kubeconfig runs "
+                        "`aws eks get-token`)", AWS_CLI_INSTALL)]
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as err:
+        return [Missing("AWS CLI v2", f"`{path} --version` failed ({err})", AWS_CLI_INSTALL)]
+    # `aws-cli/2.27.0 Python/3.13.2 ...` on stdout; older v1 releases print it on stderr.
+    text = f"{proc.stdout}\n{proc.stderr}"
+    found = re.search(r"aws-cli/(\d+)\.[\w.]+", text)
+    if proc.returncode != 0 or found is None:
+        first = (text.strip().splitlines() or ["no output"])[0]
+        return [Missing("AWS CLI v2", f"`{path} --version` did not report a version "
+                        f"(exit {proc.returncode}: {first})", AWS_CLI_INSTALL)]
+    if int(found[1]) < 2:
+        return [Missing("AWS CLI v2", f"{path} is {found[0]}, not v2 (the cluster's kubeconfig runs "
+                        "`aws eks get-token`)", AWS_CLI_INSTALL)]
+    return []
+
+
+def _pinned(dist: str) -> str | None:
+    """The version warmstart's pyproject.toml pins `dist` at (in any extra), if any."""
+    for req in metadata.requires("warmstart") or []:
+        found = re.match(rf"{re.escape(dist)}\s*==\s*([\w.]+)", req)
+        if found:
+            return found[1]
+    return None
+
+
+def missing_boto3() -> list[Missing]:
+    """boto3 in the environment `warmstart` runs in: the preflight reads S3 with it."""
+    try:
+        metadata.version("boto3")
+    except metadata.PackageNotFoundError:
+        version = _pinned("boto3")
+        spec = f"boto3=={version}" if version else "boto3"
+        return [Missing("boto3", "not installed in the Python environment running warmstart (the "
+                        "preflight checks the models' weights in S3 with it)",
+                        f"`pip install '{spec}'` into that environment, or pass --skip-preflight")]
+    return []
+
+
 def stored_login(env: Mapping[str, str]) -> str | None:
     """The backend of a stored `pulumi login` (~/.pulumi/credentials.json `current`), if any."""
     home = Path(env.get("PULUMI_HOME") or Path(env.get("HOME", str(Path.home()))) / ".pulumi")
@@ -236,6 +292,9 @@ def check_prerequisites(request: Request, env: Mapping[str, str] | None = None) 
 
     if request.operation in ENGINE_OPERATIONS:
         missing += missing_python_env(request)
+        missing += missing_aws_cli()
+    if request.runs_preflight:
+        missing += missing_boto3()
 
     backend = backend_url(request, env)
     if backend is None:

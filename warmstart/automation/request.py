@@ -21,6 +21,10 @@ VALIDATED_OPERATIONS = frozenset({"preview", "up", "refresh"})
 POLICY_OPERATIONS = frozenset({"preview", "up"})
 # Operations that may create the stack in the backend; the others select an existing one.
 CREATING_OPERATIONS = frozenset({"preview", "up"})
+# Operations whose models' weights are checked in S3 before the engine runs (preflight.py):
+# not `refresh` or `destroy` (a drift check or a teardown must not depend on the weights), and
+# not `preview --expect-no-changes`, the other half of the nightly drift check.
+PREFLIGHT_OPERATIONS = frozenset({"preview", "up"})
 
 POLICY_PACK_DIR = "policy"
 SECRET_MASK = "[secret]"
@@ -42,6 +46,8 @@ class Request:
     expect_no_changes: bool = False
     policy_config: Path | None = None
     show_secrets: bool = False
+    skip_preflight: bool = False
+    """`--skip-preflight`: do not check the models' weights in S3 before the engine runs."""
 
     @property
     def config_stack(self) -> str:
@@ -51,6 +57,12 @@ class Request:
     @property
     def policy_pack(self) -> Path:
         return self.project_dir / POLICY_PACK_DIR
+
+    @property
+    def runs_preflight(self) -> bool:
+        """Whether the models' weights are checked in S3 before the engine runs (preflight.py)."""
+        return (self.operation in PREFLIGHT_OPERATIONS and not self.skip_preflight
+                and not self.expect_no_changes)
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,33 @@ class PrerequisitesMissing(Exception):
         super().__init__("\n".join(lines))
 
 
+@dataclass(frozen=True)
+class PreflightProblem:
+    """One model whose weights are not ready to stream: which (`warmstart:models[i]`), what is
+    wrong, and how to fix it."""
+
+    key: str
+    model: str
+    problem: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.model}): {self.problem}; fix: {self.fix}"
+
+
+class PreflightFailed(Exception):
+    def __init__(self, operation: str, stack: str, problems: list[PreflightProblem]) -> None:
+        self.problems = problems
+        n = len(problems)
+        models = len({p.key for p in problems})
+        lines = [f"warmstart: cannot run `{operation}` on stack '{stack}': the preflight found "
+                 f"{n} problem{'s' if n > 1 else ''} with the weights of {models} "
+                 f"model{'s' if models > 1 else ''} (no engine call was made; `--skip-preflight` "
+                 "skips this check):"]
+        lines += [f"  - {p}" for p in problems]
+        super().__init__("\n".join(lines))
+
+
 @dataclass
 class PolicyViolation:
     policy: str
@@ -88,13 +127,15 @@ class Outcome:
     """What an operation ended with; becomes the exit code and the JSON summary."""
 
     result: str
-    """succeeded | failed | changes-found | policy-violation | config-error | missing-prerequisites"""
+    """succeeded | failed | changes-found | policy-violation | config-error | missing-prerequisites
+    | preflight-failed"""
     exit_code: int
     message: str = ""
     resource_changes: dict[str, int] | None = None
     outputs: dict[str, Any] | None = None
     policy_violations: list[PolicyViolation] = field(default_factory=list)
     missing: list[Missing] = field(default_factory=list)
+    preflight_problems: list[PreflightProblem] = field(default_factory=list)
 
 
 
@@ -146,5 +187,6 @@ def summary(request: Request, outcome: Outcome, seconds: float) -> dict[str, Any
         "outputs": outcome.outputs,
         "policyViolations": [vars(v) for v in outcome.policy_violations],
         "missingPrerequisites": [vars(m) for m in outcome.missing],
+        "preflightProblems": [vars(p) for p in outcome.preflight_problems],
         "durationSeconds": round(seconds, 3),
     }
