@@ -8,26 +8,28 @@ through warmstart's pure planners, and registers only resources:
 - `Cluster`: EKS in Auto Mode or with self-managed Karpenter, GPU pools on RAID0 NVMe;
 - `ModelStorage`: the model and compile-cache buckets with a security baseline;
 - `ModelRole`: one model's least-privilege IRSA role;
+- `ModelImportRole`: the separate role of a model's weights-import Job (writes its prefix only);
 - `VllmModel`: one model served by vLLM, tuned for a fast cold start;
 - `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys).
 
-The first five are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
+The first six are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
 `__main__.py` here), so `pulumi package add` makes them usable from TypeScript, Go, C# or YAML.
 Modules import each other relatively, so the package works under any name it is imported as
 (`components` in this project, `warmstart_components` once installed).
 """
 
 from .cluster import Cluster, ClusterArgs, GpuPoolArgs, PoolModelArgs, SystemNodeGroupArgs
-from .identity import ModelRole, ModelRoleArgs
+from .identity import ModelImportRole, ModelImportRoleArgs, ModelRole, ModelRoleArgs
 from .network import Network, NetworkArgs
-from .serving import LoaderArgs, VllmModel, VllmModelArgs
+from .serving import HuggingFaceSourceArgs, LoaderArgs, VllmModel, VllmModelArgs, WeightsImportArgs
 from .stack import WarmstartStack, WarmstartStackArgs, stack_config
 from .storage import CompileCacheBucketArgs, ModelBucketArgs, ModelStorage, ModelStorageArgs
 from .enums import ClusterMode, NvmeCheckMode
 
 __all__ = [
-    "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "LoaderArgs",
-    "ModelBucketArgs", "ModelRole", "ModelRoleArgs", "ModelStorage", "ModelStorageArgs", "Network",
-    "NetworkArgs", "NvmeCheckMode", "PoolModelArgs", "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs",
-    "WarmstartStack", "WarmstartStackArgs", "stack_config",
+    "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
+    "LoaderArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs",
+    "ModelStorage", "ModelStorageArgs", "Network", "NetworkArgs", "NvmeCheckMode", "PoolModelArgs",
+    "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
+    "WeightsImportArgs", "stack_config",
 ]

@@ -14,14 +14,14 @@ if __package__ in (None, ""):
     # Run as a script by the language host: the repository root holds the `warmstart` core and
     # this folder, importable as the `components` package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from components import Cluster, ModelRole, ModelStorage, Network, VllmModel  # noqa: E402
+    from components import Cluster, ModelImportRole, ModelRole, ModelStorage, Network, VllmModel  # noqa: E402
 else:
-    from . import Cluster, ModelRole, ModelStorage, Network, VllmModel
+    from . import Cluster, ModelImportRole, ModelRole, ModelStorage, Network, VllmModel
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
 PACKAGE = "warmstart"
-HOSTED = [Network, Cluster, ModelStorage, ModelRole, VllmModel]
+HOSTED = [Network, Cluster, ModelStorage, ModelRole, ModelImportRole, VllmModel]
 
 
 def version() -> str:

@@ -11,6 +11,13 @@ NodePool per GPU pool whose nodes put their ephemeral storage on local NVMe.
   without it nodes never join, silently).
 - karpenter: a small managed system node group for the controller and add-ons, then the
   Karpenter component (karpenter.py) and EC2NodeClasses with RAID0 instance store.
+
+Access: `admins` get cluster-admin and `viewers` read-only (Secrets included) access entries.
+The identity that creates the cluster already has cluster-admin through the creator entry EKS
+makes for it (pulumi-eks sets `bootstrapClusterCreatorAdminPermissions`), so it must be in
+neither list: a second access entry for it fails the `up` with 409. The entries are the same
+whoever runs the program (the nightly drift preview runs as a viewer, `up` as the deployer);
+only the check that the creating identity is in neither list asks AWS who runs it.
 See docs/cluster-modes.md.
 """
 
@@ -25,6 +32,7 @@ from warmstart import versions
 from warmstart.config import ClusterConfig, GpuPool, spec_from_args
 from warmstart.decisions import iam, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
+from warmstart.errors import ConfigError
 from warmstart.plan_cluster import ClusterPlan, plan_cluster_layer, pool_model_of
 
 from .enums import ClusterMode, mode_value
@@ -100,7 +108,12 @@ class ClusterArgs(TypedDict):
     kubernetes_version: NotRequired[str]
     """EKS Kubernetes version."""
     admins: NotRequired[list[str]]
-    """IAM role or user ARNs (exact) given cluster-admin access through EKS access entries."""
+    """IAM role or user ARNs (exact) given cluster-admin access through EKS access entries. Not
+    the identity that creates the cluster: EKS makes it admin already."""
+    viewers: NotRequired[list[str]]
+    """IAM role or user ARNs (exact) given read-only access to the whole cluster, Secrets
+    included (AmazonEKSAdminViewPolicy, cluster scope): what a CI role running `pulumi refresh`
+    and `preview` needs. None of them may be in `admins`, nor create the cluster."""
     log_types: NotRequired[list[str]]
     """Control-plane log types sent to CloudWatch Logs (default api, audit, authenticator)."""
     log_retention_days: NotRequired[int]
@@ -152,6 +165,8 @@ class Cluster(pulumi.ComponentResource):
         # Every decision is made here, from the Args alone, by the pure planners.
         self.plan: ClusterPlan = plan(args)
         p = self.plan
+        # Before anything is registered: an `up` it refuses must not have started the cluster.
+        self._check_creator_not_listed()
         name_prefix = args.get("name_prefix") or p.name
         region = args["region"]
         private_subnet_ids = args["private_subnet_ids"]
@@ -197,15 +212,17 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
 
-        for arn in p.admins:
-            key = naming.short_hash(arn)
-            entry = aws.eks.AccessEntry(f"{name}-admin-{key}", cluster_name=p.name, principal_arn=arn,
-                                        type="STANDARD", opts=after_cluster)
-            aws.eks.AccessPolicyAssociation(
-                f"{name}-admin-{key}", cluster_name=p.name, principal_arn=arn,
-                policy_arn=karpenter.access_policy_arn(p.partition, karpenter.CLUSTER_ADMIN_ACCESS_POLICY),
-                access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
+        for role, arns, policy in (("admin", p.admins, karpenter.CLUSTER_ADMIN_ACCESS_POLICY),
+                                   ("viewer", p.viewers, karpenter.VIEWER_ACCESS_POLICY)):
+            for arn in arns:
+                key = naming.short_hash(arn)
+                entry = aws.eks.AccessEntry(f"{name}-{role}-{key}", cluster_name=p.name, principal_arn=arn,
+                                            type="STANDARD", opts=after_cluster)
+                aws.eks.AccessPolicyAssociation(
+                    f"{name}-{role}-{key}", cluster_name=p.name, principal_arn=arn,
+                    policy_arn=karpenter.access_policy_arn(p.partition, policy),
+                    access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
 
         self.karpenter = None
         self.system_node_group = None
@@ -248,6 +265,39 @@ class Cluster(pulumi.ComponentResource):
             "securityGroupId": self.security_group_id,
             "gpuNodeRoleName": self.gpu_node_role_name,
         })
+
+    def _check_creator_not_listed(self) -> None:
+        """Refuse an `up` that would create the cluster as a principal listed in `admins` or
+        `viewers`: EKS gives the creator an access entry of its own, so ours would fail with 409
+        "already in use" after the cluster exists. A preview only warns (the read-only CI role
+        that previews is a viewer, and never creates the cluster).
+
+        Why a check and not "skip the deployer's entry": which entries exist must not depend on
+        who runs the program. The drift preview runs as the read-only role, `up` as the deployer;
+        an entry skipped for whoever runs would show up as a change in every drift check (or be
+        deleted by the next `up` of another identity). Once the cluster exists, its creator is
+        no longer who runs the program, so nothing is compared (listing the creator then fails
+        with EKS's own 409; docs/cluster-modes.md says how to adopt its entry instead)."""
+        p = self.plan
+        if not (p.admins or p.viewers):
+            return
+        opts = pulumi.InvokeOptions(parent=self)
+        if p.name in (aws.eks.get_clusters(opts=opts).names or []):
+            return
+        deployer = deploying_principal(opts)
+        for field, arns in (("admins", p.admins), ("viewers", p.viewers)):
+            if deployer not in arns:
+                continue
+            error = ConfigError(
+                f"ClusterArgs.{field}", f"lists the identity that is creating cluster {p.name}: EKS gives "
+                "the cluster's creator a cluster-admin access entry of its own "
+                "(bootstrapClusterCreatorAdminPermissions), so a second one fails with 409 \"already in use\"",
+                f"remove it from cluster.{field} (it is admin as the creator), or create the cluster as another "
+                "identity", deployer)
+            if pulumi.runtime.is_dry_run():
+                pulumi.log.warn(f"{error} (an `up` as this identity is refused)", resource=self)
+            else:
+                raise error
 
     def _auto_mode_node_role(self, name: str, name_prefix: str) -> tuple[aws.iam.Role, pulumi.Resource]:
         """Node role of the GPU NodeClasses and its EC2-type access entry
@@ -299,3 +349,15 @@ class Cluster(pulumi.ComponentResource):
             labels={placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP},
             tags={"Name": f"{p.name}-system"},
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks, *attachments]))
+
+
+def deploying_principal(opts: pulumi.InvokeOptions) -> str:
+    """The IAM principal ARN of whoever runs the program, as EKS names it in an access entry:
+    an IAM user as it is, an assumed-role session as its role's ARN, path included (what
+    `aws.iam.get_session_context` answers, with iam:GetRole; STS GetCallerIdentity gives the
+    session, `arn:aws:sts::<acct>:assumed-role/<role>/<session>`). Plain invokes: the answer is
+    known while the program runs, in a preview as in an `up`."""
+    arn = aws.get_caller_identity(opts=opts).arn
+    if ":assumed-role/" in arn:
+        arn = aws.iam.get_session_context(arn=arn, opts=opts).issuer_arn
+    return arn

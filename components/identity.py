@@ -1,4 +1,4 @@
-"""One IAM role for one model's ServiceAccount (IRSA), least privilege.
+"""One IAM role for one model's ServiceAccount (IRSA), least privilege; and one for its weights import.
 
 Trust: exactly `system:serviceaccount:<namespace>:<serviceAccount>` through the cluster's OIDC
 provider, `:sub` and `:aud` both pinned
@@ -6,6 +6,10 @@ provider, `:sub` and `:aud` both pinned
 Permissions: read the model's prefix of its weights bucket; read/write the model's own
 `<model>/` prefix of the compile-cache bucket when one is given. No write to the weights, no
 delete, no wildcard resource.
+
+`ModelImportRole` is the separate role of a model's weights-import Job (ServiceAccount
+`<model>-import`): it may write only the model's own prefix (no delete) and read the S3 prefix
+it imports from; the serving role never gains a write to the weights.
 """
 
 from typing import NotRequired, Optional, TypedDict
@@ -16,9 +20,10 @@ import pulumi_aws as aws
 from warmstart.config import S3_URI
 from warmstart.decisions import iam, naming
 from warmstart.errors import ConfigError
-from warmstart.plan_aws import ModelAccess, model_access
+from warmstart.plan_aws import ImportAccess, ModelAccess, import_access, model_access
 
 ROLE_POLICY_NAME = "s3-access"
+IMPORT_POLICY_NAME = "weights-import"
 
 
 class ModelRoleArgs(TypedDict):
@@ -82,10 +87,75 @@ class ModelRole(pulumi.ComponentResource):
         self.register_outputs({"roleArn": self.role_arn, "roleName": self.role_name})
 
 
-def _source(source: str) -> tuple[str, str]:
+def _source(source: str, key: str = "ModelRoleArgs.source") -> tuple[str, str]:
     """(bucket, prefix) of an `s3://bucket/prefix` source, or a ConfigError naming the key."""
     m = S3_URI.match(source)
     if m is None:
-        raise ConfigError("ModelRoleArgs.source", "must be s3://bucket/prefix with a valid bucket name "
+        raise ConfigError(key, "must be s3://bucket/prefix with a valid bucket name "
                           "and a non-empty prefix", "give the model's S3 URI", source)
     return m["bucket"], m["prefix"].rstrip("/")
+
+
+class ModelImportRoleArgs(TypedDict):
+    """Inputs of the ModelImportRole component."""
+
+    model_name: str
+    """The model's name; the role's ServiceAccount is `<model>-import` unless `serviceAccount` says otherwise."""
+    source: str
+    """`s3://bucket/prefix` of the model's weights (the model's `source`): the role may write,
+    never delete, exactly that prefix."""
+    namespace: str
+    """Namespace of the import Job's ServiceAccount."""
+    oidc_provider_arn: pulumi.Input[str]
+    """ARN of the cluster's IAM OIDC provider (the trust policy's Federated principal)."""
+    oidc_issuer: pulumi.Input[str]
+    """The cluster's OIDC issuer, with or without `https://` (the trust conditions' key prefix)."""
+    name_prefix: str
+    """Prefix of the role's name: `<namePrefix>-<model>-import` (shortened with a hash past 64 characters)."""
+    region: str
+    """AWS region (the partition of the ARNs)."""
+    import_s3: NotRequired[str]
+    """The `s3://bucket/prefix` the weights are imported from, which the role may then read;
+    omit it for a Hugging Face import."""
+    service_account: NotRequired[str]
+    """The ServiceAccount that assumes the role (default `<model>-import`, never the serving one)."""
+
+
+class ModelImportRole(pulumi.ComponentResource):
+    """The IRSA role of one model's weights-import Job: write (never delete) its model's prefix,
+    and read the S3 prefix it imports from. The serving role stays read-only."""
+
+    role_arn: pulumi.Output[str]
+    """The role's ARN, for the import ServiceAccount's annotation; known only once its policy is
+    attached, so a Job that uses it never starts without its permissions."""
+    role_name: pulumi.Output[str]
+    """The role's name."""
+
+    def __init__(self, name: str, args: ModelImportRoleArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:ModelImportRole", name, None, opts)
+        namespace = args["namespace"]
+        bucket, prefix = _source(args["source"], "ModelImportRoleArgs.source")
+        src_bucket = src_prefix = None
+        if args.get("import_s3") is not None:
+            src_bucket, src_prefix = _source(args["import_s3"], "ModelImportRoleArgs.importS3")
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.access: ImportAccess = import_access(
+            args["model_name"], bucket, prefix, name_prefix=args["name_prefix"], source_bucket=src_bucket,
+            source_prefix=src_prefix, service_account=args.get("service_account"))
+        a, partition = self.access, naming.partition(args["region"])
+        trust = pulumi.Output.all(args["oidc_provider_arn"], args["oidc_issuer"]).apply(
+            lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), namespace,
+                                                        a.service_account)))
+        role = aws.iam.Role(
+            name, name=a.role_name, assume_role_policy=trust,
+            description=f"warmstart: {namespace}/{a.service_account} imports the weights of {a.model}",
+            tags={"Name": a.role_name, "warmstart:model": a.model, "warmstart:purpose": "weights-import"},
+            opts=pulumi.ResourceOptions(parent=self))
+        policy = aws.iam.RolePolicy(
+            f"{name}-s3-write", role=role.name, name=IMPORT_POLICY_NAME,
+            policy=iam.to_json(iam.import_role_policy(partition, a.model_bucket, a.model_prefix,
+                                                      a.source_bucket, a.source_prefix)),
+            opts=pulumi.ResourceOptions(parent=self))
+        self.role_arn = pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
+        self.role_name = role.name
+        self.register_outputs({"roleArn": self.role_arn, "roleName": self.role_name})

@@ -4,7 +4,9 @@ From its Args alone the component decides everything through the pure planner
 (`warmstart.plan_model.plan_model`: tensor parallel degree, streamer concurrency, distributed
 loading, pod size, start-up budget) and registers the objects `warmstart.manifests` builds:
 ServiceAccount (with its IRSA role), Deployment, Service and PodDisruptionBudget, the start-up
-NVMe check, and the compile-cache restore/publish wiring when a cache bucket is given.
+NVMe check, the compile-cache restore/publish wiring when a cache bucket is given, and, with a
+weights import, the Job that copies the weights into `source` first (its own ServiceAccount,
+the Hugging Face token Secret, the script's ConfigMap).
 """
 
 from typing import NotRequired, Optional, TypedDict
@@ -14,7 +16,9 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import LoaderTuning, ModelSpec, spec_from_args
+from warmstart.errors import ConfigError
 from warmstart.manifests import compile_cache, nvme_check
+from warmstart.manifests import weights_import as import_job
 from warmstart.manifests.serving import (
     HTTP_PORT,
     deployment_spec,
@@ -42,6 +46,24 @@ class LoaderArgs(TypedDict):
     """Window after which a stalled transfer is cut and retried (default 3000)."""
     low_speed_limit_bytes_per_second: NotRequired[int]
     """Throughput below which a transfer counts as stalled (default 1 MiB/s)."""
+
+
+class HuggingFaceSourceArgs(TypedDict):
+    """A Hugging Face Hub repository at a pinned commit."""
+
+    repo: str
+    """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
+    revision: str
+    """The commit (40 hex characters) to copy: a branch or tag could move under the same program."""
+
+
+class WeightsImportArgs(TypedDict):
+    """Where the weights are copied from into `source` before the pods start; exactly one of the two."""
+
+    hugging_face: NotRequired[HuggingFaceSourceArgs]
+    """From the Hugging Face Hub (a gated repository needs `huggingFaceToken`)."""
+    s3: NotRequired[str]
+    """From another `s3://bucket/prefix`, which the import role may read."""
 
 
 class VllmModelArgs(TypedDict):
@@ -98,6 +120,17 @@ class VllmModelArgs(TypedDict):
     ship_pod_scripts: NotRequired[bool]
     """Create this model's ConfigMaps for the pod-side scripts (default true). False when one
     `PodScript` per namespace already ships them, as the warmstart stack does."""
+    weights_import: NotRequired[WeightsImportArgs]
+    """Copy the weights into `source` first: a Job on non-GPU nodes (Auto Mode's general-purpose
+    pool; with `clusterMode: karpenter`, nodes labelled `warmstart.io/node-group: system`) copies,
+    verifies them against `weightsGib` and writes a manifest; the Deployment waits for it, and an
+    unchanged `up` copies nothing. Needs `importRoleArn`."""
+    import_role_arn: NotRequired[pulumi.Input[str]]
+    """IAM role of the import Job's own ServiceAccount `<model>-import` (e.g. the ModelImportRole
+    component's `roleArn`), the only one that may write the model's prefix."""
+    hugging_face_token: NotRequired[pulumi.Input[str]]
+    """Hugging Face token (pass a secret) for a gated or private `weightsImport.huggingFace`
+    repository; it reaches only the import Job, through a Kubernetes Secret."""
 
 
 def plan(args: VllmModelArgs) -> ModelPlan:
@@ -109,7 +142,7 @@ def plan(args: VllmModelArgs) -> ModelPlan:
         "instance_type": args["instance_type"], "tensor_parallel_size": "auto" if tp is None else tp,
         "replicas": args.get("replicas"), "image": args.get("image"), "max_model_len": args.get("max_model_len"),
         "gpu_memory_utilization": args.get("gpu_memory_utilization"), "eager": args.get("eager"),
-        "extra_args": args.get("extra_args"),
+        "extra_args": args.get("extra_args"), "weights_import": args.get("weights_import"),
     }, "VllmModelArgs.")
     host_path = args.get("compile_cache_host_path")
     check_compile_cache_host_path(host_path, mode, "VllmModelArgs.compileCacheHostPath")  # type: ignore[arg-type]
@@ -117,7 +150,8 @@ def plan(args: VllmModelArgs) -> ModelPlan:
         spec, key="VllmModelArgs", instance_type=args["instance_type"], pool=args.get("node_pool"),
         loader=spec_from_args(LoaderTuning, args.get("loader") or {}, "VllmModelArgs.loader."),
         compile_cache=args.get("compile_cache", not spec.eager),
-        compile_cache_host_path=compile_cache_host_path(mode, host_path))  # type: ignore[arg-type]
+        compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
+        cluster_mode=mode, import_key="VllmModelArgs.weightsImport")  # type: ignore[arg-type]
 
 
 class VllmModel(pulumi.ComponentResource):
@@ -156,14 +190,19 @@ class VllmModel(pulumi.ComponentResource):
             compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map))
 
         sa = service_account_spec(m, ns, args.get("role_arn"))
-        k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
-                                   automount_service_account_token=False, opts=child)
+        service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
+                                                     automount_service_account_token=False, opts=child)
+        # The IRSA webhook injects credentials when it admits a pod whose ServiceAccount it
+        # finds; a pod admitted before the ServiceAccount exists never gets them.
+        before_pods: list[pulumi.Resource] = [*scripts, service_account]
+        if m.weights_import is not None:
+            before_pods.append(self._weights_import(name, args, ns, child))
         dep = deployment_spec(m, ns, args["region"], extras)
         timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
         k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
-                depends_on=scripts,
+                depends_on=before_pods,
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout}s", update=f"{timeout}s"))))
         svc = service_spec(m, ns)
         service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"], opts=child)
@@ -174,5 +213,40 @@ class VllmModel(pulumi.ComponentResource):
             lambda v: f"http://{v[0]}.{v[1]}.svc:{HTTP_PORT}/v1")
         self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
 
+    def _weights_import(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions
+                        ) -> k8s.batch.v1.Job:
+        """The import Job (and its ServiceAccount, token Secret and script): the Deployment waits
+        for it, as pulumi-kubernetes waits for a Job to complete."""
+        m = self.plan
+        imp = m.weights_import
+        assert imp is not None
+        role_arn = args.get("import_role_arn")
+        if role_arn is None:
+            raise ConfigError("VllmModelArgs.importRoleArn", "a weights import needs its own IAM role: the "
+                              "serving role may only read the weights", "pass the ModelImportRole component's "
+                              "roleArn for this model")
+        needs: list[pulumi.Resource] = []
+        script_map = import_job.CONFIGMAP_NAME
+        if args.get("ship_pod_scripts", True):
+            script_map = f"{m.name}-weights-import"
+            needs.append(PodScript(f"{name}-weights-import", ns, script_map, import_job.SCRIPT_KEY, opts=child))
+        sa = import_job.service_account_spec(m, ns, role_arn)
+        needs.append(k8s.core.v1.ServiceAccount(f"{name}-import-sa", metadata=sa["metadata"],
+                                                automount_service_account_token=False, opts=child))
+        token, secret_name = args.get("hugging_face_token"), None
+        if token is not None and imp.kind == "huggingFace":
+            secret = import_job.token_secret_spec(m, ns, pulumi.Output.secret(token))
+            secret_name = secret["metadata"]["name"]
+            needs.append(k8s.core.v1.Secret(f"{name}-hf-token", metadata=secret["metadata"], type=secret["type"],
+                                            string_data=secret["stringData"], opts=child))
+        job = import_job.job_spec(m, ns, args["region"], script_map, secret_name)
+        wait = int(job["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        return k8s.batch.v1.Job(
+            f"{name}-import", metadata=job["metadata"], spec=job["spec"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=needs, delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s"))))
 
-__all__ = ["LoaderArgs", "VllmModel", "VllmModelArgs", "plan", "versions"]
+
+__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan",
+           "versions"]

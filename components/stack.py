@@ -20,10 +20,11 @@ from pulumi.runtime import config as runtime_config
 from warmstart import config
 from warmstart.config import StackConfig
 from warmstart.manifests import compile_cache, nvme_check
+from warmstart.manifests import weights_import as import_job
 from warmstart.plan import StackPlan, plan_stack
 
 from .cluster import Cluster, ClusterArgs
-from .identity import ModelRole
+from .identity import ModelImportRole, ModelRole
 from .network import Network
 from .pod_scripts import PodScript
 from .serving import VllmModel, VllmModelArgs
@@ -89,6 +90,8 @@ class WarmstartStack(pulumi.ComponentResource):
     """Model and compile-cache buckets."""
     roles: dict[str, ModelRole]
     """The IRSA role of each model, by model name."""
+    import_roles: dict[str, ModelImportRole]
+    """The weights-import role of each model with `import`, by model name."""
     models: dict[str, VllmModel]
     """The serving component of each model, by model name."""
 
@@ -126,7 +129,7 @@ class WarmstartStack(pulumi.ComponentResource):
             cluster_name=plan.cluster.name, mode=cfg.cluster_mode, region=cfg.region,
             vpc_id=self.network.vpc_id, private_subnet_ids=self.network.private_subnet_ids,
             public_subnet_ids=self.network.public_subnet_ids, gpu_pools=pools, name_prefix=plan.name_prefix,
-            kubernetes_version=cfg.kubernetes_version, admins=c.admins, log_types=c.log_types,
+            kubernetes_version=cfg.kubernetes_version, admins=c.admins, viewers=c.viewers, log_types=c.log_types,
             log_retention_days=c.log_retention_days,
             system_node_group=c.system_node_group.model_dump() if c.system_node_group else None,
             tags=stack_tags(plan))
@@ -136,8 +139,7 @@ class WarmstartStack(pulumi.ComponentResource):
         cached = any(m.compile_cache for m in plan.models)
         self.storage = ModelStorage(f"{name}-storage", _args(
             name_prefix=plan.name_prefix, region=cfg.region, stack=args.stack, account_id=cfg.account_id,
-            model_bucket=_args(name=mb.name, create=mb.create, restrict_to_vpc_endpoint=mb.restrict_to_vpc_endpoint,
-                               admins=mb.admins),
+            model_bucket=mb.model_dump(exclude_unset=True),
             compile_cache=cached, compile_cache_bucket=_args(name=cb.name, expire_after_days=cb.expire_after_days),
             s3_endpoint_id=self.network.s3_endpoint_id,
         ), opts=_aliased(aws_opts, "storage"))
@@ -149,6 +151,16 @@ class WarmstartStack(pulumi.ComponentResource):
                 compile_cache_bucket=self.storage.compile_cache_bucket if m.compile_cache else None,
             ), opts=_aliased(aws_opts, "identity"))
             for m in sorted(plan.models, key=lambda m: m.name)
+        }
+        # A model with `import` also gets the role of its import Job: write its own prefix only.
+        self.import_roles = {
+            m.name: ModelImportRole(f"{name}-import-{m.name}", _args(
+                model_name=m.name, source=m.source, namespace=cfg.namespace,
+                oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
+                name_prefix=plan.name_prefix, region=cfg.region,
+                import_s3=m.weights_import.source if m.weights_import.kind == "s3" else None,
+            ), opts=aws_opts)
+            for m in sorted(plan.models, key=lambda m: m.name) if m.weights_import is not None
         }
 
         # 4. serving: the namespace, the pod-side scripts it shares, one VllmModel per model.
@@ -169,8 +181,16 @@ class WarmstartStack(pulumi.ComponentResource):
             PodScript(f"{name}-compile-cache", cfg.namespace, compile_cache.CONFIGMAP_NAME,
                       compile_cache.SCRIPT_KEY, opts=script_opts),
         ]
+        if self.import_roles:
+            scripts.append(PodScript(f"{name}-weights-import", cfg.namespace, import_job.CONFIGMAP_NAME,
+                                     import_job.SCRIPT_KEY, opts=script_opts))
+        # The token is read as a secret, so it stays encrypted in the state and never reaches
+        # plan.json; only the import Jobs of Hugging Face imports get it, through a Secret.
+        hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
+                    if any(m.weights_import and m.weights_import.kind == "huggingFace" for m in plan.models) else None)
         self.models = {}
         for spec, m in zip(cfg.models, plan.models):
+            imp = m.weights_import
             model_args: VllmModelArgs = _args(  # type: ignore[assignment]
                 model_name=m.name, source=m.source, weights_gib=spec.weights_gib, instance_type=m.instance.instance_type,
                 region=cfg.region, namespace=cfg.namespace,
@@ -180,10 +200,15 @@ class WarmstartStack(pulumi.ComponentResource):
                 loader=m.loader.model_dump(), cluster_mode=cfg.cluster_mode, node_pool=m.pool,
                 compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
                 compile_cache_bucket=self.storage.compile_cache_bucket if m.compile_cache else None,
-                nvme_check=c.nvme_check, role_arn=self.roles[m.name].role_arn, ship_pod_scripts=False)
+                nvme_check=c.nvme_check, role_arn=self.roles[m.name].role_arn, ship_pod_scripts=False,
+                weights_import=spec.weights_import.model_dump(exclude_none=True) if spec.weights_import else None,
+                import_role_arn=self.import_roles[m.name].role_arn if imp else None,
+                hugging_face_token=hf_token if imp and imp.kind == "huggingFace" else None)
+            # An import writes into the model bucket, which this same `up` may be creating.
+            after = [namespace, *scripts, *self.cluster.ready, *([self.storage] if imp else [])]
             self.models[m.name] = VllmModel(
                 f"{name}-{m.name}", model_args,
                 opts=_aliased(pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
-                                                     depends_on=[namespace, *scripts, *self.cluster.ready]), "model"),
+                                                     depends_on=after), "model"),
             )
         self.register_outputs({})

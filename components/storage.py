@@ -27,10 +27,16 @@ class ModelBucketArgs(TypedDict):
     """Create the bucket with warmstart's baseline (default true); false: use the existing
     bucket `name`, whose settings warmstart leaves alone."""
     restrict_to_vpc_endpoint: NotRequired[bool]
-    """Deny object reads, writes and listings that do not come through `s3EndpointId`, except by
-    `admins` (default false). Needs `create`."""
+    """Deny object access and listings that do not come through `s3EndpointId`, except by
+    `admins`; the deploying identities keep HeadBucket and the bucket's configuration (default
+    false). Needs `create`."""
     admins: NotRequired[list[str]]
     """IAM role or user ARNs (`*` wildcards allowed) exempt from `restrictToVpcEndpoint`."""
+    deployers: NotRequired[list[str]]
+    """With `restrictToVpcEndpoint`: the roles that run preview, up or refresh, exempt from the
+    listing Deny only (default: the identity running the deployment)."""
+    delete_on_destroy: NotRequired[bool]
+    """Delete the bucket and its weights on `destroy` (default false: they are kept)."""
 
 
 class CompileCacheBucketArgs(TypedDict):
@@ -76,16 +82,21 @@ class SecureBucket(pulumi.ComponentResource):
     def __init__(self, name: str, bucket_name: str, partition: str, name_tag: str,
                  lifecycle_rules: Sequence[aws.s3.BucketLifecycleConfigurationRuleArgs],
                  force_destroy: bool, vpc_endpoint_id: pulumi.Input[str] | None = None,
-                 admins: Sequence[str] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+                 admins: Sequence[str] = (), deployers: Sequence[str] = (), retain: bool = False,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:aws:SecureBucket", name, None, opts)
+        # `retain`: destroy leaves the bucket and every setting in place (the public access
+        # block and the TLS-only policy with it), and only drops them from the stack's state.
+        # https://www.pulumi.com/docs/iac/concepts/options/retainondelete/
         bucket = aws.s3.Bucket(f"{name}-bucket", bucket=bucket_name, force_destroy=force_destroy,
-                               tags={"Name": name_tag}, opts=pulumi.ResourceOptions(parent=self))
+                               tags={"Name": name_tag},
+                               opts=pulumi.ResourceOptions(parent=self, retain_on_delete=retain))
         # S3 rejects concurrent configuration changes on one bucket ("A conflicting
         # conditional operation is in progress"), so each setting waits for the previous one.
         previous: list[pulumi.Resource] = [bucket]
 
         def after() -> pulumi.ResourceOptions:
-            return pulumi.ResourceOptions(parent=self, depends_on=list(previous))
+            return pulumi.ResourceOptions(parent=self, depends_on=list(previous), retain_on_delete=retain)
 
         previous[:] = [aws.s3.BucketPublicAccessBlock(
             f"{name}-public-access", bucket=bucket.bucket, block_public_acls=True, block_public_policy=True,
@@ -109,14 +120,34 @@ class SecureBucket(pulumi.ComponentResource):
         if vpc_endpoint_id is None:
             policy = bucket.bucket.apply(lambda b: iam.to_json(iam.bucket_policy(partition, b)))
         else:
-            policy = pulumi.Output.all(bucket.bucket, vpc_endpoint_id).apply(
-                lambda v: iam.to_json(iam.bucket_policy(partition, v[0], v[1], admins)))
+            # The identity running this deployment stays exempt from the endpoint's ListBucket
+            # Deny: HeadBucket needs s3:ListBucket, and the provider reads the bucket with it.
+            # Named deployers make the policy the same whoever runs (a CI read-only role's
+            # preview then sees no change); without them, the running identity is exempt.
+            running = pulumi.Output.from_input(list(deployers)) if deployers else \
+                _deploying_principal(self).apply(lambda arn: [arn])
+            policy = pulumi.Output.all(bucket.bucket, vpc_endpoint_id, running).apply(
+                lambda v: iam.to_json(iam.bucket_policy(partition, v[0], v[1], admins, deployers=v[2])))
         previous[:] = [aws.s3.BucketPolicy(f"{name}-policy", bucket=bucket.bucket, policy=policy, opts=after())]
         aws.s3.BucketLifecycleConfiguration(f"{name}-lifecycle", bucket=bucket.bucket,
                                             rules=list(lifecycle_rules), opts=after())
         self.bucket = bucket.bucket
         self.arn = bucket.arn
         self.register_outputs({"bucket": self.bucket, "arn": self.arn})
+
+
+def _deploying_principal(parent: pulumi.Resource) -> pulumi.Output[str]:
+    """The `aws:PrincipalArn` of whoever runs this deployment, through the parent's provider.
+
+    For a role session GetCallerIdentity gives `arn:aws:sts::<acct>:assumed-role/<role>/<session>`,
+    but `aws:PrincipalArn` holds the role's own ARN, path included
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn).
+    `aws.iam.get_session_context` turns the first into the second (`issuer_arn`, found with
+    iam:GetRole on that role) and passes any other ARN (IAM user, root) through unchanged
+    (terraform-provider-aws internal/service/iam/session_context_data_source.go)."""
+    opts = pulumi.InvokeOutputOptions(parent=parent)
+    caller = aws.get_caller_identity_output(opts=opts)
+    return aws.iam.get_session_context_output(arn=caller.arn, opts=opts).issuer_arn
 
 
 def _whole_bucket() -> aws.s3.BucketLifecycleConfigurationRuleFilterArgs:
@@ -162,10 +193,11 @@ class ModelStorage(pulumi.ComponentResource):
                 lifecycle_rules=[aws.s3.BucketLifecycleConfigurationRuleArgs(
                     id="abort-incomplete-uploads", status="Enabled", filter=_whole_bucket(),
                     abort_incomplete_multipart_upload=_abort_uploads(ABORT_INCOMPLETE_UPLOADS_DAYS))],
-                # Weights are the one thing here that is not cheap to rebuild.
-                force_destroy=False,
+                # Weights are the one thing here that is not cheap to rebuild: `destroy` keeps
+                # them unless the stack asks otherwise.
+                force_destroy=p.delete_model_bucket_on_destroy, retain=not p.delete_model_bucket_on_destroy,
                 vpc_endpoint_id=endpoint if p.restrict_model_bucket_to_endpoint else None,
-                admins=p.admins, opts=child)
+                admins=p.admins, deployers=p.deployers, opts=child)
             self.model_bucket, self.model_bucket_arn = models.bucket, models.arn
         else:
             self.model_bucket = pulumi.Output.from_input(p.model_bucket)

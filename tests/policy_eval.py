@@ -78,6 +78,18 @@ def allowed(policy: dict[str, Any] | str, action: str, resource: str, context: d
     return evaluate(policy, action, resource, context) == ALLOW
 
 
+def evaluate_all(policies: list[dict[str, Any] | str], action: str, resource: str,
+                 context: dict[str, Any] | None = None) -> str:
+    """One request of a principal in the bucket's own account against its identity policy and
+    the resource's policy together: an explicit Deny in any of them wins, else an Allow in any
+    of them allows, else implicit deny (no SCPs, boundaries or session policies; the
+    same-account case of https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html)."""
+    results = [evaluate(p, action, resource, context) for p in policies]
+    if DENY in results:
+        return DENY
+    return ALLOW if ALLOW in results else IMPLICIT_DENY
+
+
 def statements(policy: dict[str, Any] | str) -> list[dict[str, Any]]:
     doc = json.loads(policy) if isinstance(policy, str) else policy
     return doc["Statement"]

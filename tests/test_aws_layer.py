@@ -76,9 +76,11 @@ def gpu_route_tables(rendered: render.Rendered) -> set[str]:
     return {a.inputs["routeTableId"] for a in rendered.of_type(RT_ASSOC) if a.inputs["subnetId"] in private}
 
 
-def identity_policies(rendered: render.Rendered) -> list[dict]:
-    """Every identity policy any role in the stack gets (inline and customer managed)."""
-    docs = [policy_json(r.inputs["policy"]) for r in rendered.of_type(ROLE_POLICY) + rendered.of_type(MANAGED_POLICY)]
+def identity_policies(rendered: render.Rendered, but_roles: frozenset[str] = frozenset()) -> list[dict]:
+    """Every identity policy any role in the stack gets (inline and customer managed), but the
+    inline policies of the roles named in `but_roles`."""
+    docs = [policy_json(r.inputs["policy"]) for r in rendered.of_type(ROLE_POLICY) + rendered.of_type(MANAGED_POLICY)
+            if r.inputs.get("role") not in but_roles]
     for r in rendered.of_type(ROLE):
         for p in r.inputs.get("inlinePolicies") or []:
             if p.get("policy"):
@@ -344,9 +346,10 @@ def test_every_irsa_trust_policy_pins_sub_and_aud_to_exactly_one_service_account
 
 
 def test_no_role_can_write_to_the_model_bucket(rendered):
+    """None but a weights-import role, which tests/test_weights_import.py holds to its own prefix."""
     aws = rendered.stack_plan.aws
     objects = [f"arn:aws:s3:::{aws.model_bucket}/{a.model_prefix}/model.safetensors" for a in aws.access]
-    for doc in identity_policies(rendered):
+    for doc in identity_policies(rendered, but_roles=frozenset(a.role_name for a in aws.imports)):
         for action in sorted(iam.WRITE_ACTIONS):
             for o in objects:
                 assert not allowed(doc, action, o), (action, o)
@@ -470,3 +473,21 @@ def test_bad_aws_input_through_the_cli_exits_2_without_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
     assert "warmstart:network.s3GatewayEndpoint" in proc.stderr and "allowS3ViaNat" in proc.stderr
     assert not (tmp_path / "build").exists()
+
+
+def test_destroy_keeps_the_model_bucket_and_its_settings_unless_asked(rendered, tmp_path, stack_doc):
+    """The weights are the one thing a stack holds that is not cheap to rebuild: `destroy`
+    leaves a created model bucket (and its public access block and TLS-only policy) in place,
+    and empties and deletes the compile-cache bucket."""
+    def bucket_resources(r, purpose):
+        return [x for x in r.cloud_resources if f"-storage-{purpose}" in x.name]
+
+    models, cache = bucket_resources(rendered, "models"), bucket_resources(rendered, "compile-cache")
+    assert models and all(x.retain_on_delete for x in models)
+    assert all(x.inputs.get("forceDestroy") is False for x in models if x.typ == BUCKET)
+    assert cache and not any(x.retain_on_delete for x in cache)
+    doc = stack_doc(rendered.stack_plan.stack)
+    doc["config"]["warmstart:modelBucket"] = dict(doc["config"].get("warmstart:modelBucket", {}), deleteOnDestroy=True)
+    r = render_doc(doc, tmp_path)
+    assert not any(x.retain_on_delete for x in bucket_resources(r, "models"))
+    assert [x.inputs["forceDestroy"] for x in bucket_resources(r, "models") if x.typ == BUCKET] == [True]

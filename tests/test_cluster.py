@@ -312,6 +312,175 @@ def test_admins_get_cluster_admin_access_entries(stack_doc, tmp_path):
         assert assocs[arn]["accessScope"] == {"type": "cluster"}
 
 
+CREATOR = f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:user/render"  # who the mocks say runs the program
+ADMIN_VIEW = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSAdminViewPolicy"
+
+
+def _access(r: render.Rendered) -> dict[str, tuple[str, str, dict]]:
+    """principalArn -> (entry type, policy ARN, scope) of every STANDARD access entry."""
+    entries = {e.inputs["principalArn"]: e.inputs for e in r.of_type(ACCESS_ENTRY) if e.inputs["type"] == "STANDARD"}
+    assocs = {a.inputs["principalArn"]: a.inputs for a in r.of_type(ACCESS_POLICY)}
+    return {arn: (e["type"], assocs[arn]["policyArn"], assocs[arn]["accessScope"]) for arn, e in entries.items()}
+
+
+def test_viewers_get_read_only_access_entries_that_read_secrets(stack_doc, tmp_path):
+    """AmazonEKSAdminViewPolicy: get/list/watch on everything, Secrets (Helm's release state)
+    and custom resources included; AmazonEKSViewPolicy has neither."""
+    doc = stack_doc("prod")
+    viewers = ["arn:aws:iam::123456789012:role/ci-readonly", "arn:aws:iam::123456789012:role/path/auditor"]
+    doc["config"]["warmstart:cluster"] = {"admins": ["arn:aws:iam::123456789012:role/platform-admin"],
+                                          "viewers": viewers}
+    r = render_doc(doc, tmp_path, stack="viewers")
+    access = _access(r)
+    for arn in viewers:
+        assert access[arn] == ("STANDARD", ADMIN_VIEW, {"type": "cluster"})
+    assert access["arn:aws:iam::123456789012:role/platform-admin"][1].endswith("/AmazonEKSClusterAdminPolicy")
+    assert karpenter.VIEWER_ACCESS_POLICY == "AmazonEKSAdminViewPolicy"
+    assert r.stack_plan.cluster.viewers == tuple(sorted(viewers))
+
+
+@pytest.mark.parametrize("cluster, key, rule", [
+    ({"admins": ["arn:aws:iam::123456789012:role/ops"], "viewers": ["arn:aws:iam::123456789012:role/ops"]},
+     "warmstart:cluster.viewers", "also in admins"),
+    ({"admins": ["arn:aws:iam::123456789012:role/ops", "arn:aws:iam::123456789012:user/bo",
+                 "arn:aws:iam::123456789012:role/ops"]}, "warmstart:cluster.admins", "more than once"),
+    ({"viewers": ["arn:aws:iam::123456789012:role/ci", "arn:aws:iam::123456789012:role/ci"]},
+     "warmstart:cluster.viewers", "more than once"),
+])
+def test_a_principal_gets_one_access_entry_or_the_config_is_refused(stack_doc, tmp_path, cluster, key, rule):
+    from warmstart.errors import ConfigErrors
+
+    doc = stack_doc("dev")
+    doc["config"]["warmstart:cluster"] = cluster
+    with pytest.raises(ConfigErrors) as err:
+        render_doc(doc, tmp_path, stack="dup")
+    (found,) = [e for e in err.value.errors if e.key == key]
+    assert rule in found.rule and found.fix
+
+
+def _write_stack(doc: dict, tmp_path: Path, stack: str) -> Path:
+    folder = tmp_path / f"stacks-{stack}"
+    folder.mkdir(exist_ok=True)
+    (folder / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
+    return folder
+
+
+def _as_caller(monkeypatch, arn: str, clusters: tuple[str, ...] = ()) -> None:
+    """The mocks as if `arn` ran the program in an account that has `clusters`."""
+    call = mocks.FakeCloud.call
+
+    def answer(self, args):
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": mocks.FAKE_ACCOUNT, "arn": arn, "userId": "AIDA" + arn[-6:]}
+        if args.token == "aws:eks/getClusters:getClusters":
+            return {"id": self.region, "names": list(clusters)}
+        return call(self, args)
+    monkeypatch.setattr(mocks.FakeCloud, "call", answer)
+
+
+@pytest.mark.parametrize("field", ["admins", "viewers"])
+def test_the_identity_creating_the_cluster_is_never_given_a_second_entry(stack_doc, tmp_path, monkeypatch, field):
+    """EKS already gave the creator a cluster-admin entry (pulumi-eks sets
+    bootstrapClusterCreatorAdminPermissions): an `up` that would add another is refused before
+    anything is registered, for an IAM user and for an assumed role (its session resolved to
+    the role ARN, as EKS names it)."""
+    from warmstart.errors import ConfigError
+
+    doc = stack_doc("dev")
+    doc["config"]["warmstart:cluster"] = {field: [CREATOR]}
+    with pytest.raises(ConfigError) as err:
+        render_doc(doc, tmp_path, stack="creator-user")
+    assert err.value.key == f"ClusterArgs.{field}" and err.value.value == CREATOR and "409" in err.value.rule
+
+    role = "arn:aws:iam::123456789012:role/deployer"
+    _as_caller(monkeypatch, "arn:aws:sts::123456789012:assumed-role/deployer/gha-42")
+    doc["config"]["warmstart:cluster"] = {field: [role]}
+    with pytest.raises(ConfigError) as err:
+        render_doc(doc, tmp_path, stack="creator-role")
+    assert err.value.value == role
+
+
+def test_access_entries_do_not_depend_on_who_runs_the_program(stack_doc, tmp_path, monkeypatch):
+    """The nightly drift preview runs as the read-only role and `up` as the deployer: both must
+    see the same entries, or every drift check reports one. Once the cluster exists (its
+    creator no longer comparable with the caller), a listed caller is not refused either."""
+    doc = stack_doc("dev")
+    admins = ["arn:aws:iam::123456789012:role/deployer", "arn:aws:iam::123456789012:user/alice"]
+    viewers = ["arn:aws:iam::123456789012:role/ci-readonly"]
+    doc["config"]["warmstart:cluster"] = {"admins": admins, "viewers": viewers}
+    name = render.load_plan(_write_stack(doc, tmp_path, "caller"), "caller")[1].cluster.name
+    seen = []
+    for caller in ("arn:aws:sts::123456789012:assumed-role/deployer/up",
+                   "arn:aws:sts::123456789012:assumed-role/ci-readonly/drift", CREATOR):
+        _as_caller(monkeypatch, caller, clusters=(name,))
+        seen.append(_access(render_doc(doc, tmp_path, stack="caller")))
+    assert seen[0] == seen[1] == seen[2] and sorted(seen[0]) == sorted(admins + viewers)
+
+
+def test_a_preview_as_the_creator_only_warns(monkeypatch):
+    """A preview creates nothing: it warns, and the graph is the one an `up` would register."""
+    import pulumi
+
+    from components import Cluster, ClusterArgs, GpuPoolArgs
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    cloud = mocks.FakeCloud(region="us-east-1")
+    pulumi.runtime.set_mocks(cloud, project="warmstart", stack="unit", preview=True, monitor=mocks.EngineMonitor(cloud))
+    pulumi.runtime.test(lambda: Cluster("unit", ClusterArgs(
+        cluster_name="unit", mode="auto", region="us-east-1", vpc_id="vpc-0123456789abcdef0",
+        private_subnet_ids=["subnet-0a"], gpu_pools=[GpuPoolArgs(name="l40s", instance_types=["g6e.2xlarge"])],
+        viewers=[CREATOR])) and None)()
+    assert len(warned) == 1 and "ClusterArgs.viewers" in warned[0] and "refused" in warned[0]
+    assert [r.inputs["principalArn"] for r in cloud.resources
+            if r.typ == ACCESS_ENTRY and r.inputs["type"] == "STANDARD"] == [CREATOR]
+
+
+def test_the_deployers_principal_is_its_role_for_a_session(monkeypatch):
+    import pulumi
+
+    from components.cluster import deploying_principal
+
+    seen = {}
+    for arn, want in [("arn:aws:sts::123456789012:assumed-role/deployer/s", "arn:aws:iam::123456789012:role/deployer"),
+                      (CREATOR, CREATOR)]:
+        _as_caller(monkeypatch, arn)
+        mocks.run(lambda: seen.update(got=deploying_principal(pulumi.InvokeOptions())), region="us-east-1",
+                  stack="who")
+        assert seen["got"] == want
+
+
+# --------------------------------------------------------------------------------------
+# The Kubernetes version, and the GPU nodes' NVIDIA driver
+
+
+def test_the_default_kubernetes_version_is_in_the_calendar_and_validated(any_mode):
+    version = any_mode.stack_plan.config.kubernetes_version
+    assert version == versions.DEFAULT_KUBERNETES_VERSION == "1.36"
+    assert any(r.version == version for r in versions.EKS_RELEASE_CALENDAR)
+    import kubernetes_validate
+
+    (dep, *_) = any_mode.kind("Deployment")
+    kubernetes_validate.validate(dep, version, strict=True)  # the schemas exist for it
+
+
+@pytest.mark.parametrize("version, line, ok", [
+    ("580.159.03", "NVIDIA driver 580.159.03 (the vLLM image needs >= 580)", True),
+    ("595.71.05", "NVIDIA driver 595.71.05", True),
+    ("570.195.03", "WARNING: NVIDIA driver 570.195.03 is older than 580", False),
+    (None, "WARNING: NVIDIA driver: unknown", False),
+])
+def test_the_nvme_check_logs_the_nodes_nvidia_driver(tmp_path, version, line, ok):
+    from warmstart.podside import nvme_check
+
+    if version is not None:
+        (tmp_path / "module" / "nvidia").mkdir(parents=True)
+        (tmp_path / "module" / "nvidia" / "version").write_text(version + "\n")
+    assert nvme_check.nvidia_driver(tmp_path) == version
+    got_ok, got = nvme_check.driver_line(nvme_check.nvidia_driver(tmp_path), nvme_check.MIN_NVIDIA_DRIVER_MAJOR)
+    assert got_ok is ok and line in got and got.startswith("warmstart nvme-check: ")
+
+
 # --------------------------------------------------------------------------------------
 # Karpenter mode
 

@@ -27,7 +27,8 @@ WIRED = {
     "Cluster": {"vpcId", "privateSubnetIds", "publicSubnetIds"},
     "ModelStorage": {"s3EndpointId"},
     "ModelRole": {"oidcProviderArn", "oidcIssuer", "compileCacheBucket"},
-    "VllmModel": {"compileCacheBucket", "roleArn", "kubeconfig"},
+    "ModelImportRole": {"oidcProviderArn", "oidcIssuer"},
+    "VllmModel": {"compileCacheBucket", "roleArn", "kubeconfig", "importRoleArn", "huggingFaceToken"},
 }
 
 

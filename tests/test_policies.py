@@ -14,6 +14,7 @@ import fnmatch
 import json
 import re
 from dataclasses import replace
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -25,12 +26,12 @@ from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValid
 from pulumi_policy.policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from warmstart import mocks, policies, policy_pack
+from warmstart import mocks, policies, policy_pack, versions
 from warmstart.manifests import serving
 from warmstart.config import LoaderTuning
 from warmstart.decisions import tuning
 from warmstart.decisions.instances import GIB, MIB
-from warmstart.policies import Resource
+from warmstart.policies import Resource, eks_version
 from tests.conftest import ROOT, STACK_NAMES, render_stack
 
 _records: dict[str, list[Resource]] = {}
@@ -59,6 +60,11 @@ def set_doc(r: Resource, key: str, doc: dict) -> None:
     r.props[key] = json.dumps(doc) if isinstance(r.props[key], str) else doc
 
 
+# The only checks that warn instead of block: nothing breaks the day a version leaves standard
+# support, it only costs more.
+ADVISORY = {"eks-version-standard-support"}
+
+
 def check(name: str) -> policies.Check:
     return next(c for c in policies.CHECKS if c.name == name)
 
@@ -83,6 +89,7 @@ def test_every_policy_has_something_to_check_in_some_stack():
         "vllm-loader-concurrency": policies.vllm_deployments,
         "vllm-gpu-request-equals-tp": policies.vllm_deployments,
         "vllm-startup-probe": policies.vllm_deployments,
+        "eks-version-standard-support": lambda rs: [r for r in rs if r.typ in eks_version.CLUSTER_TYPES],
     }
     assert set(subjects) == {c.name for c in policies.CHECKS}
     for name, subject in subjects.items():
@@ -182,6 +189,52 @@ def _managed_full_access(rs):
                            "policyArn": "arn:aws:iam::aws:policy/AmazonS3FullAccess"})]
 
 
+def _import_policy(rs) -> tuple[Resource, dict]:
+    """The weights-import role's policy (the dev stack imports its model) and its document."""
+    (pol,) = [r for r in rs if r.typ in policies.ROLE_POLICY_TYPES and r.props.get("name") == "weights-import"]
+    return pol, policies.policy_document(pol.props["policy"])
+
+
+def _import_write(edit: Callable[[dict], None]):
+    """Edit the import role's one write statement (its own model's prefix)."""
+    def mutate(rs):
+        pol, doc = _import_policy(rs)
+        edit(next(s for s in policies.statements(doc) if s.get("Sid") == "WriteModelWeights"))
+        set_doc(pol, "policy", doc)
+        return rs
+    return mutate
+
+
+def _whole_bucket(stmt):
+    stmt["Resource"] = stmt["Resource"].split("/", 1)[0] + "/*"
+
+
+def _sibling_prefix(stmt):
+    stmt["Resource"] = stmt["Resource"].removesuffix("/*") + "-v2/*"
+
+
+def _import_trusts_the_serving_account(rs):
+    """The import role's policy, assumable by the serving ServiceAccount instead of `<model>-import`."""
+    role = next(r for r in of_type(rs, *policies.ROLE_TYPES) if (r.props.get("tags") or {}).get("warmstart:purpose"))
+    doc = policies.irsa_trust(role)
+    cond = next(s for s in policies.statements(doc) if policies._is_web_identity(s))["Condition"]["StringEquals"]
+    key = next(k for k in cond if k.endswith(":sub"))
+    cond[key] = cond[key].removesuffix("-import")
+    set_doc(role, "assumeRolePolicy", doc)
+    return rs
+
+
+def _serving_writes_its_own_prefix(rs):
+    """PutObject added to the serving role's read of its own prefix: a write scoped to a prefix
+    is still a write of the model bucket."""
+    (pol,) = [r for r in rs if r.typ in policies.ROLE_POLICY_TYPES and r.props.get("name") == "s3-access"][:1]
+    doc = policies.policy_document(pol.props["policy"])
+    stmt = next(s for s in policies.statements(doc) if s.get("Sid") == "ReadModelWeights")
+    stmt["Action"] = [*policies.as_list(stmt["Action"]), "s3:PutObject"]
+    set_doc(pol, "policy", doc)
+    return rs
+
+
 def _endpoint_route_table(rs):
     ep = of_type(rs, *policies.VPC_ENDPOINT_TYPES)[0]
     ep.props["routeTableIds"] = ep.props["routeTableIds"][1:]
@@ -275,6 +328,12 @@ def _no_startup_probe(rs):
 
 
 # (stacks, check, mutation, message the violation must match)
+def _eks_version(rs, version: str):
+    for r in of_type(rs, *eks_version.CLUSTER_TYPES):
+        r.props["version"] = version
+    return rs
+
+
 CASES: dict[str, tuple[tuple[str, ...], str, Mutation, str]] = {
     "bucket-public-access-flag": (("dev", "prod"), "s3-bucket-guardrails", _pab_flag, r"restrictPublicBuckets=False"),
     "bucket-no-public-access-block": (("dev", "prod"), "s3-bucket-guardrails",
@@ -298,6 +357,22 @@ CASES: dict[str, tuple[tuple[str, ...], str, Mutation, str]] = {
                          r"allows writing the model bucket"),
     "irsa-managed-full-access": (("dev",), "irsa-no-model-bucket-write", _managed_full_access,
                                  r"AWS managed policy .*AmazonS3FullAccess allows writing the model bucket"),
+    "irsa-serving-role-writes-its-prefix": (("dev", "prod"), "irsa-no-model-bucket-write",
+                                            _serving_writes_its_own_prefix,
+                                            r"allows writing the model bucket .*serving roles only read weights"),
+    "irsa-import-role-writes-the-whole-bucket": (("dev",), "irsa-no-model-bucket-write", _import_write(_whole_bucket),
+                                                 r"beyond what the weights import of model 'llama-3-1-8b' needs"),
+    "irsa-import-role-writes-another-prefix": (("dev",), "irsa-no-model-bucket-write", _import_write(_sibling_prefix),
+                                               r"beyond what the weights import of model 'llama-3-1-8b' needs"),
+    "irsa-import-role-deletes": (("dev",), "irsa-no-model-bucket-write",
+                                 _import_write(lambda st: st["Action"].append("s3:DeleteObject")),
+                                 r"beyond what the weights import of model 'llama-3-1-8b' needs"),
+    "irsa-import-role-wildcard-action": (("dev",), "irsa-no-model-bucket-write",
+                                         _import_write(lambda st: st.update(Action="s3:Put*")),
+                                         r"beyond what the weights import of model 'llama-3-1-8b' needs"),
+    "irsa-import-policy-on-the-serving-account": (("dev",), "irsa-no-model-bucket-write",
+                                                  _import_trusts_the_serving_account,
+                                                  r"allows writing the model bucket .*serving roles only read weights"),
     "subnet-route-table-off-endpoint": (("dev", "prod"), "gpu-subnets-s3-gateway-endpoint", _endpoint_route_table,
                                         r"not on the S3 Gateway endpoint"),
     "subnet-no-endpoint": (("dev",), "gpu-subnets-s3-gateway-endpoint",
@@ -327,6 +402,9 @@ CASES: dict[str, tuple[tuple[str, ...], str, Mutation, str]] = {
     "vllm-gpu-requests-ne-limits": (("prod",), "vllm-gpu-request-equals-tp", _gpu_requests_ne_limits,
                                     r"requests \d+ but limits \d+ nvidia.com/gpu"),
     "vllm-no-startup-probe": (("dev", "prod"), "vllm-startup-probe", _no_startup_probe, r"has no startup probe"),
+    # 1.29 left extended support on 2026-03-23: reported whatever day the suite runs.
+    "eks-version-past-support": (("dev", "prod"), "eks-version-standard-support", lambda rs: _eks_version(rs, "1.29"),
+                                 r"Kubernetes 1\.29 is past the end of EKS extended support on 2026-03-23"),
 }
 PARAMS = [(case, stack) for case, (stacks, *_rest) in CASES.items() for stack in stacks]
 
@@ -345,6 +423,73 @@ def test_broken_copy_fails_with_the_policy_message(case, stack):
 
 def test_every_policy_has_a_broken_case():
     assert {c[1] for c in CASES.values()} == {c.name for c in policies.CHECKS}
+
+
+# --------------------------------------------------------------------------------------
+# The EKS version check, on given days
+
+
+def _eks_warnings(stack: str, version: str, on: date) -> list[str]:
+    return [v.message for v in eks_version.check_eks_version(_eks_version(records(stack), version), today=on)]
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_eks_version_warns_from_the_end_of_standard_support_on(stack):
+    """1.33: standard support until 2026-07-29 (UTC), extended until 2027-07-29."""
+    assert _eks_warnings(stack, "1.33", date(2026, 7, 28)) == []
+    (extended,) = _eks_warnings(stack, "1.33", date(2026, 7, 29))
+    assert "left EKS standard support on 2026-07-29 and is billed as extended support until 2027-07-29" in extended
+    assert "fix:" in extended and versions.EKS_RELEASE_CALENDAR_URL in extended
+    assert _eks_warnings(stack, "1.33", date(2026, 12, 1)) == [extended]
+    (ended,) = _eks_warnings(stack, "1.33", date(2027, 7, 29))
+    assert "past the end of EKS extended support on 2027-07-29" in ended
+
+
+def test_eks_version_default_is_quiet_until_its_end_of_standard_support():
+    row = next(r for r in versions.EKS_RELEASE_CALENDAR if r.version == versions.DEFAULT_KUBERNETES_VERSION)
+    day_before = row.end_of_standard_support - timedelta(days=1)
+    assert _eks_warnings("dev", versions.DEFAULT_KUBERNETES_VERSION, day_before) == []
+    assert _eks_warnings("dev", versions.DEFAULT_KUBERNETES_VERSION, row.end_of_standard_support)
+
+
+def test_eks_version_reports_one_cluster_once_and_skips_what_it_cannot_know():
+    on = date(2026, 12, 1)
+    component = Resource("eks:index:Cluster", "c", {"name": "ws-dev", "version": "1.31"})
+    child = Resource("aws:eks/cluster:Cluster", "c-eksCluster", {"name": "ws-dev", "version": "1.31"})
+    (only,) = eks_version.check_eks_version([component, child], today=on)
+    assert only.policy == "eks-version-standard-support" and "1.31" in only.message
+    assert eks_version.check_eks_version([Resource("eks:index:Cluster", "c", {"version": policies.UNKNOWN})], on) == []
+    assert eks_version.check_eks_version([Resource("eks:index:Cluster", "c", {"name": "x"})], on) == []  # EKS default
+    assert eks_version.check_eks_version([Resource("eks:index:Cluster", "c", {"version": "1.99"})], on) == []
+    (old,) = eks_version.check_eks_version([Resource("eks:index:Cluster", "c", {"version": "1.27"})], on)
+    assert "past the end of EKS extended support" in old.message
+
+
+def test_eks_release_calendar_is_14_plus_12_months():
+    """Standard support is 14 months from the EKS release, extended support 12 more (same page)."""
+    def months_later(d: date, n: int) -> date:
+        y, m = divmod(d.month - 1 + n, 12)
+        return d.replace(year=d.year + y, month=m + 1)
+    for r in versions.EKS_RELEASE_CALENDAR:
+        assert r.end_of_standard_support == months_later(r.eks_release, 14), r.version
+        assert r.end_of_extended_support == months_later(r.end_of_standard_support, 12), r.version
+
+
+def test_the_default_kubernetes_version_is_in_standard_support_today():
+    """Deliberately dated: the day warmstart's default leaves EKS standard support, every stack
+    on the default starts paying for extended support. Bump versions.DEFAULT_KUBERNETES_VERSION
+    (and the calendar) to the newest version in standard support that the pins support."""
+    status, row = versions.eks_support(versions.DEFAULT_KUBERNETES_VERSION, eks_version.today_utc())
+    assert status == versions.STANDARD, (
+        f"Kubernetes {versions.DEFAULT_KUBERNETES_VERSION} left EKS standard support on "
+        f"{row.end_of_standard_support if row else '?'}: bump versions.DEFAULT_KUBERNETES_VERSION")
+
+
+def test_the_pack_reports_the_eks_version_as_advisory():
+    (pol,) = [p for p in policy_pack.policies_for_pack() if p.name == "eks-version-standard-support"]
+    assert isinstance(pol, StackValidationPolicy) and pol.enforcement_level == EnforcementLevel.ADVISORY
+    reported = _run_stack_policy(pol.name, _policy_resources(_eks_version(records("dev"), "1.29")))
+    assert len(reported) == 1 and "1.29 is past the end of EKS extended support" in reported[0][0]
 
 
 # --------------------------------------------------------------------------------------
@@ -431,11 +576,12 @@ def _run_resource_policy(name: str, r: Resource, props=None) -> list[str]:
     return reported
 
 
-def test_pack_has_one_mandatory_policy_per_check():
+def test_pack_has_one_policy_per_check_at_its_level():
     pack = policy_pack.policies_for_pack()
     assert [p.name for p in pack] == [c.name for c in policies.CHECKS]
     for p, c in zip(pack, policies.CHECKS):
-        assert p.enforcement_level == EnforcementLevel.MANDATORY
+        advisory = c.name in ADVISORY
+        assert p.enforcement_level == (EnforcementLevel.ADVISORY if advisory else EnforcementLevel.MANDATORY)
         assert isinstance(p, StackValidationPolicy if c.scope == "stack" else ResourceValidationPolicy)
 
 
@@ -511,6 +657,31 @@ def test_preview_unknown_network_ids_follow_property_dependencies(stack):
                _run_stack_policy("gpu-subnets-s3-gateway-endpoint", broken))
 
 
+def test_preview_unknown_trust_of_the_import_role_is_deferred_but_a_broad_write_still_fails():
+    """In a preview of a new cluster the import role's trust is unknown: its import tags stand
+    in, so its confined write passes, and a write beyond its prefix fails all the same."""
+    def unknown_trust(rs):
+        for r in of_type(rs, *policies.ROLE_TYPES):
+            if (r.props.get("tags") or {}).get("warmstart:purpose") == "weights-import":
+                r.props["assumeRolePolicy"] = policies.UNKNOWN
+        return rs
+    assert check("irsa-no-model-bucket-write").fn(unknown_trust(records("dev"))) == []
+    found = check("irsa-no-model-bucket-write").fn(unknown_trust(_import_write(_whole_bucket)(records("dev"))))
+    assert any("beyond what the weights import" in v.message for v in found)
+
+
+@pytest.mark.parametrize("pattern, prefix, reaches", [
+    ("arn:aws:s3:::b/p/*", "arn:aws:s3:::b/", True), ("arn:aws:s3:::*", "arn:aws:s3:::b/", True),
+    ("*", "arn:aws:s3:::b/", True), ("arn:aws:s3:::b?/*", "arn:aws:s3:::b/", True),  # "b//key"
+    ("arn:aws:s3:::c/*", "arn:aws:s3:::b/", False),
+    ("arn:aws:s3:::b-other/*", "arn:aws:s3:::b/", False), ("arn:aws:s3:::b", "arn:aws:s3:::b/", False),
+    ("arn:aws:s3:::?/x", "arn:aws:s3:::b/", True),
+])
+def test_a_resource_pattern_reaches_objects_under_a_prefix(pattern, prefix, reaches):
+    from warmstart.policies import iam as iam_checks
+    assert iam_checks._may_match_under(pattern, prefix) is reaches
+
+
 def test_preview_unknown_trust_policy_is_deferred_not_failed():
     role = _irsa_role(records("dev"))
     assert _run_resource_policy("irsa-trust-pinned", role, dict(role.props) | {"assumeRolePolicy": UNKNOWN_STRING_VALUE}) == []
@@ -567,14 +738,15 @@ def _analyze_stack(stub, rs: list[Resource]):
     return list(stub.AnalyzeStack(req).diagnostics)
 
 
-def test_served_pack_lists_every_policy_as_mandatory(analyzer):
+def test_served_pack_lists_every_policy_at_its_level(analyzer):
     from google.protobuf import empty_pb2
     from pulumi.runtime.proto import analyzer_pb2
 
     info = analyzer.GetAnalyzerInfo(empty_pb2.Empty())
     assert info.name == policy_pack.PACK_NAME
     assert {p.name for p in info.policies} == {c.name for c in policies.CHECKS}
-    assert {p.enforcementLevel for p in info.policies} == {analyzer_pb2.MANDATORY}
+    assert {p.name: p.enforcementLevel for p in info.policies} == {
+        c.name: analyzer_pb2.ADVISORY if c.name in ADVISORY else analyzer_pb2.MANDATORY for c in policies.CHECKS}
 
 
 @pytest.mark.parametrize("stack", STACK_NAMES)

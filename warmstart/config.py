@@ -239,12 +239,21 @@ class ModelBucketConfig(_Strict):
     owner-enforced). `false`: use the existing bucket `name`, whose settings warmstart leaves
     alone."""
     restrict_to_vpc_endpoint: bool = False
-    """Deny object reads, writes and listings that do not come through the stack's S3 Gateway
-    endpoint (`aws:SourceVpce`), except by the `admins` principals. Needs `create: true`."""
+    """Deny object access and bucket listings that do not come through the stack's S3 Gateway
+    endpoint (`aws:SourceVpce`), except by the `admins` principals; the identities that deploy
+    keep HeadBucket/ListBucket and the bucket's configuration. Needs `create: true`."""
     admins: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = []
     """IAM role or user ARNs (`*` wildcards allowed, e.g. for SSO roles) exempt from
     `restrictToVpcEndpoint`, so they can upload and inspect weights from outside the VPC.
     Required with `restrictToVpcEndpoint`."""
+    deployers: list[Annotated[str, Field(pattern=IAM_PRINCIPAL_ARN)]] = []
+    """With `restrictToVpcEndpoint`: every role that runs preview, up or refresh on the stack
+    (a CI deploy role and its read-only drift-check role), exempt from the listing Deny only, so
+    each can read the bucket; the policy then names exactly these, whoever runs. Default: the
+    identity running the deployment, so another role's preview sees a policy change."""
+    delete_on_destroy: bool = False
+    """`false` (default): `destroy` keeps a created bucket, its weights and its settings (they
+    leave the stack's state only). `true`: `destroy` deletes the bucket and every object in it."""
 
 
 class CompileCacheBucketConfig(_Strict):

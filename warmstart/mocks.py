@@ -104,6 +104,21 @@ def fake_id(typ: str, name: str) -> str:
     return prefixes.get(typ, "") + name
 
 
+# How the SDK marks a secret value on the wire (pulumi.runtime.rpc's signature key and value):
+# the fake cloud, like a provider, sees the plain value inside.
+_SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
+
+
+def _unsecret(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return _unsecret(value.get("value"))
+        return {k: _unsecret(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unsecret(v) for v in value]
+    return value
+
+
 def _integral(value: Any) -> Any:
     """Pulumi's wire format carries every number as a double; give integers back their type."""
     if isinstance(value, float) and value.is_integer():
@@ -127,6 +142,11 @@ class Registered:
     aliases: tuple[str, ...] = ()
     """Full URNs this resource answers to besides `urn`: its own aliases and those inherited
     from its parents' aliases, resolved as the engine resolves them."""
+    retain_on_delete: bool = False
+    """`destroy` would leave the resource in the cloud and only drop it from the state."""
+    dependencies: tuple[str, ...] = ()
+    """URNs the engine would create (or update) first: `depends_on` (a component's expanded to
+    its children) and the resources its inputs come from."""
 
 
 @dataclass
@@ -137,7 +157,7 @@ class FakeCloud(pulumi.runtime.Mocks):
     resources: list[Registered] = field(default_factory=list)
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
-        inputs = _integral(dict(args.inputs))
+        inputs = _integral(_unsecret(dict(args.inputs)))
         self.resources.append(Registered(args.typ, args.name, inputs, args.provider or None))
         outputs = dict(inputs)
         synth = SYNTHESIZERS.get(args.typ)
@@ -148,6 +168,19 @@ class FakeCloud(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs):
         if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": FAKE_ACCOUNT, "arn": f"arn:aws:iam::{FAKE_ACCOUNT}:user/render", "userId": "render"}
+        if args.token == "aws:iam/getSessionContext:getSessionContext":
+            # As the provider answers: an assumed-role session ARN names its role (the mock
+            # cannot know a role path, so none); any other ARN passes through.
+            arn = str(args.args.get("arn", ""))
+            parts = arn.split(":", 5)
+            if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+                _, role, session = parts[5].split("/", 2)
+                return {"arn": arn, "issuerArn": f"arn:{parts[1]}:iam::{parts[4]}:role/{role}",
+                        "issuerId": "AROA" + _digest(role), "issuerName": role, "sessionName": session}
+            return {"arn": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": ""}
+        if args.token == "aws:eks/getClusters:getClusters":
+            # A fresh account: no cluster exists yet, so the program is the one creating them.
+            return {"id": self.region, "names": []}
         if args.token == "aws:index/getPartition:getPartition":
             return {"partition": FAKE_PARTITION, "dnsSuffix": "amazonaws.com"}
         if args.token == "aws:index/getRegion:getRegion":
@@ -226,6 +259,8 @@ class EngineMonitor(MockMonitor):
                 rec = self.fake.resources[-1]
                 rec.urn = response.urn
                 rec.aliases = self.alias_urns[response.urn]
+                rec.retain_on_delete = bool(request.retainOnDelete)
+                rec.dependencies = tuple(sorted(set(request.dependencies)))
             return response
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .config import NAMESPACE, CompileCacheBucketConfig, ModelBucketConfig, NetworkConfig, StackConfig
-from .decisions import cachekey, naming, network
+from .config import NAMESPACE, S3_URI, CompileCacheBucketConfig, ModelBucketConfig, NetworkConfig, StackConfig
+from .decisions import cachekey, naming, network, weights_import
 from .errors import Problems
 
 MODEL_BUCKET_PURPOSE = "models"
@@ -52,6 +52,21 @@ class ModelAccess:
 
 
 @dataclass(frozen=True)
+class ImportAccess:
+    """What one model's weights-import role may touch: write its model's prefix (no delete),
+    and read the S3 prefix it imports from, if any."""
+
+    model: str
+    role_name: str
+    service_account: str
+    model_bucket: str
+    model_prefix: str
+    source_bucket: str | None
+    source_prefix: str | None
+    """The `import.s3` location it may read; None for a Hugging Face import."""
+
+
+@dataclass(frozen=True)
 class BucketsPlan:
     """The model bucket and the compile-cache bucket."""
 
@@ -60,6 +75,9 @@ class BucketsPlan:
     create_model_bucket: bool
     restrict_model_bucket_to_endpoint: bool
     admins: tuple[str, ...]
+    deployers: tuple[str, ...]
+    """Roles exempt from the endpoint's listing Deny; empty: the running identity."""
+    delete_model_bucket_on_destroy: bool
     compile_cache_bucket: str | None
     """None when no model uses the compile cache (then no cache bucket is created)."""
     cache_expire_after_days: int
@@ -71,6 +89,8 @@ class AwsPlan:
     buckets: BucketsPlan
     namespace: str
     access: tuple[ModelAccess, ...]
+    imports: tuple[ImportAccess, ...] = ()
+    """One import role per model with `import`."""
 
     @property
     def partition(self) -> str:
@@ -92,7 +112,7 @@ class AwsPlan:
             "modelBucketCreated": self.buckets.create_model_bucket,
             "compileCacheBucket": self.compile_cache_bucket,
             "roles": {a.model: a.role_name for a in self.access},
-        }
+        } | ({"importRoles": {a.model: a.role_name for a in self.imports}} if self.imports else {})
 
 
 def plan_network(n: NetworkConfig, *, region: str, karpenter_discovery: str | None, key: str) -> NetworkPlan:
@@ -229,6 +249,8 @@ def plan_buckets(mb: ModelBucketConfig, cb: CompileCacheBucketConfig, *, name_pr
         create_model_bucket=mb.create,
         restrict_model_bucket_to_endpoint=mb.restrict_to_vpc_endpoint,
         admins=tuple(sorted(mb.admins)),
+        deployers=tuple(sorted(set(mb.deployers))),
+        delete_model_bucket_on_destroy=mb.delete_on_destroy,
         compile_cache_bucket=cache_bucket if compile_cache else None,
         cache_expire_after_days=cb.expire_after_days,
     )
@@ -241,6 +263,16 @@ def model_access(model: str, prefix: str, *, name_prefix: str, service_account: 
     return ModelAccess(model=model, role_name=naming.role_name(name_prefix, model),
                        service_account=service_account or model, model_prefix=prefix,
                        cache_prefix=cachekey.cache_key_prefix(model) if compile_cache else None)
+
+
+def import_access(model: str, model_bucket: str, model_prefix: str, *, name_prefix: str,
+                  source_bucket: str | None = None, source_prefix: str | None = None,
+                  service_account: str | None = None) -> ImportAccess:
+    """What one model's import role may touch: its model's prefix, and its S3 source if any."""
+    return ImportAccess(model=model, role_name=naming.import_role_name(name_prefix, model),
+                        service_account=service_account or weights_import.service_account(model),
+                        model_bucket=model_bucket, model_prefix=model_prefix.strip("/"),
+                        source_bucket=source_bucket, source_prefix=source_prefix.strip("/") if source_prefix else None)
 
 
 def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_models: set[str]) -> AwsPlan:
@@ -269,4 +301,12 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
     assert net is not None and buckets is not None  # else raise_if_any raised
     access = tuple(model_access(m.name, m.prefix, name_prefix=name_prefix,
                                 compile_cache=m.name in compile_cache_models) for m in cfg.models)
-    return AwsPlan(network=net, buckets=buckets, namespace=cfg.namespace, access=access)
+    imports = []
+    for m in cfg.models:
+        if m.weights_import is None:
+            continue
+        src = S3_URI.match(m.weights_import.s3) if m.weights_import.s3 else None
+        imports.append(import_access(m.name, m.bucket, m.prefix, name_prefix=name_prefix,
+                                     source_bucket=src["bucket"] if src else None,
+                                     source_prefix=src["prefix"] if src else None))
+    return AwsPlan(network=net, buckets=buckets, namespace=cfg.namespace, access=access, imports=tuple(imports))

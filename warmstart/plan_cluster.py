@@ -87,6 +87,9 @@ class ClusterPlan:
     kubernetes_version: str
     partition: str
     admins: tuple[str, ...]
+    """Principals given cluster-admin access entries (sorted, each once)."""
+    viewers: tuple[str, ...]
+    """Principals given read-only access entries, Secrets included (sorted, each once, none an admin)."""
     log_types: tuple[str, ...]
     log_retention_days: int
     system_node_group: SystemNodeGroupPlan | None
@@ -207,6 +210,7 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         if gpu_types:
             errors.add(f"{key}.systemNodeGroup.instanceTypes", "GPU instance types in the system node "
                        "group would idle their GPUs", "use a general-purpose type such as m7i.large", gpu_types)
+    check_access_principals(c, key, errors)
     planned = []
     for i, (pool, models) in enumerate(pools):
         with errors.collect():
@@ -218,12 +222,30 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         kubernetes_version=kubernetes_version,
         partition=naming.partition(region),
         admins=tuple(sorted(set(c.admins))),
+        viewers=tuple(sorted(set(c.viewers))),
         log_types=tuple(sorted(set(c.log_types))),
         log_retention_days=c.log_retention_days,
         system_node_group=system,
         nvme_check=c.nvme_check,
         pools=tuple(planned),
     )
+
+
+def check_access_principals(c: ClusterConfig, key: str, errors: Problems) -> None:
+    """`admins` and `viewers` name each principal once, and no principal in both: EKS keeps one
+    access entry per principal, so a second CreateAccessEntry for it fails with 409
+    ResourceInUseException "already in use", halfway through an `up`
+    (https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateAccessEntry.html)."""
+    for field, arns in (("admins", c.admins), ("viewers", c.viewers)):
+        repeated = sorted({a for a in arns if arns.count(a) > 1})
+        if repeated:
+            errors.add(f"{key}.{field}", "lists the same principal more than once (EKS allows one access "
+                       "entry per principal)", "list each ARN once", repeated)
+    both = sorted(set(c.admins) & set(c.viewers))
+    if both:
+        errors.add(f"{key}.viewers", "names a principal that is also in admins: a principal has one access "
+                   "entry, and cluster-admin already reads everything a viewer can",
+                   "remove it from viewers (or from admins, to make it read-only)", both)
 
 
 def pool_model_of(name: str, instance_type: str, tensor_parallel_size: int, replicas: int,

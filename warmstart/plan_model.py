@@ -9,8 +9,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from .config import LoaderTuning, ModelSpec
+from .config import S3_URI, LoaderTuning, ModelSpec
 from .decisions import instances, placement, tuning
+from .decisions import weights_import as imports
 from .decisions.instances import GIB, GpuInstance
 from .errors import ConfigError, Problems
 
@@ -54,10 +55,12 @@ class ModelPlan:
     max_model_len: int | None
     gpu_memory_utilization: float
     extra_args: tuple[str, ...]
+    weights_import: imports.ImportPlan | None = None
+    """The Job that copies the weights into `source` before the pods start; None: they are there."""
 
     def summary(self) -> dict:
         """The plan.json entry for this model."""
-        return {
+        return ({"import": self.weights_import.summary()} if self.weights_import else {}) | {
             "name": self.name,
             "source": self.source,
             "pool": self.pool,
@@ -95,10 +98,58 @@ def check_compile_cache_host_path(host_path: str | None, mode: placement.Cluster
             "for the default", host_path)
 
 
+def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: placement.ClusterMode
+                ) -> imports.ImportPlan | None:
+    """The weights-import Job of a model with `import`, or ConfigErrors keyed `<key>.s3` /
+    `<key>.huggingFace` (`key`: the import's own key, e.g. `warmstart:models[0].import`)."""
+    w = m.weights_import
+    if w is None:
+        return None
+    problems = Problems()
+    source_bucket = source_prefix = revision = None
+    if w.s3 is not None:
+        match = S3_URI.match(w.s3)
+        assert match is not None  # the config model validated it
+        source_bucket, source_prefix = match["bucket"], match["prefix"].rstrip("/")
+        source: str = f"s3://{source_bucket}/{source_prefix}"
+        kind: imports.ImportKind = "s3"
+        scratch = 0
+        if imports.overlaps(source_bucket, source_prefix, m.bucket, m.prefix):
+            problems.add(
+                f"{key}.s3", f"{m.name}: the import source overlaps the model's own source "
+                f"{m.source}: the copy would read the keys it writes", "import from the prefix that holds "
+                "the weights now, or remove `import` if they are already in source", w.s3)
+    else:
+        assert w.hugging_face is not None  # the config model requires exactly one
+        source, revision, kind = f"hf://{w.hugging_face.repo}", w.hugging_face.revision, "huggingFace"
+        scratch = imports.scratch_bytes(weights_bytes)
+        room = imports.NODE_EPHEMERAL_BYTES[cluster_mode]
+        if scratch >= room:
+            where = ("an Auto Mode general-purpose node" if cluster_mode == "auto"
+                     else "a node of the system node group")
+            problems.add(
+                f"{key}.huggingFace", f"{m.name}: the Hub download needs {scratch // GIB} GiB of "
+                f"scratch disk on {where}, which has {room // GIB} GiB of ephemeral storage, so "
+                "the import Job could never be scheduled", "upload the weights to an S3 prefix once and "
+                "import from there with `import.s3` (a server-side copy needs no disk), or copy them into "
+                "source yourself and remove `import`", w.hugging_face.repo)
+    problems.raise_if_any()
+    digest = imports.import_digest(source, revision, m.source)
+    return imports.ImportPlan(
+        model=m.name, kind=kind, source=source, revision=revision, destination=m.source,
+        dest_bucket=m.bucket, dest_prefix=m.prefix, source_bucket=source_bucket, source_prefix=source_prefix,
+        weights_bytes=weights_bytes, job_name=imports.job_name(m.name, digest),
+        service_account=imports.service_account(m.name), deadline_seconds=imports.deadline_seconds(weights_bytes),
+        scratch_bytes=scratch, node_selector=imports.node_selector(cluster_mode))
+
+
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
-               compile_cache: bool, compile_cache_host_path: str) -> ModelPlan:
+               compile_cache: bool, compile_cache_host_path: str,
+               cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None) -> ModelPlan:
     """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
-    (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone)."""
+    (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone).
+    `cluster_mode` decides where a weights-import Job runs; its errors are keyed under
+    `import_key` (default `<key>.import`)."""
     problems = Problems()
     try:
         inst = instances.lookup(instance_type)
@@ -130,6 +181,9 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
             problems.add(
                 f"{key}.extraArgs", f"{flag} is derived by warmstart", "remove it and set the "
                 "matching model key (tensorParallelSize, eager, maxModelLen, gpuMemoryUtilization)", arg)
+    weights_import = None
+    with problems.collect():
+        weights_import = plan_import(m, weights, key=import_key or f"{key}.import", cluster_mode=cluster_mode)
     problems.raise_if_any()
 
     return ModelPlan(
@@ -154,4 +208,5 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         max_model_len=m.max_model_len,
         gpu_memory_utilization=m.gpu_memory_utilization,
         extra_args=tuple(m.extra_args),
+        weights_import=weights_import,
     )

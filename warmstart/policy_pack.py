@@ -67,16 +67,21 @@ def _stack_validator(check: policies.Check):
     return validate
 
 
+def enforcement_of(check: policies.Check) -> EnforcementLevel:
+    """The check's own level: mandatory (the default) or advisory (`Check.enforcement`)."""
+    return EnforcementLevel.ADVISORY if check.enforcement == "advisory" else DEFAULT_ENFORCEMENT
+
+
 def policies_for_pack() -> list[ResourceValidationPolicy | StackValidationPolicy]:
-    """One pulumi_policy Policy per warmstart check, all mandatory unless configured."""
+    """One pulumi_policy Policy per warmstart check, at the check's own level unless configured."""
     out: list[ResourceValidationPolicy | StackValidationPolicy] = []
     for check in policies.CHECKS:
         if check.scope == "resource":
             out.append(ResourceValidationPolicy(name=check.name, description=check.description,
                                                 validate=_resource_validator(check),
-                                                enforcement_level=DEFAULT_ENFORCEMENT))
+                                                enforcement_level=enforcement_of(check)))
         else:
             out.append(StackValidationPolicy(name=check.name, description=check.description,
                                              validate=_stack_validator(check),
-                                             enforcement_level=DEFAULT_ENFORCEMENT))
+                                             enforcement_level=enforcement_of(check)))
     return out

@@ -89,6 +89,16 @@ def object_filename(obj: dict[str, Any]) -> str:
     return "-".join(p for p in parts if p) + ".yaml"
 
 
+REDACTED = "<redacted: a secret, deployed from the stack's encrypted config>"
+
+
+def redacted(obj: dict[str, Any]) -> dict[str, Any]:
+    """A Secret's values never reach the render's files (a Hugging Face token, say)."""
+    if obj.get("kind") != "Secret":
+        return obj
+    return obj | {k: {name: REDACTED for name in obj[k]} for k in ("data", "stringData") if isinstance(obj.get(k), dict)}
+
+
 MARKER = ".warmstart-render"
 
 
@@ -110,7 +120,7 @@ def write(rendered: Rendered, out: Path) -> None:
     (out / "kubernetes").mkdir(parents=True)
     (out / MARKER).write_text("written by `warmstart render`; the folder is replaced on every render\n")
     for obj in rendered.kubernetes_objects:
-        (out / "kubernetes" / object_filename(obj)).write_text(object_yaml(obj))
+        (out / "kubernetes" / object_filename(obj)).write_text(object_yaml(redacted(obj)))
     cloud = [{"type": r.typ, "name": r.name, "inputs": r.inputs} for r in rendered.cloud_resources]
     (out / "cloud.json").write_text(json.dumps(cloud, indent=2, sort_keys=True) + "\n")
     (out / "plan.json").write_text(json.dumps(rendered.stack_plan.summary(), indent=2, sort_keys=True) + "\n")
@@ -132,4 +142,13 @@ def table(stack_plan: plan_mod.StackPlan) -> str:
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")
+    hub = sorted({str(m.weights_import.hugging_face_repo) for m in stack_plan.models
+                  if m.weights_import and m.weights_import.kind == "huggingFace"})
+    if hub and stack_plan.config.hugging_face_token is None:
+        lines.append(f"note: no warmstart:huggingFaceToken is set, so the import of {', '.join(hub)} fails if the "
+                     "repository is gated (`pulumi config set --secret warmstart:huggingFaceToken hf_...`)")
+    # The driver comes with the node image: Auto Mode does not publish it, and a pinned AL2023
+    # release's notes may not be at hand (docs/cluster-modes.md, "The NVIDIA driver").
+    lines.append("note: the GPU nodes' NVIDIA driver comes with their AMI and is not known offline; the vLLM "
+                 "image (CUDA 13) needs >= 580; the pods' nvme-check init container logs it")
     return "\n".join(lines)

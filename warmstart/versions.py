@@ -6,6 +6,9 @@ Images carry a digest where the upstream digest is known; a tag-only image is fl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import date
+
 # vLLM >= 0.11.1 is needed for `distributed` in --model-loader-extra-config (added by
 # https://github.com/vllm-project/vllm/pull/27230). Stacks should pin their image by digest.
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
@@ -20,8 +23,15 @@ KARPENTER_CONTROLLER_IMAGE = (
 )
 
 # Kubernetes version a stack targets when it does not say; also the schema version the
-# rendered objects are validated against.
-DEFAULT_KUBERNETES_VERSION = "1.33"
+# rendered objects are validated against. The newest EKS version in standard support on
+# 2026-12-01 (EKS_RELEASE_CALENDAR below) that every pin here supports: Karpenter 1.14 supports
+# Kubernetes up to 1.36 (compatibility matrix,
+# https://github.com/aws/karpenter-provider-aws/blob/main/website/content/en/v1.14/upgrading/compatibility.md),
+# pulumi-eks 4.4.0 passes `version` through to aws.eks.Cluster, where it is updatable in place
+# (no replacement), and kubernetes-validate 1.37.0 ships the 1.36 schemas. Bump it together
+# with the calendar; the `eks-version-standard-support` policy warns once a stack's version
+# is billed as extended support.
+DEFAULT_KUBERNETES_VERSION = "1.36"
 
 # Karpenter's CRDs as their own chart, so `helm upgrade` updates them (Helm installs a
 # chart's crds/ folder only on first install; see "CRD Upgrades" in
@@ -40,3 +50,66 @@ KARPENTER_AMI_ALIAS = "al2023@v20260903"
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"
+
+
+# --------------------------------------------------------------------------------------
+# EKS Kubernetes release calendar: the dates (UTC) each version leaves standard support (from
+# then on EKS bills it as extended support, per cluster hour) and extended support (EKS then
+# upgrades the control plane on its own). Source: "Understand the Kubernetes version lifecycle
+# on EKS", Amazon EKS release calendar,
+# https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html#kubernetes-release-calendar
+# (rows 1.29-1.34 as in awsdocs/amazon-eks-user-guide latest/ug/versioning/kubernetes-versions.adoc;
+# 1.35 and 1.36 as copies of that calendar published after their EKS release give them, e.g.
+# https://endoflife.date/amazon-eks: check them against the page when bumping). Standard
+# support is 14 months from the EKS release, extended support 12 more.
+
+
+@dataclass(frozen=True)
+class EksVersion:
+    """One row of the EKS release calendar."""
+
+    version: str
+    eks_release: date
+    end_of_standard_support: date
+    end_of_extended_support: date
+
+
+EKS_RELEASE_CALENDAR_URL = "https://docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html#kubernetes-release-calendar"
+EKS_RELEASE_CALENDAR: tuple[EksVersion, ...] = (
+    EksVersion("1.36", date(2026, 6, 2), date(2027, 8, 2), date(2028, 8, 2)),
+    EksVersion("1.35", date(2026, 1, 27), date(2027, 3, 27), date(2028, 3, 27)),
+    EksVersion("1.34", date(2025, 10, 2), date(2026, 12, 2), date(2027, 12, 2)),
+    EksVersion("1.33", date(2025, 5, 29), date(2026, 7, 29), date(2027, 7, 29)),
+    EksVersion("1.32", date(2025, 1, 23), date(2026, 3, 23), date(2027, 3, 23)),
+    EksVersion("1.31", date(2024, 9, 26), date(2025, 11, 26), date(2026, 11, 26)),
+    EksVersion("1.30", date(2024, 5, 23), date(2025, 7, 23), date(2026, 7, 23)),
+    EksVersion("1.29", date(2024, 1, 23), date(2025, 3, 23), date(2026, 3, 23)),
+)
+
+STANDARD, EXTENDED, END_OF_SUPPORT, UNKNOWN = "standard", "extended", "end-of-support", "unknown"
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    parts = version.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def eks_support(version: str, on: date) -> tuple[str, EksVersion | None]:
+    """Which EKS support period `version` (`1.36`, or `1.36.2`) is in on day `on`: `standard`,
+    `extended` (billed extra), `end-of-support` (EKS upgrades it), or `unknown` (not in the
+    calendar and newer than its oldest row), with the calendar row when there is one. A support
+    period ends at the start of its end date (UTC): billing for extended support starts that day."""
+    minor = _minor(version)
+    if minor is None:
+        return UNKNOWN, None
+    for row in EKS_RELEASE_CALENDAR:
+        if _minor(row.version) == minor:
+            if on < row.end_of_standard_support:
+                return STANDARD, row
+            return (EXTENDED if on < row.end_of_extended_support else END_OF_SUPPORT), row
+    oldest = min(EKS_RELEASE_CALENDAR, key=lambda r: _minor(r.version) or (0, 0))
+    if minor < (_minor(oldest.version) or (0, 0)):
+        return END_OF_SUPPORT, None
+    return UNKNOWN, None

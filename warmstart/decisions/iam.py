@@ -7,6 +7,7 @@ at deploy time); nothing here builds JSON by string concatenation.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,23 +15,28 @@ VERSION = "2012-10-17"
 STS_AUDIENCE = "sts.amazonaws.com"
 WEB_IDENTITY_ACTION = "sts:AssumeRoleWithWebIdentity"
 
-# Object and listing actions (data plane) that the VPC-endpoint restriction denies outside
-# the endpoint. Bucket configuration actions (PutBucketPolicy and friends) are deliberately
-# not in it: the deployer, running outside the VPC, must still be able to manage the bucket.
-DATA_ACTIONS = (
-    "s3:AbortMultipartUpload",
-    "s3:DeleteObject",
-    "s3:DeleteObjectVersion",
-    "s3:GetObject",
-    "s3:GetObjectAttributes",
-    "s3:GetObjectVersion",
-    "s3:ListBucket",
-    "s3:ListBucketMultipartUploads",
-    "s3:ListBucketVersions",
-    "s3:ListMultipartUploadParts",
-    "s3:PutObject",
-    "s3:RestoreObject",
-)
+# What the VPC-endpoint restriction (bucket_policy) denies outside the endpoint, and why it is
+# cut this way:
+# - Every action on an object resource (`s3:*` on `<bucket>/*`): reads, writes, deletes, tags,
+#   multipart parts, restores. An object-resource statement can never match a bucket-level
+#   request, so no bucket configuration call is ever caught by it.
+# - The bucket-level listings. `s3:ListBucket` is also what HeadBucket needs ("To use this
+#   operation, you must have permissions to perform the s3:ListBucket action",
+#   https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadBucket.html), and
+#   terraform-provider-aws, which pulumi-aws wraps, starts every read of an aws.s3.Bucket
+#   with HeadBucket (internal/service/s3/bucket.go: resourceBucketRead -> findBucket). So
+#   ListBucket gets a statement of its own that also exempts the deploying principal:
+#   without that, `pulumi refresh` and every later update of the bucket get 403 outside the
+#   VPC. ListObjects needs the same action, so the deployer can list keys (never read them).
+# - Nothing else: the rest of what the provider reads and writes is bucket configuration
+#   (GetBucketPolicy, GetBucketAcl, GetBucketCORS, GetBucketWebsite, GetBucketVersioning,
+#   GetAccelerateConfiguration, GetBucketRequestPayment, GetBucketLogging,
+#   GetLifecycleConfiguration, GetReplicationConfiguration, GetEncryptionConfiguration,
+#   GetBucketObjectLockConfiguration, GetBucketTagging, GetBucketPublicAccessBlock,
+#   GetBucketOwnershipControls and their Put/Delete twins), all on the bucket resource, none
+#   denied.
+_LISTINGS_ADMINS_ONLY = ("s3:ListBucketMultipartUploads", "s3:ListBucketVersions")
+_HEAD_BUCKET_ACTION = "s3:ListBucket"
 # Actions that change a bucket's contents; no IRSA role may have any of them on the model bucket.
 WRITE_ACTIONS = frozenset({
     "s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion", "s3:AbortMultipartUpload",
@@ -106,16 +112,57 @@ def model_role_policy(partition: str, model_bucket: str, model_prefix: str,
     return {"Version": VERSION, "Statement": statements}
 
 
-def bucket_policy(partition: str, bucket: str, vpc_endpoint_id: str | None = None,
-                  admins: Sequence[str] = ()) -> dict:
-    """Deny every request without TLS; with `vpc_endpoint_id`, also deny object reads, writes
-    and listings that do not come through that endpoint, unless the caller is one of `admins`
-    (S3 UG "Controlling access from VPC endpoints with bucket policies",
-    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-bucket-policies-vpc-endpoint.html).
+# What a weights import writes with: PutObject covers CreateMultipartUpload, UploadPart,
+# UploadPartCopy and CompleteMultipartUpload; AbortMultipartUpload and ListMultipartUploadParts
+# let the managed transfer clean up a failed multipart upload. No delete of any kind.
+IMPORT_WRITE_ACTIONS = ("s3:PutObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts")
 
-    The endpoint Deny is scoped to DATA_ACTIONS so the deployer is never locked out of the
-    bucket's configuration, and the admin exemption keeps weight uploads possible from
-    outside the VPC.
+
+def import_role_policy(partition: str, model_bucket: str, model_prefix: str,
+                       source_bucket: str | None = None, source_prefix: str | None = None) -> dict:
+    """What one model's weights-import Job may do: write (never delete) and read its own model's
+    prefix, the read for the idempotency check and the verification, and, for an `import.s3`,
+    read the source prefix. Nothing else: not another model's prefix, not the compile cache."""
+    statements: list[dict] = [
+        {"Sid": "WriteModelWeights", "Effect": "Allow", "Action": list(IMPORT_WRITE_ACTIONS),
+         "Resource": objects_arn(partition, model_bucket, model_prefix)},
+        {"Sid": "ReadModelWeights", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": objects_arn(partition, model_bucket, model_prefix)},
+        {"Sid": "ListModelWeights", **_list_under(partition, model_bucket, model_prefix)},
+    ]
+    if source_bucket is not None and source_prefix is not None:
+        statements += [
+            {"Sid": "ReadImportSource", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": objects_arn(partition, source_bucket, source_prefix)},
+            {"Sid": "ListImportSource", **_list_under(partition, source_bucket, source_prefix)},
+        ]
+    return {"Version": VERSION, "Statement": statements}
+
+
+def _arn_like(pattern: str, arn: str) -> bool:
+    """IAM's ArnLike on whole ARNs: `*` any run of characters, `?` one character."""
+    return re.fullmatch(".*".join(".".join(map(re.escape, part.split("?"))) for part in pattern.split("*")),
+                        arn) is not None
+
+
+def bucket_policy(partition: str, bucket: str, vpc_endpoint_id: str | None = None,
+                  admins: Sequence[str] = (), deployers: Sequence[str] = ()) -> dict:
+    """Deny every request without TLS. With `vpc_endpoint_id`, also deny what does not come
+    through that endpoint (`aws:SourceVpce`; S3 UG "Controlling access from VPC endpoints with
+    bucket policies",
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/example-bucket-policies-vpc-endpoint.html):
+    - `DenyObjectAccessOutsideVpcEndpoint`: every object action, except by `admins`;
+    - `DenyListingOutsideVpcEndpoint`: ListBucketVersions and ListBucketMultipartUploads,
+      except by `admins`;
+    - `DenyListBucketOutsideVpcEndpoint`: ListBucket, which HeadBucket needs, except by
+      `admins` and `deployers` (the principals that run `pulumi up`/`refresh`).
+    Bucket configuration actions are in no statement, so a deployer always manages the bucket.
+
+    `admins` and `deployers` are matched against `aws:PrincipalArn` with ArnNotLike: for a
+    role session that key is the role's ARN, not the `assumed-role/...` session ARN
+    (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principalarn).
+    A deployer already matched by an admin pattern is left out, so the document does not
+    depend on which admin deployed last.
     """
     resources = [bucket_arn(partition, bucket), f"{bucket_arn(partition, bucket)}/*"]
     statements: list[dict] = [{
@@ -127,15 +174,35 @@ def bucket_policy(partition: str, bucket: str, vpc_endpoint_id: str | None = Non
         "Condition": {"Bool": {"aws:SecureTransport": "false"}},
     }]
     if vpc_endpoint_id is not None:
-        condition: dict[str, Any] = {"StringNotEquals": {"aws:SourceVpce": vpc_endpoint_id}}
-        if admins:
-            condition["ArnNotLike"] = {"aws:PrincipalArn": sorted(admins)}
-        statements.append({
-            "Sid": "DenyDataAccessOutsideVpcEndpoint",
+        admin_arns = sorted(set(admins))
+        listers = sorted(set(admin_arns) | {d for d in deployers if not any(_arn_like(a, d) for a in admin_arns)})
+
+        def outside_endpoint_unless(principals: list[str]) -> dict[str, Any]:
+            condition: dict[str, Any] = {"StringNotEquals": {"aws:SourceVpce": vpc_endpoint_id}}
+            if principals:
+                condition["ArnNotLike"] = {"aws:PrincipalArn": principals}
+            return condition
+
+        statements += [{
+            "Sid": "DenyObjectAccessOutsideVpcEndpoint",
             "Effect": "Deny",
             "Principal": "*",
-            "Action": list(DATA_ACTIONS),
-            "Resource": resources,
-            "Condition": condition,
-        })
+            "Action": "s3:*",
+            "Resource": resources[1],
+            "Condition": outside_endpoint_unless(admin_arns),
+        }, {
+            "Sid": "DenyListingOutsideVpcEndpoint",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": list(_LISTINGS_ADMINS_ONLY),
+            "Resource": resources[0],
+            "Condition": outside_endpoint_unless(admin_arns),
+        }, {
+            "Sid": "DenyListBucketOutsideVpcEndpoint",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": _HEAD_BUCKET_ACTION,
+            "Resource": resources[0],
+            "Condition": outside_endpoint_unless(listers),
+        }]
     return {"Version": VERSION, "Statement": statements}

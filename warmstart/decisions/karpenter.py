@@ -60,6 +60,12 @@ AUTO_NODE_ROLE_POLICIES = ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorke
 # Access policy Auto Mode nodes of a custom NodeClass need on their EC2-type access entry.
 AUTO_NODE_ACCESS_POLICY = "AmazonEKSAutoNodePolicy"
 CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
+# `cluster.viewers`: get/list/watch on every resource of every API group, Secrets included
+# (where Helm keeps release state) and custom resources (NodePools, node classes), which is what
+# `pulumi refresh` reads. AmazonEKSViewPolicy would not do: it lists fixed built-in resources
+# only, without Secrets or any CRD
+# (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html#access-policy-permissions-amazoneksadminviewpolicy).
+VIEWER_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
 
 # Controller requests = limits, as the reference install sets them
 # (https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/).

@@ -94,6 +94,21 @@ def role_name(name_prefix: str, model: str) -> str:
     return f"{full[:keep].rstrip('-')}-{digest}-irsa"
 
 
+IMPORT_ROLE_SUFFIX = "import"
+
+
+def import_role_name(name_prefix: str, model: str) -> str:
+    """The IAM role of one model's weights-import Job: `<prefix>-<model>-import`, or, past IAM's
+    64-character limit, a truncated form ending in a hash of the full name (as `role_name`)."""
+    suffix = f"-{IMPORT_ROLE_SUFFIX}"
+    full = f"{name_prefix}-{model}{suffix}"
+    if len(full) <= ROLE_NAME_MAX:
+        return full
+    digest = short_hash("role", name_prefix, model, IMPORT_ROLE_SUFFIX)
+    keep = ROLE_NAME_MAX - len(suffix) - 1 - HASH_CHARS
+    return f"{full[:keep].rstrip('-')}-{digest}{suffix}"
+
+
 def role_name_valid(name: str) -> bool:
     return 1 <= len(name) <= ROLE_NAME_MAX and bool(_ROLE_CHARS.match(name))
 

@@ -31,6 +31,12 @@ How it decides (the first rule that decides wins):
 `--mode warn` (default) logs the verdict and exits 0 either way; `--mode fail` exits 1 unless
 the verdict is NVMe, so the pod does not start (the reason is in the log and in the
 container's termination message).
+
+It also logs the node's NVIDIA driver version (`/sys/module/nvidia/version`, readable from any
+container): the vLLM image is a CUDA 13 build, which needs driver 580 or newer (CUDA Toolkit
+release notes, https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html), and which
+driver a node has is decided by its AMI, not by warmstart. An older driver is a WARNING line;
+it never stops the pod by itself (vLLM then fails with the CUDA error).
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ NOT_A_DISK_FSTYPES = frozenset({"tmpfs", "ramfs", "overlay", "aufs", "squashfs",
 NITRO_BOOT_SOURCE = re.compile(r"^/dev/nvme0n1(p\d+)?$")
 
 NVME, NOT_NVME, UNKNOWN = "nvme", "not-nvme", "unknown"
+# The oldest NVIDIA driver branch the vLLM image (a CUDA 13 build) runs on.
+MIN_NVIDIA_DRIVER_MAJOR = 580
 
 
 @dataclass(frozen=True)
@@ -231,6 +239,27 @@ def gather(path: str, mountinfo: str, sysfs: Path, min_nvme_bytes: int | None) -
                  disks=disks, min_nvme_bytes=min_nvme_bytes)
 
 
+def nvidia_driver(sysfs: Path) -> str | None:
+    """The loaded NVIDIA kernel module's version (`580.159.03`), or None without one."""
+    try:
+        return (sysfs / "module" / "nvidia" / "version").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def driver_line(version: str | None, min_major: int) -> tuple[bool, str]:
+    """(ok, the log line) for the node's NVIDIA driver."""
+    if version is None:
+        return False, (f"{PREFIX}: WARNING: NVIDIA driver: unknown (no /sys/module/nvidia/version: the "
+                       f"nvidia module is not loaded); the vLLM image needs >= {min_major}")
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) < min_major:
+        return False, (f"{PREFIX}: WARNING: NVIDIA driver {version} is older than {min_major}, which the "
+                       "vLLM image (CUDA 13) needs: vLLM will fail to initialise CUDA; use an AMI with a "
+                       f"newer driver")
+    return True, f"{PREFIX}: NVIDIA driver {version} (the vLLM image needs >= {min_major})"
+
+
 def _int_or_none(value: str | None) -> int | None:
     return int(value) if value not in (None, "") else None
 
@@ -245,7 +274,13 @@ def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> in
     ap.add_argument("--mountinfo", default="/proc/self/mountinfo")
     ap.add_argument("--sysfs", default="/sys")
     ap.add_argument("--termination-log", default="/dev/termination-log")
+    ap.add_argument("--min-driver", type=int,
+                    default=_int_or_none(env.get("WARMSTART_MIN_NVIDIA_DRIVER")) or MIN_NVIDIA_DRIVER_MAJOR)
     args = ap.parse_args(argv)
+
+    # Logged first, on stdout, so the NVMe verdict stays the last line (and its JSON the end of
+    # stderr) whatever the driver.
+    print(driver_line(nvidia_driver(Path(args.sysfs)), args.min_driver)[1], flush=True)
 
     try:
         facts = gather(args.path, Path(args.mountinfo).read_text(), Path(args.sysfs), args.min_bytes)

@@ -23,6 +23,7 @@ Modules, by concern:
 - `network`: the GPU subnets' route tables on the S3 Gateway endpoint;
 - `nodes`: the GPU node classes' ephemeral storage (and the compile cache) on NVMe;
 - `vllm`: the vLLM Deployment checks;
+- `eks_version`: the cluster's Kubernetes version in EKS standard support (advisory);
 - `registry`: `Check`, `CHECKS` (the order the pack registers them in) and `run_all`.
 
 No Pulumi import here: the checks depend only on the decision modules' constants and rules
@@ -44,6 +45,7 @@ from .buckets import (
     VERSIONING_TYPES,
     check_buckets,
 )
+from .eks_version import check_eks_version
 from .iam import (
     BROAD_WRITE_MANAGED_POLICIES,
     POLICY_ATTACHMENT_TYPES,
@@ -168,6 +170,7 @@ __all__ = [
     "as_list",
     "as_resources",
     "check_buckets",
+    "check_eks_version",
     "check_gpu_node_classes_nvme",
     "check_gpu_subnets_s3_endpoint",
     "check_irsa_model_write",

@@ -1,10 +1,13 @@
-"""IRSA roles: trust pinned to one service account and to STS; no write to the model bucket."""
+"""IRSA roles: trust pinned to one service account and to STS; no write to the model bucket,
+except a model's weights-import role writing exactly its own model's prefix."""
 
 from __future__ import annotations
 
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
+from ..decisions import iam as iam_decisions
+from ..decisions import weights_import
 from .records import (
     Resource,
     Violation,
@@ -123,7 +126,31 @@ def _model_buckets(resources: Sequence[Resource]) -> set[str]:
     return out
 
 
+def _may_match_under(pattern: str, prefix: str) -> bool:
+    """Whether the IAM pattern matches some string that starts with `prefix` (`*` any run, `?`
+    one character): i.e. it reaches at least one object under that prefix."""
+    states = {(0, 0)}
+    seen = set()
+    while states:
+        i, j = states.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if j == len(prefix):
+            return True  # every rest of a pattern matches some suffix
+        if i == len(pattern):
+            continue
+        c = pattern[i]
+        if c == "*":
+            states |= {(i + 1, j), (i, j + 1)}
+        elif c == "?" or c == prefix[j]:
+            states.add((i + 1, j + 1))
+    return False
+
+
 def _writes(stmt: Mapping[str, Any], bucket: str) -> bool:
+    """Whether the statement lets a principal change the bucket or any object in it (a write
+    scoped to one prefix counts: `arn:aws:s3:::bucket/some/prefix/*` reaches objects)."""
     if stmt.get("Effect") != "Allow":
         return False
     if "NotAction" in stmt:
@@ -139,7 +166,75 @@ def _writes(stmt: Mapping[str, Any], bucket: str) -> bool:
         excluded = [_any_partition(r) for r in as_list(stmt["NotResource"]) if isinstance(r, str)]
         return any(not any(iam_match(p, t) for p in excluded) for t in targets)
     res = [_any_partition(r) for r in as_list(stmt.get("Resource")) if isinstance(r, str)]
-    return any(iam_match(p, t) for p in res for t in targets)
+    return any(iam_match(p, targets[0]) or _may_match_under(p, targets[0] + "/") for p in res)
+
+
+# A model's weights-import Job (warmstart/manifests/weights_import.py) runs as the
+# ServiceAccount `<model>-import` and may write exactly these actions on exactly
+# `arn:<partition>:s3:::<bucket>/<prefix>/*`, the model's own source: no delete, no other key.
+IMPORT_SERVICE_ACCOUNT_SUFFIX = weights_import.service_account("")  # "-import"
+IMPORT_WRITE_ACTIONS = frozenset(iam_decisions.IMPORT_WRITE_ACTIONS)
+# Tags an import role carries (components/identity.py), read only while its trust is unknown.
+IMPORT_PURPOSE_TAG, IMPORT_PURPOSE, MODEL_TAG = "warmstart:purpose", "weights-import", "warmstart:model"
+
+
+def _model_sources(resources: Sequence[Resource]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(namespace, model) -> (bucket, prefix) of each vLLM Deployment's `s3://bucket/prefix`."""
+    out = {}
+    for dep in k8s(resources, "Deployment", "apps"):
+        c = vllm_container(dep)
+        meta = dep.props.get("metadata")
+        if c is None or not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+            continue
+        for a in [*as_list(c.get("args")), *as_list(c.get("command"))]:
+            m = re.match(r"^(?:--model=)?s3://([^/]+)/(.+?)/?$", a) if isinstance(a, str) else None
+            if m:
+                out[(str(meta.get("namespace") or "default"), meta["name"])] = (m.group(1), m.group(2))
+                break
+    return out
+
+
+def _import_role_of(role: Resource, sources: Mapping[tuple[str, str], tuple[str, str]]
+                    ) -> tuple[str, tuple[str, str]] | None:
+    """(model, (bucket, prefix)) when the role is that model's weights-import role: its trust names
+    exactly `system:serviceaccount:<namespace>:<model>-import` of a Deployment's namespace and
+    model. While a preview does not know the trust yet, its import tags stand in (the trust is
+    checked by irsa-trust-pinned, and by this check again on `up`)."""
+    doc = irsa_trust(role)
+    if doc is None:
+        if not is_unknown(role.props.get("assumeRolePolicy")):
+            return None
+        tags = role.props.get("tags")
+        if not isinstance(tags, Mapping) or tags.get(IMPORT_PURPOSE_TAG) != IMPORT_PURPOSE:
+            return None
+        hits = [(model, loc) for (ns, model), loc in sources.items() if model == tags.get(MODEL_TAG)]
+        return hits[0] if len(hits) == 1 else None
+    subjects = {str(v) for s in statements(doc) if s.get("Effect") == "Allow" and _is_web_identity(s)
+                for k, v in conditions(s, "StringEquals").items() if k.endswith(":sub")
+                for v in as_list(v)}
+    if len(subjects) != 1:
+        return None
+    m = re.match(r"^system:serviceaccount:([^:]+):(.+)$", subjects.pop())
+    if m is None or not m.group(2).endswith(IMPORT_SERVICE_ACCOUNT_SUFFIX):
+        return None
+    model = m.group(2)[: -len(IMPORT_SERVICE_ACCOUNT_SUFFIX)]
+    loc = sources.get((m.group(1), model))
+    return (model, loc) if loc else None
+
+
+def _confined_import_write(stmt: Mapping[str, Any], bucket: str, prefix: str) -> bool:
+    """An import role's write statement that touches only its model's prefix with only the
+    import's actions: plain Action and Resource lists, no wildcard action, no NotAction or
+    NotResource, every resource exactly `arn:<partition>:s3:::<bucket>/<prefix>/*`."""
+    if "NotAction" in stmt or "NotResource" in stmt:
+        return False
+    actions = [a for a in as_list(stmt.get("Action")) if isinstance(a, str)]
+    writes = [a for a in actions if any(iam_match(a, w, False) for w in S3_WRITE_ACTIONS)]
+    if any(a not in IMPORT_WRITE_ACTIONS for a in writes):
+        return False
+    own = f"arn:aws:s3:::{bucket}/{prefix.strip('/')}/*"
+    resources = as_list(stmt.get("Resource"))
+    return bool(resources) and all(isinstance(r, str) and _any_partition(r) == own for r in resources)
 
 
 def _role_policies(resources: Sequence[Resource], role: Resource) -> Iterator[tuple[str, Any]]:
@@ -165,23 +260,41 @@ def _role_policies(resources: Sequence[Resource], role: Resource) -> Iterator[tu
 
 def check_irsa_model_write(resources: Sequence[Resource]) -> list[Violation]:
     """No IRSA role (nor a role whose trust is not known yet) may write the model bucket: the
-    serving pods only read weights, and a compromised pod must not be able to replace them."""
+    serving pods only read weights, and a compromised pod must not be able to replace them.
+    The one exception is a model's weights-import role (trusted by exactly the ServiceAccount
+    `<model>-import`), and only for statements that write that model's own prefix with the
+    import's actions; any other write of it, anywhere in a model bucket, still fails."""
     policy = "irsa-no-model-bucket-write"
     buckets = _model_buckets(resources)
     found: list[Violation] = []
     if not buckets:
         return found
+    sources = _model_sources(resources)
     for role in (r for r in resources if r.typ in ROLE_TYPES):
         if irsa_trust(role) is None and not is_unknown(role.props.get("assumeRolePolicy")):
             continue
+        importer = _import_role_of(role, sources)
         for where, value in _role_policies(resources, role):
             doc = policy_document(value)
             if doc is None:
                 continue
             for bucket in sorted(buckets):
-                if any(_writes(s, bucket) for s in statements(doc)):
+                writes = [s for s in statements(doc) if _writes(s, bucket)]
+                if importer is not None:
+                    model, (own_bucket, own_prefix) = importer
+                    stray = [s for s in writes if not (bucket == own_bucket
+                                                       and _confined_import_write(s, own_bucket, own_prefix))]
+                    if stray:
+                        found.append(Violation(
+                            policy, role, f"{role.label()}: {where} allows writing the model bucket '{bucket}' "
+                            f"beyond what the weights import of model '{model}' needs; fix: write only "
+                            f"{', '.join(sorted(IMPORT_WRITE_ACTIONS))} on arn:aws:s3:::{own_bucket}/"
+                            f"{own_prefix}/* (no delete, no wildcard, no other prefix)"))
+                    continue
+                if writes:
                     found.append(Violation(policy, role, f"{role.label()}: {where} allows writing the model "
                                            f"bucket '{bucket}'; serving roles only read weights; fix: grant "
                                            "s3:GetObject (and s3:ListBucket) on it, write access only to the "
-                                           "compile-cache bucket"))
+                                           "compile-cache bucket (a weights import has its own role, trusted "
+                                           "by `<model>-import`)"))
     return found

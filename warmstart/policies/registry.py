@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Sequence
 
 from .buckets import check_buckets
+from .eks_version import check_eks_version
 from .iam import ROLE_TYPES, check_irsa_model_write, check_irsa_trust
 from .network import check_gpu_subnets_s3_endpoint
 from .nodes import check_gpu_node_classes_nvme
@@ -23,6 +24,9 @@ class Check:
     `stack`: sees every resource (relationships), runs after the update on `up`."""
     types: tuple[str, ...] = ()
     """For `resource` scope: the type tokens it applies to (empty: any)."""
+    enforcement: Literal["mandatory", "advisory"] = "mandatory"
+    """`mandatory`: a violation fails the preview or update; `advisory`: it is reported as a
+    warning and never blocks (a policy-pack config can still change either)."""
 
 
 CHECKS: tuple[Check, ...] = (
@@ -42,6 +46,8 @@ CHECKS: tuple[Check, ...] = (
     Check("vllm-gpu-request-equals-tp", "vLLM pods request exactly tensor-parallel-size GPUs",
           check_vllm_gpu_equals_tp, "resource"),
     Check("vllm-startup-probe", "vLLM containers have a startup probe", check_vllm_startup_probe, "resource"),
+    Check("eks-version-standard-support", "The EKS cluster's Kubernetes version is in EKS standard support "
+          "today (past it, EKS bills extended support)", check_eks_version, "stack", enforcement="advisory"),
 )
 
 

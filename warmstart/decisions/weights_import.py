@@ -1,0 +1,134 @@
+"""How a model's weights get into its `source` during `up`: the import Job's decisions (pure).
+
+A model with `import` gets a Job on non-GPU nodes that copies the weights from the Hugging Face
+Hub (at a pinned commit) or another S3 prefix into the model's own prefix, verifies them and
+writes a manifest (warmstart/podside/weights_import.py); the Deployment waits for it. Here:
+its names, where it runs, how long it may take, how much scratch disk it needs, and the rules
+a config must meet for it to work, all from config alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from . import naming, placement
+from .instances import GIB, MIB
+
+ImportKind = Literal["huggingFace", "s3"]
+
+# The measured safetensors total may differ from `weightsGiB` by this fraction. People write a
+# rounded figure (15 for Llama-3.1-8B's 14.96 GiB), and within 5 % the streamer concurrency,
+# ceil(weights / 4 GiB chunk), moves by at most one worker. A wrong model, another precision
+# (BF16 vs FP8 halves it) or a missing shard (a quarter of a 4-shard model) is far outside it.
+# The pod-side script carries the same number (its WEIGHTS_TOLERANCE; a test keeps them equal).
+WEIGHTS_TOLERANCE = 0.05
+
+# Pessimistic sustained rate of a whole import: a small general-purpose node's share of NAT
+# for the Hub download, then the S3 upload, one after the other, about 40 MiB/s each. A Hub
+# download to EC2 usually runs at hundreds of MiB/s, an S3 server-side copy faster still, so
+# the deadline below fires only for an import that is stuck, never for a slow but healthy one.
+IMPORT_RATE_BYTES_PER_S = 20 * MIB
+# Before any byte moves: a general-purpose node launched for the pod and the model's vLLM image
+# (about 10 GB) pulled onto it. The same allowance the Deployment has for a GPU node.
+IMPORT_START_SECONDS = 900
+# `pulumi up` waits this much longer than the Job's own deadline, so Kubernetes, not Pulumi,
+# decides that an import failed (and says why in the Job's conditions).
+PULUMI_WAIT_MARGIN_SECONDS = 120
+# Pod retries of a failed copy (each resumes where the last stopped). Config, source and
+# verification errors fail the Job at once (podFailurePolicy), so these are for transient faults.
+BACKOFF_LIMIT = 2
+# The Hugging Face path downloads to an emptyDir first: the weights, the tolerance above, and
+# room for the config/tokenizer files and the client's own bookkeeping.
+SCRATCH_EXTRA_BYTES = 2 * GIB
+# Ephemeral storage of the node the Job lands on: Auto Mode's `general-purpose` NodePool uses
+# the default NodeClass (80 GiB, https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html);
+# the Karpenter-mode system node group has EKS's default 20 GiB root volume (diskSize,
+# https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateNodegroup.html). A scratch
+# larger than that can never be scheduled.
+NODE_EPHEMERAL_BYTES: dict[placement.ClusterMode, int] = {"auto": 80 * GIB, "karpenter": 20 * GIB}
+# Where the Job runs: Auto Mode's built-in general-purpose pool, or the system node group.
+GENERAL_PURPOSE_POOL = "general-purpose"
+
+
+def node_selector(mode: placement.ClusterMode) -> dict[str, str]:
+    """Non-GPU nodes of each mode (GPU nodes are tainted, and an import needs no GPU)."""
+    if mode == "auto":
+        return {placement.NODEPOOL_LABEL: GENERAL_PURPOSE_POOL}
+    return {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
+
+
+def service_account(model: str) -> str:
+    """The import Job's own ServiceAccount (and IRSA subject): never the serving one."""
+    return f"{model}-import"
+
+
+def token_secret_name(model: str) -> str:
+    return f"{model}-hf-token"
+
+
+def import_digest(source: str, revision: str | None, destination: str) -> str:
+    """Short digest of what an import copies where: in the Job's name, so changing any of them
+    replaces the Job (a Job's pod template is immutable) and an unchanged `up` keeps it."""
+    return naming.short_hash("weights-import", source, revision or "", destination)
+
+
+def job_name(model: str, digest: str) -> str:
+    """`<model>-import-<digest>`: at most 40 + 8 + 8 characters, inside the 63 of the pods'
+    `job-name` label."""
+    return f"{model}-import-{digest}"
+
+
+def deadline_seconds(weights_bytes: int) -> int:
+    """The Job's activeDeadlineSeconds: start-up allowance plus the weights at the pessimistic rate."""
+    return IMPORT_START_SECONDS + math.ceil(weights_bytes / IMPORT_RATE_BYTES_PER_S)
+
+
+def scratch_bytes(weights_bytes: int) -> int:
+    """emptyDir size for a Hugging Face download, rounded up to whole GiB."""
+    need = weights_bytes * (1 + WEIGHTS_TOLERANCE) + SCRATCH_EXTRA_BYTES
+    return math.ceil(need / GIB) * GIB
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    """Everything decided for one model's weights import."""
+
+    model: str
+    kind: ImportKind
+    source: str
+    """`s3://bucket/prefix`, or `hf://<repo>` for the Hugging Face Hub."""
+    revision: str | None
+    """The pinned Hub commit; None for an S3 source."""
+    destination: str
+    """The model's `source`, where the weights land."""
+    dest_bucket: str
+    dest_prefix: str
+    source_bucket: str | None
+    source_prefix: str | None
+    weights_bytes: int
+    job_name: str
+    service_account: str
+    deadline_seconds: int
+    scratch_bytes: int
+    """emptyDir for the Hub download; 0 for S3 (a server-side copy needs no local disk)."""
+    node_selector: dict[str, str] = field(hash=False, compare=True)
+
+    @property
+    def hugging_face_repo(self) -> str | None:
+        return self.source.removeprefix("hf://") if self.kind == "huggingFace" else None
+
+    def summary(self) -> dict:
+        """The plan.json entry of the import (never the token)."""
+        return {"kind": self.kind, "source": self.source, "revision": self.revision, "job": self.job_name,
+                "serviceAccount": self.service_account, "deadlineSeconds": self.deadline_seconds,
+                "scratchBytes": self.scratch_bytes}
+
+
+def overlaps(a_bucket: str, a_prefix: str, b_bucket: str, b_prefix: str) -> bool:
+    """Two `bucket/prefix` locations share keys (one prefix is the other or lies under it)."""
+    if a_bucket != b_bucket:
+        return False
+    a, b = a_prefix.strip("/") + "/", b_prefix.strip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
