@@ -97,8 +97,8 @@ class WarmstartStack(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: WarmstartStackArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:Stack", name, None, opts)
-        cfg = args.config
-        self.plan = plan = plan_stack(cfg, args.stack)
+        self.plan = plan = plan_stack(args.config, args.stack)
+        cfg = plan.config  # relative model sources resolved into the model bucket
         # An explicit provider, so every AWS resource gets the region and default tags from
         # the stack config and nothing from ambient `aws:` settings.
         self.aws_provider = aws.Provider(

@@ -52,6 +52,7 @@ class FakeStack:
         self.fail = fail
         self.policy_events = list(policy_events)
         self.calls: list[tuple[str, dict]] = []
+        self.config_file: Path | None = None
 
     def _run(self, op: str, kwargs: dict) -> None:
         self.calls.append((op, kwargs))
@@ -86,6 +87,13 @@ class FakeStack:
         self.calls.append(("outputs", {}))
         return self.outputs_map
 
+    def set_config(self, key, value, *, path=False):
+        """As `pulumi config set` does: the key in the stack file of `config_file`, if any."""
+        self.calls.append(("set_config", {"key": key, "value": value.value, "secret": value.secret}))
+        if self.config_file is not None:
+            with self.config_file.open("a") as f:
+                f.write(f'  {key}: "{value.value}"\n')
+
 
 @pytest.fixture
 def engine(monkeypatch):
@@ -95,6 +103,8 @@ def engine(monkeypatch):
     monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))
     monkeypatch.setattr(automation.preflight, "run_preflight", lambda stack_plan, **kw: [])
     monkeypatch.setattr(automation.engine, "open_stack", lambda request, cmd: state["stack"])
+    # No STS in tests: the account step notes it and records nothing (see the account tests).
+    monkeypatch.setattr(automation.preflight, "caller_account", lambda region: None)
 
     def use(stack: FakeStack) -> FakeStack:
         state["stack"] = stack
@@ -407,6 +417,202 @@ def test_open_stack_uses_a_local_workspace_over_the_project(op, creates, monkeyp
     assert automation.open_stack(req, cmd) == "stack"
     assert seen == {"kind": "create_or_select" if creates else "select", "stack_name": "dev",
                     "work_dir": str(ROOT), "env": {"PULUMI_BACKEND_URL": "s3://state/warmstart"}, "cmd": cmd}
+
+
+# --------------------------------------------------------------------------------------
+# accountId: recorded for a new stack that derives a bucket name, never for a deployed one
+
+
+ACCOUNT = "111122223333"
+
+
+def _boom(what: str):
+    def f(*a, **k):
+        raise AssertionError(f"{what} must not be called")
+    return f
+
+
+@pytest.fixture
+def account_project(tmp_path, monkeypatch, engine):
+    """A project in tmp_path with the shipped dev stack file, STS answering ACCOUNT, a new
+    stack (no state) and the preflight recording the plan it is given. Returns (stack file,
+    FakeStack, what the preflight saw)."""
+    from warmstart.automation import account
+
+    (tmp_path / "Pulumi.yaml").write_text("name: warmstart\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    path = tmp_path / "stacks" / "Pulumi.dev.yaml"
+    path.write_text((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(automation.preflight, "caller_account", lambda region: ACCOUNT)
+    monkeypatch.setattr(automation.engine, "deployed_resources", lambda request, cmd: [])
+    seen: dict = {}
+    monkeypatch.setattr(automation.preflight, "run_preflight", lambda stack_plan, **kw: seen.update(plan=stack_plan, **kw) or [])
+    stack = engine(FakeStack())
+    stack.config_file = path
+    assert account.ACCOUNT_KEY == "warmstart:accountId"
+    return path, stack, seen
+
+
+def _offline_plan(stacks_dir: Path, stack: str = "dev"):
+    from warmstart import render
+    return render.load_plan(stacks_dir, stack)[1]
+
+
+@pytest.mark.parametrize("op", ["preview", "up"])
+def test_a_new_stack_gets_the_deployers_account_recorded(op, account_project, capsys):
+    from warmstart.decisions import naming
+
+    path, stack, seen = account_project
+    before = _offline_plan(path.parent)
+    assert before.config.account_id is None
+    assert cli.main([op, "--stack", "dev"]) == cli.EXIT_OK
+    # Recorded through the Automation API, after the preflight and before the engine runs.
+    assert [c[0] for c in stack.calls] == ["set_config", op]
+    assert stack.calls[0][1] == {"key": "warmstart:accountId", "value": ACCOUNT, "secret": False}
+    assert yaml.safe_load(path.read_text())["config"]["warmstart:accountId"] == ACCOUNT
+    # The derived names now include the account, in the preflight's plan and in the file's.
+    after = _offline_plan(path.parent)
+    models = naming.bucket_name("ws-dev", "models", "dev", "us-west-2", ACCOUNT)
+    cache = naming.bucket_name("ws-dev", "compile-cache", "dev", "us-west-2", ACCOUNT)
+    assert after.derived_bucket_names == [models, cache] == seen["plan"].derived_bucket_names
+    assert set(after.derived_bucket_names).isdisjoint(before.derived_bucket_names)
+    assert after.models[0].source == f"s3://{models}/meta-llama/Llama-3.1-8B-Instruct" == seen["plan"].models[0].source
+    assert after.config.account_id == ACCOUNT == seen["account_id"]
+    out = capsys.readouterr().out.splitlines()
+    (line,) = [ln for ln in out if "recorded warmstart:accountId" in ln]
+    assert f'"{ACCOUNT}"' in line and "stacks/Pulumi.dev.yaml" in line and models in line and "commit the file" in line
+    # The next run finds it set and leaves everything alone.
+    text = path.read_text()
+    assert cli.main([op, "--stack", "dev"]) == cli.EXIT_OK
+    assert path.read_text() == text and [c[0] for c in stack.calls].count("set_config") == 1
+
+
+def test_a_deployed_stack_without_account_id_is_left_alone_with_a_note(account_project, monkeypatch, capsys):
+    path, stack, seen = account_project
+    text = path.read_text()
+    monkeypatch.setattr(automation.engine, "deployed_resources",
+                        lambda request, cmd: [{"type": "aws:ec2/vpc:Vpc", "id": "vpc-0123456789abcdef0"}])
+    assert cli.main(["up", "--stack", "dev"]) == cli.EXIT_OK
+    assert path.read_text() == text
+    assert [c[0] for c in stack.calls] == ["up"]
+    assert seen["plan"].derived_bucket_names == _offline_plan(path.parent).derived_bucket_names
+    err = capsys.readouterr().err
+    (note,) = [ln for ln in err.splitlines() if "warmstart: note:" in ln]
+    assert "has deployed resources and no warmstart:accountId" in note and "nothing is recorded" in note
+
+
+def test_deployed_buckets_named_with_the_account_but_no_account_id_is_an_error(account_project, monkeypatch, capsys):
+    """accountId was recorded once and the file not committed (a CI checkout): without it the
+    run would rename, i.e. replace, the buckets."""
+    from warmstart.decisions import naming
+
+    path, stack, seen = account_project
+    text = path.read_text()
+    deployed = naming.bucket_name("ws-dev", "models", "dev", "us-west-2", ACCOUNT)
+    monkeypatch.setattr(automation.engine, "deployed_resources", lambda request, cmd: [
+        {"type": "aws:s3/bucket:Bucket", "id": deployed, "outputs": {"bucket": deployed}}])
+    assert cli.main(["up", "--stack", "dev"]) == cli.EXIT_CONFIG
+    assert stack.calls == [] and "plan" not in seen and path.read_text() == text
+    err = capsys.readouterr().err
+    assert f"warmstart:accountId: stack 'dev' has deployed bucket(s) {deployed}" in err
+    assert f'add `warmstart:accountId: "{ACCOUNT}"` to stacks/Pulumi.dev.yaml and commit it' in err
+
+
+def test_a_stack_with_account_id_set_is_left_alone(account_project, monkeypatch):
+    path, stack, seen = account_project
+    path.write_text(path.read_text() + '  warmstart:accountId: "444455556666"\n')
+    text = path.read_text()
+    monkeypatch.setattr(automation.preflight, "caller_account", _boom("STS"))
+    monkeypatch.setattr(automation.engine, "deployed_resources", _boom("the state lookup"))
+    assert cli.main(["up", "--stack", "dev"]) == cli.EXIT_OK
+    assert path.read_text() == text and [c[0] for c in stack.calls] == ["up"]
+    assert seen["plan"].config.account_id == "444455556666" and "account_id" not in seen
+
+
+def test_a_stack_naming_both_buckets_is_left_alone(account_project, monkeypatch):
+    path, stack, seen = account_project
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["warmstart:modelBucket"] = {"name": "team-weights"}
+    doc["config"]["warmstart:compileCacheBucket"] = {"name": "team-compile-cache"}
+    path.write_text(yaml.safe_dump(doc))
+    text = path.read_text()
+    monkeypatch.setattr(automation.preflight, "caller_account", _boom("STS"))
+    monkeypatch.setattr(automation.engine, "deployed_resources", _boom("the state lookup"))
+    assert cli.main(["up", "--stack", "dev"]) == cli.EXIT_OK
+    assert path.read_text() == text and [c[0] for c in stack.calls] == ["up"]
+    assert seen["plan"].derived_bucket_names == []
+    assert seen["plan"].models[0].source == "s3://team-weights/meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_a_drift_check_never_records(account_project, monkeypatch):
+    path, stack, _ = account_project
+    text = path.read_text()
+    monkeypatch.setattr(automation.preflight, "caller_account", _boom("STS"))
+    assert cli.main(["preview", "--stack", "dev", "--expect-no-changes"]) == cli.EXIT_OK
+    assert path.read_text() == text and [c[0] for c in stack.calls] == ["preview"]
+
+
+def test_without_sts_nothing_is_recorded_and_a_note_says_so(account_project, monkeypatch, capsys):
+    path, stack, _ = account_project
+    text = path.read_text()
+    monkeypatch.setattr(automation.preflight, "caller_account", lambda region: None)
+    monkeypatch.setattr(automation.engine, "deployed_resources", _boom("the state lookup"))
+    assert cli.main(["preview", "--stack", "dev"]) == cli.EXIT_OK
+    assert path.read_text() == text and [c[0] for c in stack.calls] == ["preview"]
+    assert "could not resolve the deployer's AWS account" in capsys.readouterr().err
+
+
+def test_a_record_that_misses_the_stack_file_stops_before_the_engine(account_project, capsys):
+    path, stack, _ = account_project
+    stack.config_file = None  # `pulumi config set` wrote somewhere else
+    assert cli.main(["up", "--stack", "dev"]) == cli.EXIT_FAILED
+    assert [c[0] for c in stack.calls] == ["set_config"]
+    assert "could not record warmstart:accountId" in capsys.readouterr().err
+
+
+def test_deployed_resources_selects_the_stack_and_ignores_the_root_and_providers(monkeypatch):
+    from pulumi.automation.errors import StackNotFoundError
+
+    class Exported:
+        def export_stack(self):
+            return auto.Deployment(version=3, deployment={"resources": [
+                {"type": "pulumi:pulumi:Stack", "urn": "urn:pulumi:dev::warmstart::pulumi:pulumi:Stack::warmstart-dev"},
+                {"type": "pulumi:providers:aws", "id": "p"}], "pending_operations": []})
+
+    def created(*a, **k):
+        raise AssertionError("the state lookup must never create the stack")
+    monkeypatch.setattr(auto, "create_or_select_stack", created)
+    req = automation.Request("up", "dev", ROOT)
+    monkeypatch.setattr(auto, "select_stack", lambda **kw: Exported())
+    assert automation.deployed_resources(req, object()) == []
+    bucket = {"type": "aws:s3/bucket:Bucket", "id": "ws-dev-models-0"}
+    Exported.export_stack = lambda self: auto.Deployment(version=3, deployment={
+        "resources": [], "pending_operations": [{"resource": bucket, "type": "creating"}]})
+    assert automation.deployed_resources(req, object()) == [bucket]
+
+    def missing(**kw):
+        raise StackNotFoundError(CommandResult(stdout="", stderr="error: no stack named 'dev' found", code=255))
+    monkeypatch.setattr(auto, "select_stack", missing)
+    assert automation.deployed_resources(req, object()) == []
+
+
+def test_render_notes_that_up_records_the_account(tmp_path):
+    from warmstart import render
+
+    note = "`warmstart up` (or `preview`) of a stack with no resources yet records the deployer's account"
+    table = render.table(_offline_plan(ROOT / "stacks"))
+    assert note in table and "warmstart:accountId is not set" in table
+    assert all(n in table for n in _offline_plan(ROOT / "stacks").derived_bucket_names)
+    (tmp_path / "stacks").mkdir()
+    doc = yaml.safe_load((ROOT / "stacks" / "Pulumi.dev.yaml").read_text())
+    (tmp_path / "stacks" / "Pulumi.a.yaml").write_text(yaml.safe_dump(
+        {"config": doc["config"] | {"warmstart:accountId": ACCOUNT}}))
+    (tmp_path / "stacks" / "Pulumi.named.yaml").write_text(yaml.safe_dump({"config": doc["config"] | {
+        "warmstart:modelBucket": {"name": "team-weights"}, "warmstart:compileCacheBucket": {"name": "team-cache"}}}))
+    assert _offline_plan(tmp_path / "stacks", "a").config.account_id == ACCOUNT  # a quoted id stays a string
+    for stack in ("a", "named"):
+        assert "accountId" not in render.table(_offline_plan(tmp_path / "stacks", stack))
 
 
 # --------------------------------------------------------------------------------------

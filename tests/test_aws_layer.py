@@ -243,7 +243,7 @@ def test_opting_out_of_the_endpoint_is_explicit_and_then_no_endpoint_is_made(sta
 
 def test_restricting_the_model_bucket_to_the_endpoint(stack_doc, tmp_path):
     doc = stack_doc("prod")
-    doc["config"]["warmstart:modelBucket"] |= {"restrictToVpcEndpoint": True, "admins": [ADMIN]}
+    doc["config"]["warmstart:modelBucket"] = {"restrictToVpcEndpoint": True, "admins": [ADMIN]}
     r = render_doc(doc, tmp_path, stack="restricted")
     (ep,) = r.of_type(ENDPOINT)
     vpce = _mock_id(ep)
@@ -263,10 +263,12 @@ def test_restricting_the_model_bucket_to_the_endpoint(stack_doc, tmp_path):
 
 def test_an_existing_model_bucket_is_left_alone(stack_doc, tmp_path):
     doc = stack_doc("dev")
-    doc["config"]["warmstart:modelBucket"]["create"] = False
+    doc["config"]["warmstart:modelBucket"] = {"name": "team-weights", "create": False}
     r = render_doc(doc, tmp_path, stack="existing-bucket")
     assert buckets(r) == [r.stack_plan.aws.compile_cache_bucket]
-    assert r.stack_plan.aws.model_bucket not in settings_of(r)
+    assert r.stack_plan.aws.model_bucket == "team-weights" not in settings_of(r)
+    # The model's relative source is in the bucket the stack names.
+    assert r.stack_plan.models[0].source == "s3://team-weights/meta-llama/Llama-3.1-8B-Instruct"
 
 
 def test_no_compile_cache_bucket_when_no_model_uses_it(stack_doc, tmp_path):
@@ -423,7 +425,8 @@ BAD_INPUTS = [
      "not a valid S3 bucket name"),
     ("dotted-bucket-name", [_set("modelBucket.name", "warmstart.models")], "warmstart:modelBucket.name",
      "must not contain dots"),
-    ("cache-bucket-is-model-bucket", [_set("compileCacheBucket.name", "warmstart-dev-models")],
+    ("cache-bucket-is-model-bucket", [_set("modelBucket.name", "team-weights"),
+                                      _set("compileCacheBucket.name", "team-weights")],
      "warmstart:compileCacheBucket.name", "is the model bucket"),
     ("source-outside-model-bucket", [_source("s3://someone-elses-bucket/llama")], "warmstart:models[0].source",
      "is not the stack's model bucket"),
@@ -455,6 +458,33 @@ def test_bad_input_fails_naming_its_key(case, mutations, key, message):
     hits = [e for e in err.value.errors if e.key == key and message in e.rule]
     assert hits, f"expected {key}: {message!r}; got {err.value}"
     assert hits[0].fix
+
+
+def test_a_relative_source_is_a_prefix_in_the_stacks_model_bucket():
+    """A source without a scheme is resolved once, into the model bucket's name as the AWS
+    planner derives it (with accountId when set): everything after sees the full URI."""
+    from warmstart.decisions import naming
+
+    doc = copy.deepcopy(load_stack_doc("dev"))
+    assert doc["config"]["warmstart:models"][0]["source"] == "meta-llama/Llama-3.1-8B-Instruct"
+    rel = _plan(doc)
+    bucket = naming.bucket_name("ws-dev", "models", "dev", "us-west-2")
+    full = f"s3://{bucket}/meta-llama/Llama-3.1-8B-Instruct"
+    assert rel.aws.model_bucket == bucket
+    assert rel.config.models[0].source == full == rel.models[0].source
+    assert rel.aws.imports[0].model_bucket == bucket and rel.aws.access[0].model_prefix == "meta-llama/Llama-3.1-8B-Instruct"
+    spelled = copy.deepcopy(doc)
+    spelled["config"]["warmstart:models"][0]["source"] = full + "/"
+    assert _plan(spelled).summary() == rel.summary()
+    doc["config"]["warmstart:accountId"] = "111122223333"
+    mine = _plan(doc)
+    assert mine.aws.model_bucket == naming.bucket_name("ws-dev", "models", "dev", "us-west-2", "111122223333") != bucket
+    assert mine.models[0].source == f"s3://{mine.aws.model_bucket}/meta-llama/Llama-3.1-8B-Instruct"
+    # A name the stack gives is the bucket a relative source is in; an invalid one is its own error.
+    doc["config"]["warmstart:modelBucket"] = {"name": "Team_Weights"}
+    with pytest.raises(ConfigErrors) as err:
+        _plan(doc)
+    assert [e.key for e in err.value.errors] == ["warmstart:modelBucket.name"]
 
 
 def test_the_dev_stack_itself_plans(stack_name):

@@ -152,6 +152,8 @@ def test_a_model_alone_without_a_cache_bucket_keeps_the_node_cache_and_no_restor
     ({"tensor_parallel_size": 8, "instance_type": "g6e.12xlarge"}, "VllmModelArgs.tensorParallelSize", "needs 8 GPUs"),
     ({"instance_type": "p9.96xlarge"}, "VllmModelArgs.instanceType", "unknown GPU instance type"),
     ({"source": "https://example.com/m"}, "VllmModelArgs.source", "must be s3://bucket/prefix"),
+    # A key prefix is a stack's shorthand for its own model bucket; a model alone has none.
+    ({"source": "meta-llama/Llama-3.1-8B-Instruct"}, "VllmModelArgs.source", "must be s3://bucket/prefix with"),
     ({"compile_cache_host_path": "/var/cache/x"}, "VllmModelArgs.compileCacheHostPath", "is not under"),
     ({"eager": True}, "VllmModelArgs.compileCache", "--enforce-eager disables torch.compile"),
 ])

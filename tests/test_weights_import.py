@@ -36,7 +36,7 @@ def _prod_with_imports(stack_doc) -> dict:
     doc = stack_doc("prod")
     ms = doc["config"]["warmstart:models"]
     ms[0]["import"] = {"s3": STAGING}
-    ms.append({"name": "qwen-7b", "source": "s3://warmstart-prod-models/qwen/Qwen2.5-7B-Instruct",
+    ms.append({"name": "qwen-7b", "source": "qwen/Qwen2.5-7B-Instruct",
                "weightsGiB": 14.2, "pool": "h100",
                "import": {"huggingFace": {"repo": "Qwen/Qwen2.5-7B-Instruct", "revision": "a" * 40}}})
     doc["config"]["warmstart:huggingFaceToken"] = "hf_test_token_not_real"
@@ -176,7 +176,7 @@ def test_the_job_name_changes_exactly_with_source_revision_and_destination(stack
     assert name_after(lambda m: m.update(replicas=3, image="vllm/vllm-openai:v0.34.0")) == base.job_name
     assert name_after(lambda m: m["import"]["huggingFace"].update(revision="b" * 40)) != base.job_name
     assert name_after(lambda m: m["import"]["huggingFace"].update(repo="meta-llama/Other")) != base.job_name
-    assert name_after(lambda m: m.update(source="s3://warmstart-dev-models/other/llama")) != base.job_name
+    assert name_after(lambda m: m.update(source="other/llama")) != base.job_name
 
 
 def _values(doc: dict) -> dict:
@@ -262,7 +262,7 @@ def _plan_errors(doc: dict) -> str:
 def test_an_s3_import_from_the_models_own_source_is_refused(stack_doc):
     doc = stack_doc("dev")
     m = doc["config"]["warmstart:models"][0]
-    m["import"] = {"s3": m["source"]}
+    m["import"] = {"s3": plan_stack(config.parse_config(_values(doc)), "t").models[0].source}
     assert "warmstart:models[0].import.s3" in _plan_errors(doc) and "overlaps the model's own source" in _plan_errors(doc)
 
 

@@ -26,6 +26,23 @@ NAMESPACE = "warmstart"
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
+# A stack model's `source` relative to the stack's model bucket: a key prefix, no scheme.
+KEY_PREFIX = re.compile(r"^(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?!/)(?!.*//)[^\s]*[^\s/]/?$")
+
+
+def _full_s3_uri(v: str) -> str:
+    if not S3_URI.match(v):
+        raise ValueError("must be s3://bucket/prefix with a valid bucket name and a non-empty prefix")
+    return v.rstrip("/")
+
+
+def split_source(source: str) -> tuple[str | None, str]:
+    """(bucket, prefix) of a model source: `s3://bucket/prefix`, or a relative prefix (bucket
+    None). The prefix has no trailing slash."""
+    if source.startswith("s3://"):
+        bucket, _, prefix = source.removeprefix("s3://").partition("/")
+        return bucket, prefix.rstrip("/")
+    return None, source.rstrip("/")
 
 
 class _Strict(BaseModel):
@@ -157,21 +174,19 @@ class ModelSpec(_Strict):
     @field_validator("source")
     @classmethod
     def _s3_uri(cls, v: str) -> str:
-        if not S3_URI.match(v):
-            raise ValueError(
-                "must be s3://bucket/prefix with a valid bucket name and a non-empty prefix"
-            )
-        return v.rstrip("/")
+        return _full_s3_uri(v)
 
     @property
-    def bucket(self) -> str:
-        """The bucket of `source`."""
-        return S3_URI.match(self.source)["bucket"]
+    def bucket(self) -> str | None:
+        """The bucket of `source`; None for a stack model's relative source that `plan_stack`
+        has not resolved into its model bucket yet."""
+        bucket, _ = split_source(self.source)
+        return bucket
 
     @property
     def prefix(self) -> str:
         """The key prefix of `source`, without a trailing slash."""
-        return S3_URI.match(self.source)["prefix"]
+        return split_source(self.source)[1]
 
     @field_validator("image")
     @classmethod
@@ -184,8 +199,31 @@ class ModelSpec(_Strict):
 class ModelConfig(ModelSpec):
     """One served model: one vLLM Deployment."""
 
+    source: str
+    """Where the weights are: a key prefix in the stack's model bucket (`meta-llama/Llama-3.1-8B-Instruct`,
+    no scheme), or `s3://bucket/prefix` in full. Either way the safetensors shards plus config and
+    tokenizer files sit directly under the prefix (the streamer does not list recursively)."""
     pool: str
     """Name of the `gpuPools` entry the model runs on."""
+
+    @field_validator("source")
+    @classmethod
+    def _s3_uri(cls, v: str) -> str:  # replaces ModelSpec's rule: a relative prefix is allowed too
+        if not (S3_URI.match(v) if v.startswith("s3://") else KEY_PREFIX.match(v)):
+            raise ValueError(
+                "must be s3://bucket/prefix with a valid bucket name and a non-empty prefix, or a key prefix "
+                "in the stack's model bucket without a scheme, leading slash, empty segment or whitespace "
+                "(e.g. meta-llama/Llama-3.1-8B-Instruct)")
+        return v.rstrip("/")
+
+    @property
+    def relative(self) -> bool:
+        """Whether `source` is a key prefix in the stack's model bucket (not yet a full URI)."""
+        return self.bucket is None
+
+    def in_bucket(self, bucket: str) -> "ModelConfig":
+        """This model with a relative `source` made `s3://<bucket>/<prefix>` (itself otherwise)."""
+        return self.model_copy(update={"source": f"s3://{bucket}/{self.prefix}"}) if self.relative else self
 
 
 IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/*-]+$"
@@ -230,10 +268,12 @@ class NetworkConfig(_Strict):
 
 
 class ModelBucketConfig(_Strict):
-    """The S3 bucket that holds every model's weights (`models[].source` must be in it)."""
+    """The S3 bucket that holds every model's weights: a `models[].source` written as a key
+    prefix is in it, and one written as `s3://bucket/prefix` must name it."""
 
     name: str | None = None
-    """Bucket name. Default (created bucket): `<namePrefix>-models-<hash8>` (see docs/aws-layer.md)."""
+    """Bucket name. Default (created bucket): `<namePrefix>-models-<hash8>`, unique to the
+    account once `accountId` is recorded (see docs/aws-layer.md)."""
     create: bool = True
     """Create the bucket with warmstart's baseline (private, encrypted, TLS-only, versioned,
     owner-enforced). `false`: use the existing bucket `name`, whose settings warmstart leaves
@@ -260,7 +300,8 @@ class CompileCacheBucketConfig(_Strict):
     """The S3 bucket that holds the torch.compile cache, one key prefix per model."""
 
     name: str | None = None
-    """Bucket name. Default: `<namePrefix>-compile-cache-<hash8>` (see docs/aws-layer.md)."""
+    """Bucket name. Default: `<namePrefix>-compile-cache-<hash8>`, unique to the account once
+    `accountId` is recorded (see docs/aws-layer.md)."""
     expire_after_days: Annotated[int, Field(ge=1)] = 30
     """Days after which a cache object (and, one day later, its noncurrent versions) is
     deleted. Entries are cheap to rebuild and their keys change with every image, so old ones
@@ -335,7 +376,10 @@ class StackConfig(_Strict):
     """Served models."""
     account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
-    and the id is part of the derived bucket names' hash (set it before the first deploy)."""
+    and the id is part of the derived bucket names' hash, which makes them unique to the
+    account. `warmstart preview` / `up` of a stack that derives a bucket name and has nothing
+    deployed yet record the deployer's account here (commit the file); a deployed stack's is
+    never changed, as that would rename its buckets."""
     network: NetworkConfig = NetworkConfig()
     """VPC, subnets and the S3 Gateway endpoint."""
     model_bucket: ModelBucketConfig = ModelBucketConfig()
@@ -419,16 +463,21 @@ def parse_config(values: dict[str, Any]) -> StackConfig:
 
 
 def from_pulumi_config(config: dict[str, str]) -> StackConfig:
-    """From Pulumi's flat config map (`{"warmstart:models": "<json>", ...}`)."""
+    """From Pulumi's flat config map (`{"warmstart:models": "<json>", ...}`).
+
+    Pulumi hands an object or a list as its JSON text and a scalar as its string: only the
+    former are decoded, so a string that reads as a number (`accountId: "123456789012"`,
+    `kubernetesVersion: "1.35"`) stays the string its key requires."""
     values: dict[str, Any] = {}
     for full_key, raw in config.items():
         ns, _, key = full_key.partition(":")
         if ns != NAMESPACE:
             continue
         try:
-            values[key] = json.loads(raw)
+            decoded = json.loads(raw)
         except (TypeError, json.JSONDecodeError):
-            values[key] = raw
+            decoded = raw
+        values[key] = decoded if isinstance(decoded, (dict, list)) else raw
     return parse_config(values)
 
 

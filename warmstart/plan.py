@@ -32,6 +32,17 @@ class StackPlan:
     def cluster_mode(self) -> str:
         return self.config.cluster_mode
 
+    @property
+    def derived_bucket_names(self) -> list[str]:
+        """The bucket names this stack derives (`naming.bucket_name`, whose hash includes
+        `accountId`) instead of taking them from `modelBucket.name` / `compileCacheBucket.name`:
+        the model bucket's, and the compile-cache bucket's when a model uses it."""
+        cfg, buckets = self.config, self.aws.buckets
+        names = [buckets.model_bucket] if cfg.model_bucket.name is None else []
+        if cfg.compile_cache_bucket.name is None and buckets.compile_cache_bucket is not None:
+            names.append(buckets.compile_cache_bucket)
+        return names
+
     def summary(self) -> dict:
         return {
             "stack": self.stack,
@@ -76,7 +87,13 @@ def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig) -> ModelPlan:
 
 
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
-    """All decisions for a stack, or ConfigErrors listing every broken rule of every layer."""
+    """All decisions for a stack, or ConfigErrors listing every broken rule of every layer.
+
+    A `models[].source` given as a key prefix (no scheme) is first resolved into
+    `s3://<model bucket>/<prefix>` (`plan_aws.resolve_sources`), so every decision below, and
+    `StackPlan.config`, see full URIs only."""
+    prefix = cfg.name_prefix or f"ws-{stack}"
+    cfg = plan_aws.resolve_sources(cfg, stack, prefix)
     problems = Problems()
     names = [m.name for m in cfg.models]
     for i, name in enumerate(names):
@@ -92,7 +109,6 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     for i, m in enumerate(cfg.models):
         with problems.collect():
             models.append(plan_stack_model(i, m, cfg))
-    prefix = cfg.name_prefix or f"ws-{stack}"
     cached = {m.name for m in models if m.compile_cache}
     # Each layer has its own rules; all are reported together.
     with problems.collect():

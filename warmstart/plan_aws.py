@@ -213,6 +213,31 @@ def _bucket(key: str, given: str | None, derived: str, errors: Problems) -> str:
     return given
 
 
+def model_bucket_name(mb: ModelBucketConfig, *, name_prefix: str, stack: str, region: str,
+                      account_id: str | None) -> str:
+    """The model bucket's name: the one `mb` gives, or the derived `<prefix>-models-<hash8>`."""
+    if mb.name is not None:
+        return mb.name
+    return naming.bucket_name(name_prefix, MODEL_BUCKET_PURPOSE, stack, region, account_id)
+
+
+def derives_bucket_name(cfg: StackConfig) -> bool:
+    """Whether the stack derives a bucket name (`naming.bucket_name`, whose hash includes
+    `accountId`): its model bucket or its compile-cache bucket has no `name`."""
+    return cfg.model_bucket.name is None or cfg.compile_cache_bucket.name is None
+
+
+def resolve_sources(cfg: StackConfig, stack: str, name_prefix: str) -> StackConfig:
+    """`cfg` with every relative `models[].source` (a key prefix, no scheme) made
+    `s3://<model bucket>/<prefix>`, the model bucket named as `plan_buckets` names it (given or
+    derived); `cfg` itself when every source is a full URI already."""
+    if not any(m.relative for m in cfg.models):
+        return cfg
+    bucket = model_bucket_name(cfg.model_bucket, name_prefix=name_prefix, stack=stack, region=cfg.region,
+                               account_id=cfg.account_id)
+    return cfg.model_copy(update={"models": [m.in_bucket(bucket) for m in cfg.models]})
+
+
 def plan_buckets(mb: ModelBucketConfig, cb: CompileCacheBucketConfig, *, name_prefix: str, stack: str,
                  region: str, account_id: str | None, has_s3_endpoint: bool, compile_cache: bool,
                  model_key: str, cache_key: str, endpoint_fix: str) -> BucketsPlan:
@@ -223,8 +248,8 @@ def plan_buckets(mb: ModelBucketConfig, cb: CompileCacheBucketConfig, *, name_pr
     if not mb.create and mb.name is None:
         errors.add(f"{model_key}.name", "an existing model bucket (create: false) must be named",
                    "set the name of the bucket that holds the weights")
-    model_bucket = _bucket(f"{model_key}.name", mb.name, naming.bucket_name(
-        name_prefix, MODEL_BUCKET_PURPOSE, stack, region, account_id), errors)
+    model_bucket = _bucket(f"{model_key}.name", mb.name, model_bucket_name(
+        mb, name_prefix=name_prefix, stack=stack, region=region, account_id=account_id), errors)
     if mb.restrict_to_vpc_endpoint:
         if not mb.create:
             errors.add(f"{model_key}.restrictToVpcEndpoint", "warmstart only writes the policy of a bucket "
@@ -291,12 +316,13 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
             cache_key=f"{NAMESPACE}:compileCacheBucket", endpoint_fix="set network.s3GatewayEndpoint: true")
     model_bucket = cfg.model_bucket.name if buckets is None else buckets.model_bucket
     for i, m in enumerate(cfg.models):
-        if model_bucket is not None and m.bucket != model_bucket:
+        # A relative source is in the model bucket by definition (plan.plan_stack resolves it first).
+        if model_bucket is not None and m.bucket is not None and m.bucket != model_bucket:
             errors.add(
                 f"{NAMESPACE}:models[{i}].source", f"{m.name}: bucket {m.bucket!r} is not the "
                 f"stack's model bucket {model_bucket!r}; its role may read only the model bucket",
-                f"copy the weights to s3://{model_bucket}/{m.prefix}, or set "
-                f"modelBucket.name: {m.bucket}", m.source)
+                f"copy the weights to s3://{model_bucket}/{m.prefix} and write source: {m.prefix} (a key "
+                f"prefix in the stack's bucket), or set modelBucket.name: {m.bucket}", m.source)
     errors.raise_if_any()
     assert net is not None and buckets is not None  # else raise_if_any raised
     access = tuple(model_access(m.name, m.prefix, name_prefix=name_prefix,
@@ -306,7 +332,7 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
         if m.weights_import is None:
             continue
         src = S3_URI.match(m.weights_import.s3) if m.weights_import.s3 else None
-        imports.append(import_access(m.name, m.bucket, m.prefix, name_prefix=name_prefix,
+        imports.append(import_access(m.name, m.bucket or buckets.model_bucket, m.prefix, name_prefix=name_prefix,
                                      source_bucket=src["bucket"] if src else None,
                                      source_prefix=src["prefix"] if src else None))
     return AwsPlan(network=net, buckets=buckets, namespace=cfg.namespace, access=access, imports=tuple(imports))

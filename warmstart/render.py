@@ -18,6 +18,7 @@ import yaml
 from . import config as config_mod
 from . import mocks
 from . import plan as plan_mod
+from . import plan_aws
 from .mocks import Registered
 
 @dataclass
@@ -147,6 +148,12 @@ def table(stack_plan: plan_mod.StackPlan) -> str:
     if hub and stack_plan.config.hugging_face_token is None:
         lines.append(f"note: no warmstart:huggingFaceToken is set, so the import of {', '.join(hub)} fails if the "
                      "repository is gated (`pulumi config set --secret warmstart:huggingFaceToken hf_...`)")
+    if stack_plan.config.account_id is None and plan_aws.derives_bucket_name(stack_plan.config):
+        derived = stack_plan.derived_bucket_names
+        lines.append("note: warmstart:accountId is not set, so the derived bucket names"
+                     + (f" ({', '.join(derived)})" if derived else "") + " include no account: `warmstart up` (or "
+                     "`preview`) of a stack with no resources yet records the deployer's account in the stack file "
+                     "first, and the derived names then include it")
     # The driver comes with the node image: Auto Mode does not publish it, and a pinned AL2023
     # release's notes may not be at hand (docs/cluster-modes.md, "The NVIDIA driver").
     lines.append("note: the GPU nodes' NVIDIA driver comes with their AMI and is not known offline; the vLLM "

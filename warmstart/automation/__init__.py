@@ -8,13 +8,20 @@ Order of work, so that a CI job fails as early and as clearly as it can:
    program and the policy pack in, the AWS CLI v2, AWS credentials, boto3 for the preflight,
    state backend, secrets passphrase) is checked, and everything missing is reported in ONE
    message with how to fix each, exit 4;
-3. `preview` and `up` (not a drift check, not `--skip-preflight`) run the preflight: with the
+3. `preview` and `up` (not a drift check) of a stack config without `accountId` that derives a
+   bucket name resolve the deployer's account with STS and read the stack's state (selecting
+   it, never creating it): a stack with nothing deployed yet will have the account recorded in
+   its stack file (step 5), so the derived names are unique to the account; a stack with
+   deployed resources is left as it is, with a one-line note (account.py);
+4. `preview` and `up` (not a drift check, not `--skip-preflight`) run the preflight: with the
    deployer's AWS credentials, every model without `import:` must have config.json and its
    safetensors (all the index names, totalling weightsGiB within 5 %) directly under its S3
    source, in a bucket that exists; every problem of every model in ONE message, exit 6;
-4. only then is the engine run (LocalWorkspace over this project directory), its output
-   streamed live, the policy pack in `policy/` enforced on preview and up, and the outcome
-   mapped to an exit code and, with `--summary FILE`, a JSON summary for CI.
+5. only then is the stack opened, the account recorded (`pulumi config set
+   warmstart:accountId`, with a line asking to commit the file), and the engine run
+   (LocalWorkspace over this project directory), its output streamed live, the policy pack in
+   `policy/` enforced on preview and up, and the outcome mapped to an exit code and, with
+   `--summary FILE`, a JSON summary for CI.
 
 The Automation API is imported late: `warmstart render` and the config-error path never load it.
 
@@ -25,6 +32,7 @@ Modules, by concern:
   `summary`);
 - `prerequisites`: the Pulumi CLI, plugin, Python environment, AWS CLI, AWS credential, boto3,
   backend and passphrase checks;
+- `account`: recording the deployer's account as `accountId` in a new stack's file;
 - `preflight`: the models' weights in S3, before any engine call;
 - `engine`: opening the LocalWorkspace stack, running the operation, mapping the result;
 - `commands`: `add_parsers`, `request_from_args` and `execute`, for cli.py.
@@ -36,7 +44,8 @@ from __future__ import annotations
 
 from .commands import add_parsers, execute, request_from_args
 from .preflight import WEIGHTS_TOLERANCE, check_models, run_preflight
-from .engine import last_error_line, open_stack, run_engine
+from .account import ACCOUNT_KEY, AccountStep
+from .engine import deployed_resources, last_error_line, open_stack, run_engine
 from .prerequisites import (
     AWS_CLI_INSTALL,
     AWS_CREDENTIALS_FIX,
@@ -53,6 +62,7 @@ from .prerequisites import (
     stored_login,
 )
 from .request import (
+    ACCOUNT_OPERATIONS,
     CREATING_OPERATIONS,
     ENGINE_OPERATIONS,
     NO_CHANGE_OPS,
@@ -76,7 +86,10 @@ from .request import (
 )
 
 __all__ = [
+    "ACCOUNT_KEY",
+    "ACCOUNT_OPERATIONS",
     "AWS_CLI_INSTALL",
+    "AccountStep",
     "AWS_CREDENTIALS_FIX",
     "CREATING_OPERATIONS",
     "ENGINE_OPERATIONS",
@@ -103,6 +116,7 @@ __all__ = [
     "check_models",
     "check_prerequisites",
     "count_changes",
+    "deployed_resources",
     "execute",
     "find_pulumi",
     "last_error_line",

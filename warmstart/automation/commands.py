@@ -1,6 +1,6 @@
 """The engine subcommands for cli.py: their arguments, the Request they make, and `execute`,
-which validates, checks prerequisites, runs the preflight (preflight.py), runs the engine and
-reports the outcome."""
+which validates, checks prerequisites, records a new stack's account (account.py), runs the
+preflight (preflight.py), runs the engine and reports the outcome."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..errors import ConfigError, ConfigErrors
 from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
 # Called through their modules, so a test that replaces `prerequisites.check_prerequisites`,
 # `preflight.run_preflight` or `engine.open_stack` replaces what `execute` calls.
-from . import engine, preflight, prerequisites
+from . import account, engine, preflight, prerequisites
 from .request import (
     OPERATIONS,
     POLICY_OPERATIONS,
@@ -31,7 +31,8 @@ from .request import (
 
 
 def execute(request: Request) -> int:
-    """Validate, check prerequisites, run the preflight, run; print the outcome, write the
+    """Validate, check prerequisites, find the account to record (a new stack without
+    accountId), run the preflight, record the account, run; print the outcome, write the
     summary, return the exit code."""
     started = time.perf_counter()
     say = functools.partial(print, flush=True)
@@ -45,11 +46,12 @@ def execute(request: Request) -> int:
         return outcome.exit_code
 
     stack_plan = None
+    raw: dict[str, str] = {}
     if request.operation in VALIDATED_OPERATIONS:
         from .. import render
 
         try:
-            _, stack_plan = render.load_plan(request.project_dir / "stacks", request.config_stack)
+            raw, stack_plan = render.load_plan(request.project_dir / "stacks", request.config_stack)
         except (ConfigError, ConfigErrors) as err:
             finish(Outcome("config-error", EXIT_CONFIG, str(err)))
             raise  # cli.main prints it, exactly as `warmstart render` does
@@ -60,8 +62,23 @@ def execute(request: Request) -> int:
         say_err(str(error))
         return finish(Outcome("missing-prerequisites", EXIT_PREREQUISITES, str(error), missing=missing))
 
+    # A stack without accountId that derives a bucket name: the deployer's account, recorded
+    # below for a stack with nothing deployed yet (account.py). The preflight checks the names
+    # the engine will deploy.
+    step = None
+    if stack_plan is not None and account.applies(request, stack_plan):
+        try:
+            step = account.decide(request, cmd, raw, stack_plan)
+        except (ConfigError, ConfigErrors) as err:
+            finish(Outcome("config-error", EXIT_CONFIG, str(err)))
+            raise
+        stack_plan = step.plan
+        if step.note:
+            say_err(f"warmstart: note: {step.note}")
+
     if request.runs_preflight and stack_plan is not None:
-        problems = preflight.run_preflight(stack_plan)
+        problems = preflight.run_preflight(stack_plan, **({"account_id": step.account_id}
+                                                          if step and step.account_id else {}))
         if problems:
             error = PreflightFailed(request.operation, request.stack, problems)
             say_err(str(error))
@@ -80,6 +97,13 @@ def execute(request: Request) -> int:
     except CommandError as e:
         say_err(f"warmstart: could not open stack '{request.stack}': {engine.last_error_line(e)}")
         return finish(Outcome("failed", EXIT_FAILED, f"could not open stack: {engine.last_error_line(e)}"))
+    if step is not None and step.record:
+        try:
+            say(f"warmstart: {account.record(request, stack, step)}")
+        except (CommandError, account.RecordFailed) as e:
+            why = engine.last_error_line(e) if isinstance(e, CommandError) else str(e)
+            say_err(f"warmstart: could not record {account.ACCOUNT_KEY} in the stack file: {why}")
+            return finish(Outcome("failed", EXIT_FAILED, f"could not record {account.ACCOUNT_KEY}: {why}"))
     outcome = engine.run_engine(request, stack, say, say_err)
     if request.operation == "outputs" and outcome.outputs is not None:
         say(json.dumps(outcome.outputs, indent=2, sort_keys=True))

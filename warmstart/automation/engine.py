@@ -19,16 +19,54 @@ from .request import (
 )
 
 
+def _workspace_options(request: Request, cmd: Any) -> Any:
+    from pulumi import automation as auto
+
+    env_vars = {"PULUMI_BACKEND_URL": request.backend} if request.backend else {}
+    return auto.LocalWorkspaceOptions(env_vars=env_vars, pulumi_command=cmd)
+
+
 def open_stack(request: Request, cmd: Any) -> Any:
     """The Automation API Stack over this project (LocalWorkspace), created where the
     operation may create it (preview, up), selected otherwise."""
     from pulumi import automation as auto
 
-    env_vars = {"PULUMI_BACKEND_URL": request.backend} if request.backend else {}
-    opts = auto.LocalWorkspaceOptions(env_vars=env_vars, pulumi_command=cmd)
+    opts = _workspace_options(request, cmd)
     if request.operation in CREATING_OPERATIONS:
         return auto.create_or_select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
     return auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
+
+
+# State entries that are not a deployed resource: the root stack and the providers.
+_NOT_DEPLOYED = ("pulumi:pulumi:Stack",)
+_PROVIDER_TYPES = "pulumi:providers:"
+
+
+def deployed_resources(request: Request, cmd: Any) -> list[dict[str, Any]]:
+    """The resources in the stack's state (`pulumi stack export`), pending creates included,
+    without the root stack and the providers; [] for a stack the backend does not have yet.
+    Selects the stack, never creates it. Raises CommandError when the state cannot be read."""
+    from pulumi import automation as auto
+    from pulumi.automation.errors import StackNotFoundError
+
+    try:
+        stack = auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir),
+                                  opts=_workspace_options(request, cmd))
+    except StackNotFoundError:
+        return []
+    deployment = stack.export_stack().deployment or {}
+    entries = list(deployment.get("resources") or [])
+    entries += [op.get("resource") or {} for op in deployment.get("pending_operations") or []]
+    return [r for r in entries if r.get("type") not in _NOT_DEPLOYED
+            and not str(r.get("type", "")).startswith(_PROVIDER_TYPES)]
+
+
+def set_stack_config(stack: Any, key: str, value: str) -> None:
+    """Write a plaintext `key: value` into the stack's config (`pulumi config set`, which
+    writes `stacks/Pulumi.<stack>.yaml` as Pulumi keeps it)."""
+    from pulumi import automation as auto
+
+    stack.set_config(key, auto.ConfigValue(value=value, secret=False))
 
 
 def _policy_collector(violations: list[PolicyViolation]) -> Callable[[Any], None]:

@@ -178,9 +178,10 @@ def _bucket_problems(m: _Model, state: str, detail: str, *, create: bool, region
     if state == FOREIGN and create:
         return [(f"bucket {b} exists in another AWS account (bucket names are global), so the stack "
                  "cannot create it",
-                 "pick a bucket name of your own in modelBucket.name and the model's source (or drop "
-                 "modelBucket.name and set accountId, so the derived name is your account's), or, if that "
-                 "bucket is meant to hold the weights, set modelBucket.create: false")]
+                 "pick a bucket name of your own in modelBucket.name (and in the model's source, if that is a "
+                 "full s3:// URI), or drop modelBucket.name and write the sources as key prefixes (the derived "
+                 "name includes the accountId that `up` records), or, if that bucket is meant to hold the "
+                 "weights, set modelBucket.create: false")]
     if state == ERROR:
         return [(f"could not check bucket {b} ({detail})", RETRY_FIX)]
     return []
@@ -337,27 +338,32 @@ def needs_aws(stack_plan: Any) -> bool:
     return any(m.weights_import is None for m in stack_plan.config.models)
 
 
-def s3_client(region: str) -> Any:
-    """A boto3 S3 client for the deployer's credentials in the stack's region (the standard
-    AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL environment variables are honoured, as everywhere in
-    boto3)."""
+def aws_client(service: str, region: str, *, attempts: int, read_timeout: int) -> Any:
+    """A boto3 client for the deployer's credentials in the stack's region (the standard
+    AWS_ENDPOINT_URL_<SERVICE> / AWS_ENDPOINT_URL environment variables are honoured, as
+    everywhere in boto3)."""
     import boto3
     from botocore.config import Config
 
-    return boto3.session.Session(region_name=region).client(
-        "s3", config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30))
+    return boto3.session.Session(region_name=region).client(service, config=Config(
+        retries={"max_attempts": attempts, "mode": "standard"}, connect_timeout=5, read_timeout=read_timeout))
+
+
+def s3_client(region: str) -> Any:
+    """A boto3 S3 client for the deployer's credentials in the stack's region."""
+    return aws_client("s3", region, attempts=3, read_timeout=30)
 
 
 def caller_account(region: str) -> str | None:
-    """The deployer's AWS account id (STS GetCallerIdentity, which needs no permission), or None."""
-    import boto3
-    from botocore.config import Config
-
+    """The deployer's AWS account id (STS GetCallerIdentity, which needs no permission), or None.
+    Also what `warmstart preview` / `up` record as `accountId` (account.py)."""
     try:
-        sts = boto3.session.Session(region_name=region).client(
-            "sts", config=Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=10))
-        return str(sts.get_caller_identity()["Account"])
-    except _aws_errors():
+        errors = _aws_errors()
+    except ImportError:  # no boto3 (a --skip-preflight run does not require it)
+        return None
+    try:
+        return str(aws_client("sts", region, attempts=2, read_timeout=10).get_caller_identity()["Account"])
+    except errors:
         return None
 
 

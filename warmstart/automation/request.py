@@ -25,6 +25,10 @@ CREATING_OPERATIONS = frozenset({"preview", "up"})
 # not `refresh` or `destroy` (a drift check or a teardown must not depend on the weights), and
 # not `preview --expect-no-changes`, the other half of the nightly drift check.
 PREFLIGHT_OPERATIONS = frozenset({"preview", "up"})
+# Operations that record the deployer's account as `accountId` in a new stack's file when the
+# stack derives a bucket name (account.py); not a drift check (`--expect-no-changes`), which
+# changes nothing.
+ACCOUNT_OPERATIONS = frozenset({"preview", "up"})
 
 POLICY_PACK_DIR = "policy"
 SECRET_MASK = "[secret]"
@@ -57,6 +61,11 @@ class Request:
     @property
     def policy_pack(self) -> Path:
         return self.project_dir / POLICY_PACK_DIR
+
+    @property
+    def records_account(self) -> bool:
+        """Whether a missing `accountId` may be recorded in the stack file first (account.py)."""
+        return self.operation in ACCOUNT_OPERATIONS and not self.expect_no_changes
 
     @property
     def runs_preflight(self) -> bool:
