@@ -80,9 +80,11 @@ class ModelRole(pulumi.ComponentResource):
         policy = pulumi.Output.from_input(cache_bucket if cache_bucket is not None else "").apply(
             lambda cache: iam.to_json(iam.model_role_policy(
                 partition, bucket, a.model_prefix, cache or None, a.cache_prefix)))
-        aws.iam.RolePolicy(f"{name}-s3", role=role.name, name=ROLE_POLICY_NAME, policy=policy,
-                           opts=pulumi.ResourceOptions(parent=self))
-        self.role_arn = role.arn
+        attached = aws.iam.RolePolicy(f"{name}-s3", role=role.name, name=ROLE_POLICY_NAME, policy=policy,
+                                      opts=pulumi.ResourceOptions(parent=self))
+        # The ARN resolves only once the policy is attached, so the ServiceAccount (and the pods
+        # admitted with it) never assume a role that cannot read the weights yet.
+        self.role_arn = pulumi.Output.all(role.arn, attached.id).apply(lambda v: v[0])
         self.role_name = role.name
         self.register_outputs({"roleArn": self.role_arn, "roleName": self.role_name})
 

@@ -521,3 +521,15 @@ def test_destroy_keeps_the_model_bucket_and_its_settings_unless_asked(rendered, 
     r = render_doc(doc, tmp_path)
     assert not any(x.retain_on_delete for x in bucket_resources(r, "models"))
     assert [x.inputs["forceDestroy"] for x in bucket_resources(r, "models") if x.typ == BUCKET] == [True]
+
+
+def test_a_service_account_is_annotated_only_after_its_roles_policy_exists(rendered):
+    """The role ARN a ServiceAccount carries depends on the role's policy, so `up` creates the
+    ServiceAccount (and then the pods) only once the role may read the weights."""
+    policies_by_role = {p.inputs["role"]: p for p in rendered.of_type(ROLE_POLICY)}
+    accounts = [r for r in rendered.of_type("kubernetes:core/v1:ServiceAccount")
+                if r.inputs["metadata"].get("annotations", {}).get("eks.amazonaws.com/role-arn")]
+    assert accounts
+    for sa in accounts:
+        role_name = sa.inputs["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].rsplit("/", 1)[-1]
+        assert policies_by_role[role_name].urn in sa.dependencies, sa.name
