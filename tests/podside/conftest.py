@@ -16,13 +16,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def rclone_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
-    """One rclone S3 server for the session; tests stay apart by using their own key prefix."""
-    with RcloneS3(tmp_path_factory.mktemp("rclone")) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
 def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     """SeaweedFS, for the behaviour rclone lacks: conditional writes (If-None-Match)."""
     if not find_binary("weed"):
