@@ -366,3 +366,93 @@ def test_script_passes_on_instance_store(tmp_path, sysfs):
 def test_mountinfo_parser_never_crashes(text):
     mounts = nvme_check.parse_mountinfo(text)
     nvme_check.mount_for("/compile-cache", mounts)
+
+
+# --------------------------------------------------------------------------------------
+# Issue 15: warn mode never blocks a pod; FUSE and network filesystems are never NVMe
+
+
+@pytest.mark.parametrize("fstype", ["fuse.mountpoint-s3", "fuse.juicefs", "fuse", "fuseblk", "lustre", "cifs",
+                                    "smb3", "ceph", "glusterfs", "nfs4", "virtiofs"])
+def test_fuse_and_network_filesystems_are_never_nvme_however_large(fstype):
+    facts = _facts(mount=_mount("fs-0123.fsx.us-east-1.amazonaws.com@tcp:/abc", fstype, 0, 77), major=0,
+                   size_bytes=100_000 * GB)  # far above the pool's NVMe minimum
+    v = nvme_check.decide(facts)
+    assert v.status == nvme_check.NOT_NVME and fstype in v.reason
+
+
+def _run_raw(tmp_path: Path, sysfs: Path, *, mode: str | None, mountinfo: bytes, model: bytes,
+             env: dict[str, str] | None = None, cache_name: bytes = b"cache") -> subprocess.CompletedProcess:
+    """The script as the pod runs it, over real files whose bytes need not be UTF-8."""
+    cache = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), cache_name)))
+    cache.mkdir(exist_ok=True)
+    dev = os.stat(cache).st_dev
+    node = sysfs / "dev" / "block" / f"{os.major(dev)}:{os.minor(dev)}"
+    if node.is_symlink():
+        node.unlink()
+    _disk(sysfs, os.major(dev), os.minor(dev), "nvme7n1", "placeholder")
+    (Path(os.path.realpath(node)) / "device" / "model").write_bytes(model)
+    info = tmp_path / "mountinfo"
+    line = b"1 0 %d:%d / %s rw - ext4 /dev/nvme7n1 rw\n" % (os.major(dev), os.minor(dev), os.fsencode(cache))
+    info.write_bytes(mountinfo + line)
+    args = [sys.executable, "-I", "-S", str(SCRIPT), "--path", os.fsencode(cache), "--mountinfo", str(info),
+            "--sysfs", str(sysfs), "--termination-log", str(tmp_path / "termination-log")]
+    if mode:
+        args += ["--mode", mode]
+    return subprocess.run(args, capture_output=True, timeout=60,
+                          env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C", **(env or {})})
+
+
+NON_UTF8_LINE = b"1500 1288 0:61 / /mnt/caf\xe9\xff\\040x rw - ext4 /dev/sd\xfe rw\n"
+
+
+@pytest.mark.parametrize("mode", ["warn", "fail"])
+def test_non_utf8_mountinfo_and_disk_model_are_read_not_crashed_on(tmp_path, sysfs, mode):
+    proc = _run_raw(tmp_path, sysfs, mode=mode, mountinfo=NON_UTF8_LINE,
+                    model=nvme_check.INSTANCE_STORE_MODEL.encode() + b" \xff\xfe\n")
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert "Traceback" not in err, err
+    assert proc.returncode == 0 and "warmstart nvme-check: OK:" in out, (out, err)  # still read as instance store
+
+
+def test_a_non_utf8_cache_path_is_checked_and_logged(tmp_path, sysfs):
+    proc = _run_raw(tmp_path, sysfs, mode="warn", mountinfo=NON_UTF8_LINE, model=nvme_check.EBS_MODEL.encode(),
+                    cache_name=b"cache-\xff")
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and "Traceback" not in err and "EBS volume" in err, err
+    assert "cache-\\udcff" in err  # the undecodable byte, printed escaped
+
+
+@pytest.mark.parametrize("variable, value", [("WARMSTART_NVME_MIN_BYTES", "3.8TB"),
+                                             ("WARMSTART_NVME_MIN_BYTES", "-5"),
+                                             ("WARMSTART_MIN_NVIDIA_DRIVER", "r580"),
+                                             ("WARMSTART_NVME_CHECK_MODE", "strict")])
+def test_a_malformed_variable_in_warn_mode_is_a_warning_and_the_pod_starts(tmp_path, sysfs, variable, value):
+    proc = _run_raw(tmp_path, sysfs, mode=None, mountinfo=b"", model=nvme_check.EBS_MODEL.encode(),
+                    env={variable: value})
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert f"WARNING: {variable}={value!r}" in err and "EBS volume" in err  # the check still ran
+
+
+def test_a_malformed_minimum_in_fail_mode_refuses_naming_the_variable(tmp_path, sysfs):
+    proc = _run_raw(tmp_path, sysfs, mode="fail", mountinfo=b"", model=nvme_check.INSTANCE_STORE_MODEL.encode(),
+                    env={"WARMSTART_NVME_MIN_BYTES": "lots"})
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "WARMSTART_NVME_MIN_BYTES='lots' is not an integer" in (tmp_path / "termination-log").read_text()
+
+
+def test_warn_mode_survives_a_crash_of_the_check_itself(tmp_path, monkeypatch, capsys):
+    def boom(*args, **kwargs):
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(nvme_check, "gather", boom)
+    info = tmp_path / "mountinfo"
+    info.write_bytes(b"")
+    argv = ["--path", str(tmp_path), "--mountinfo", str(info), "--sysfs", str(tmp_path / "nosys"),
+            "--termination-log", str(tmp_path / "term")]
+    assert nvme_check.main([*argv, "--mode", "warn"], env={}) == 0
+    assert "the check itself failed: RuntimeError: unexpected - starting anyway" in capsys.readouterr().err
+    assert nvme_check.main([*argv, "--mode", "fail"], env={}) == 1
+    assert "RuntimeError" in (tmp_path / "term").read_text()

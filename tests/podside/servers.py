@@ -240,3 +240,147 @@ class HealthServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class FakeS3:
+    """A TCP server on 127.0.0.1 that speaks just enough HTTP to be a misbehaving S3 endpoint.
+
+    modes:
+      silent     accepts every connection and never answers (reads and discards what it is sent);
+      trickle    answers a GET with 200, the given metadata and Content-Length, then sends the
+                 body one byte every `byte_interval_s`;
+      stall-put  answers a HEAD with 404 (no such object yet) and reads a PUT's headers, then
+                 never answers it.
+    `seen` lists the request lines received. Port 0: the kernel picks a free port, so the
+    socket is ours by construction. stop() closes every socket it opened and joins its threads.
+    """
+
+    def __init__(self, mode: str, *, body: bytes = b"", metadata: dict[str, str] | None = None,
+                 byte_interval_s: float = 0.05):
+        assert mode in ("silent", "trickle", "stall-put")
+        self.mode, self.body, self.metadata, self.byte_interval_s = mode, body, metadata or {}, byte_interval_s
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self._conns: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    @property
+    def port(self) -> int:
+        return self._sock.getsockname()[1]
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "fake", "AWS_SECRET_ACCESS_KEY": "fake",
+                "AWS_REGION": REGION, "AWS_EC2_METADATA_DISABLED": "true"}
+
+    def wait_for(self, method: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(line.startswith(method + " ") for line in list(self.seen)):
+                return True
+            time.sleep(0.02)
+        return False
+
+    def _spawn(self, target: Any, *args: Any) -> None:
+        t = threading.Thread(target=target, args=args, daemon=True)
+        with self._lock:
+            self._threads.append(t)
+        t.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            conn.settimeout(0.1)
+            with self._lock:
+                self._conns.append(conn)
+            self._spawn(self._serve, conn)
+
+    def _read_head(self, conn: socket.socket) -> str | None:
+        data = b""
+        while b"\r\n\r\n" not in data and not self._stop.is_set():
+            try:
+                chunk = conn.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+        if self._stop.is_set():
+            return None
+        line = data.split(b"\r\n", 1)[0].decode("latin-1")
+        self.seen.append(line)
+        return line
+
+    def _idle(self, conn: socket.socket, read: bool) -> None:
+        while not self._stop.is_set():
+            if not read:
+                time.sleep(0.05)
+                continue
+            try:
+                if not conn.recv(65536):
+                    return
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+
+    def _serve(self, conn: socket.socket) -> None:
+        if self.mode == "silent":
+            self._idle(conn, read=True)
+            return
+        line = self._read_head(conn)
+        if line is None:
+            return
+        method = line.split(" ", 1)[0]
+        try:
+            if self.mode == "stall-put" and method == "HEAD":
+                conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                self._serve(conn)  # keep-alive: the next request on this connection
+            elif self.mode == "stall-put":
+                self._idle(conn, read=False)  # the upload's bytes stay unread
+            elif method == "GET":
+                head = ["HTTP/1.1 200 OK", f"Content-Length: {len(self.body)}", "Content-Type: application/gzip",
+                        'ETag: "fake"', "Last-Modified: Mon, 01 Jan 2024 00:00:00 GMT",
+                        *(f"x-amz-meta-{k}: {v}" for k, v in self.metadata.items())]
+                conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode())
+                for i in range(len(self.body)):
+                    if self._stop.wait(self.byte_interval_s):
+                        return
+                    conn.sendall(self.body[i:i + 1])
+            else:
+                conn.sendall(b"HTTP/1.1 501 Not Implemented\r\nContent-Length: 0\r\n\r\n")
+        except OSError:
+            return
+
+    def __enter__(self) -> "FakeS3":
+        self._spawn(self._accept)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            conns, threads = list(self._conns), list(self._threads)
+        for t in threads:
+            t.join(timeout=5)
+        for c in conns:
+            try:
+                c.close()
+            except OSError:
+                pass
+        self._sock.close()

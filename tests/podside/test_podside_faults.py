@@ -13,6 +13,7 @@ from typing import Callable
 
 import pytest
 
+from tests.podside import archives
 from tests.podside.pods import PodFactory, Run, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, RcloneS3, S3Server
 from warmstart.podside import compile_cache as cc
@@ -84,17 +85,15 @@ def test_object_without_a_checksum_is_not_trusted(pod: PodFactory, rclone_s3) ->
     assert_clean_failure(b.run("restore"), b.cache_dir, "error", "cannot be verified")
 
 
-def evil_archive(kind: str) -> bytes:
-    """A valid first file, then one member restore must refuse."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        def add(info: tarfile.TarInfo, data: bytes = b"") -> None:
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data) if data else None)
+def evil_archive(kind: str, key_hash: str) -> bytes:
+    """A valid first file, then one member restore must refuse, then a manifest that vouches for
+    both: the refusal is restore's own check, not a missing signature."""
+    name = {"dotdot": "inductor/../../escape", "absolute": "/tmp/warmstart-escape",
+            "forged-marker": ".warmstart/restored-x.json"}.get(kind, "inductor/bad")
+    payload = b"payload" if kind in ("dotdot", "absolute", "forged-marker") else b""
 
-        add(tarfile.TarInfo("inductor/ok"), b"fine")
-        info = tarfile.TarInfo({"dotdot": "inductor/../../escape", "absolute": "/tmp/warmstart-escape",
-                                "forged-marker": ".warmstart/restored-x.json"}.get(kind, "inductor/bad"))
+    def add_evil(tar: tarfile.TarFile) -> None:
+        info = tarfile.TarInfo(name)
         if kind == "symlink-out":
             info.type, info.linkname = tarfile.SYMTYPE, "/etc"
         elif kind == "symlink-up":
@@ -105,17 +104,19 @@ def evil_archive(kind: str) -> bytes:
             info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
         elif kind == "fifo":
             info.type = tarfile.FIFOTYPE
-        add(info, b"payload" if info.type == tarfile.REGTYPE else b"")
-    return buf.getvalue()
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload) if payload else None)
+
+    entries = archives.manifest_entries({"inductor/ok": b"fine", name: payload})
+    return archives.forge({"inductor/ok": b"fine"}, key_hash, manifest=entries, before_manifest=add_evil)
 
 
 @pytest.mark.parametrize("kind", ["dotdot", "absolute", "forged-marker", "symlink-out", "symlink-up",
                                   "hardlink", "device", "fifo"])
 def test_unsafe_archive_is_refused_whole(pod: PodFactory, rclone_s3, kind: str, tmp_path: Path) -> None:
     b = pod("node-b")
-    body = evil_archive(kind)
-    rclone_s3.client().put_object(Bucket=BUCKET, Key=b.key(), Body=body, Metadata={
-        "warmstart-sha256": hashlib.sha256(body).hexdigest(), "warmstart-bytes": str(len(body))})
+    key = b.key()
+    archives.put(rclone_s3, key, evil_archive(kind, cc._key_hash(key)))
     out = cc.restore(b.settings(), client=rclone_s3.client(), emit=False)
     assert_clean_failure(out, b.cache_dir, "error", "archive")
     assert not (tmp_path / "escape").exists() and not Path("/tmp/warmstart-escape").exists()
@@ -177,12 +178,12 @@ def test_full_disk_anywhere_a_write_happens(pod: PodFactory, rclone_s3, monkeypa
     real = cc._write_stream
     calls = []
 
-    def fill_up(read, out, limit):
+    def fill_up(read, out, limit, *args, **kwargs):
         calls.append(1)
         if len(calls) == 2:  # the download succeeded; the first extracted file hits the wall
             out.write(read(10))
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real(read, out, limit)
+        return real(read, out, limit, *args, **kwargs)
 
     monkeypatch.setattr(cc, "_write_stream", fill_up)
     b = pod("node-b")

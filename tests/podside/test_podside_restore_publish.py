@@ -24,8 +24,13 @@ def stored(server: S3Server, key: str) -> tuple[dict[str, str], bytes]:
 
 
 def archive_files(body: bytes) -> dict[str, bytes]:
+    """The cache files in a published archive; its manifest must vouch for exactly these."""
     with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+        members = {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+    manifest = json.loads(members.pop(cc.MANIFEST_MEMBER))
+    assert {name: (size, sha) for name, size, sha, _ in manifest["files"]} == {
+        name: (len(data), hashlib.sha256(data).hexdigest()) for name, data in members.items()}
+    return members
 
 
 def test_round_trip_carries_exactly_the_compile_cache(pod: PodFactory, rclone_s3, capsys) -> None:
@@ -152,7 +157,12 @@ def test_concurrent_restorers_on_one_node_download_once(pod: PodFactory, rclone_
     assert tree(b.cache_dir) == published and leftovers(b.cache_dir) == []
 
 
-def test_a_restorer_that_waits_too_long_for_the_lock_lets_vllm_compile(pod: PodFactory) -> None:
+def test_a_restorer_that_waits_too_long_for_the_lock_lets_vllm_compile(pod: PodFactory, rclone_s3) -> None:
+    """The node lock covers only the renames into place: held past the timeout, the restore
+    gives up after its download and leaves nothing behind."""
+    a = pod("node-a")
+    make_cache(a.cache_dir, seed=30)
+    assert cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False).result == "published"
     b = pod("node-b", WARMSTART_LOCK_TIMEOUT_S="0.3")
     fd = hold_node_lock(b.cache_dir)
     try:
@@ -160,7 +170,22 @@ def test_a_restorer_that_waits_too_long_for_the_lock_lets_vllm_compile(pod: PodF
     finally:
         os.close(fd)
     assert (run.returncode, run.line["result"]) == (0, "skipped") and "node lock" in run.line["reason"]
-    assert tree(b.cache_dir) == {}
+    assert tree(b.cache_dir) == {} and leftovers(b.cache_dir) == []
+
+
+def test_a_restorer_waits_for_another_download_of_its_key_within_the_lock_timeout(pod: PodFactory) -> None:
+    b = pod("node-b", WARMSTART_LOCK_TIMEOUT_S="0.3")
+    state = b.cache_dir / cc.STATE_DIRNAME
+    state.mkdir(parents=True)
+    fd = os.open(state / f"fetch-{cc._key_hash(b.key())}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        run = b.run("restore")
+    finally:
+        os.close(fd)
+    assert (run.returncode, run.line["result"]) == (0, "skipped") and "download of this key" in run.line["reason"]
+    assert time.monotonic() - started < 10
 
 
 def test_concurrent_publishers_leave_one_intact_object(any_s3: S3Server, tmp_path: Path, health) -> None:
@@ -202,15 +227,28 @@ def test_the_loser_of_a_conditional_write_reports_exists(seaweed_s3: SeaweedS3, 
 
 
 def test_temp_files_of_a_killed_pod_are_cleaned(pod: PodFactory, rclone_s3) -> None:
+    """A temp file is a dead pod's when nobody holds its key's lease, or (no key in its name) when
+    it is over an hour old; a live pod's temp is left alone."""
     a = pod("node-a")
     published = make_cache(a.cache_dir, seed=11)
     cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False)
     b = pod("node-b")
     state = b.cache_dir / cc.STATE_DIRNAME
-    (state / "tmp-restore-999.d" / "inductor").mkdir(parents=True)
-    (state / "tmp-restore-999.tar.gz").write_bytes(b"partial")
-    assert b.run("restore").line["result"] == "restored"
-    assert leftovers(b.cache_dir) == [] and tree(b.cache_dir) == published
+    own, other, live = cc._key_hash(b.key()), "1" * 64, "2" * 64
+    (state / f"tmp-restore-{own}-dead.d" / "inductor").mkdir(parents=True)
+    (state / f"tmp-restore-{own}-dead.tar.gz").write_bytes(b"partial")
+    (state / f"tmp-publish-{other}-dead.tar.gz").write_bytes(b"partial")
+    old = state / "tmp-restore-999.tar.gz"  # an older layout's name
+    old.write_bytes(b"partial")
+    os.utime(old, (time.time() - 2 * 3600,) * 2)
+    (state / f"tmp-restore-{live}-alive.tar.gz").write_bytes(b"downloading")
+    fd = os.open(state / f"fetch-{live}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # that download's pod is alive
+    try:
+        assert b.run("restore").line["result"] == "restored"
+    finally:
+        os.close(fd)
+    assert leftovers(b.cache_dir) == [f"tmp-restore-{live}-alive.tar.gz"] and tree(b.cache_dir) == published
 
 
 def test_restore_keeps_what_the_node_compiled_itself(pod: PodFactory, rclone_s3) -> None:

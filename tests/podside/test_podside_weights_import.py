@@ -527,3 +527,41 @@ def test_settings_name_what_is_wrong(env, problem):
         env = {"WARMSTART_SOURCE_S3": "s3://bb/x"}
     with pytest.raises(wi.ConfigError, match=problem):
         wi.Settings.from_env(base | env)
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 15: a malformed or hostile object is a clear failure or is ignored, never a crash or an OOM
+
+
+@pytest.mark.parametrize("manifest", [
+    {"format": wi.FORMAT, "status": "complete", "source": None, "revision": None, "files": [1, "x", None]},
+    {"format": wi.FORMAT, "status": "incomplete", "source": None, "revision": None, "replacing_etags": ["x"]},
+    {"format": wi.FORMAT, "status": "complete", "source": None, "revision": None,
+     "files": [{"name": "config.json", "bytes": 1}], "index_shards": ["not-there.safetensors"]},
+], ids=["files-not-objects", "etags-not-a-map", "index-names-absent-shards"])
+def test_a_malformed_manifest_at_the_destination_is_not_trusted_and_not_a_crash(s3_job, prefix, manifest):
+    job, files = s3_job
+    manifest = {**manifest, "source": job.env["WARMSTART_SOURCE_S3"]}
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{DST}/{prefix}/{wi.MANIFEST_NAME}",
+                                   Body=json.dumps(manifest).encode())
+    run = job.run()
+    assert run.returncode == 0, (run.stdout, run.stderr)  # not EXIT_BUG: it imports over it
+    assert run.phases[0][1] == "incomplete" and run.phases[-1] == ("done", "imported")
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+@pytest.mark.parametrize("index", [b"\xff\xfe not utf-8 \x80", b"{" + b" " * (wi.MAX_JSON_BYTES + 10) + b"}"],
+                         ids=["non-utf8", "over-the-json-limit"])
+def test_an_unreadable_or_oversized_index_fails_verification_before_anything_is_copied(s3_job, prefix, index):
+    job, _ = s3_job
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}", Body=index)
+    run = job.run()
+    assert run.returncode == wi.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
+
+
+def test_a_missing_destination_bucket_is_an_access_error_not_an_empty_destination(s3_job):
+    job, _ = s3_job
+    run = job.run(WARMSTART_DEST_BUCKET="warmstart-no-such-bucket")
+    assert run.returncode == wi.EXIT_ACCESS and "NoSuchBucket" in run.reason, (run.stdout, run.stderr)
+    assert run.phases == [("check", "error")]

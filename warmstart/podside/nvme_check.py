@@ -20,7 +20,9 @@ How it decides (the first rule that decides wins):
    tmpfs, whose st_dev has major 0), /proc/self/mountinfo gives the mount's filesystem type
    and source, and the filesystem's size is compared with the smallest size the pool's NVMe
    RAID can have (`--min-bytes`, derived by warmstart from the pool's instance types):
-   - tmpfs, overlay and other memory or layered filesystems -> not NVMe;
+   - tmpfs, overlay and other memory or layered filesystems, FUSE (`fuse`, `fuse.*`, `fuseblk`)
+     and network or cluster filesystems (NFS/EFS, Lustre/FSx, CIFS/SMB, Ceph, GlusterFS, ...)
+     -> not NVMe, however large (an FSx for Lustre volume is larger than any NVMe RAID);
    - smaller than the minimum -> not NVMe: it is the root volume or Auto Mode's EBS data
      volume (warmstart keeps both well below the NVMe of every type a pool allows);
    - source /dev/nvme0n1 or a partition of it -> not NVMe (the Nitro boot volume);
@@ -28,9 +30,16 @@ How it decides (the first rule that decides wins):
    - at least the minimum -> NVMe (nothing else on these nodes is that large);
    - otherwise: unknown.
 
-`--mode warn` (default) logs the verdict and exits 0 either way; `--mode fail` exits 1 unless
-the verdict is NVMe, so the pod does not start (the reason is in the log and in the
-container's termination message).
+`--mode warn` (default) logs the verdict and exits 0 whatever happens: an unreadable or
+non-UTF-8 mountinfo line or disk model, a malformed variable, even a bug in this script, is a
+WARNING line and the pod starts. `--mode fail` exits 1 unless the verdict is NVMe, so the pod
+does not start (the reason is in the log and in the container's termination message).
+
+Environment (each also a flag): WARMSTART_NVME_CHECK_PATH (--path, default /compile-cache),
+WARMSTART_NVME_CHECK_MODE (--mode, warn | fail; anything else is warn, with a warning),
+WARMSTART_NVME_MIN_BYTES (--min-bytes, an integer; malformed is treated as unset, with a
+warning), WARMSTART_NVME_HOST_PATH (--host-path, logged), WARMSTART_MIN_NVIDIA_DRIVER
+(--min-driver, default 580; malformed is the default, with a warning).
 
 It also logs the node's NVIDIA driver version (`/sys/module/nvidia/version`, readable from any
 container): the vLLM image is a CUDA 13 build, which needs driver 580 or newer (CUDA Toolkit
@@ -54,7 +63,11 @@ INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"
 EBS_MODEL = "Amazon Elastic Block Store"
 # Filesystems that are never a disk: memory, the container's own layers, network or FUSE.
 NOT_A_DISK_FSTYPES = frozenset({"tmpfs", "ramfs", "overlay", "aufs", "squashfs", "nfs", "nfs4", "fuse",
-                                "fuse.s3fs", "9p", "virtiofs", "proc", "sysfs", "devtmpfs"})
+                                "fuseblk", "9p", "virtiofs", "proc", "sysfs", "devtmpfs", "lustre", "cifs", "smb3",
+                                "smbfs", "ceph", "glusterfs", "gpfs", "beegfs", "afs", "ocfs2", "gfs2", "orangefs",
+                                "davfs", "sshfs", "efs"})
+# fuse.<driver> (fuse.s3fs, fuse.mountpoint-s3, fuse.glusterfs, fuse.juicefs ...) and fuseblk: proc(5).
+NOT_A_DISK_PREFIXES = ("fuse.", "nfs")
 NITRO_BOOT_SOURCE = re.compile(r"^/dev/nvme0n1(p\d+)?$")
 
 NVME, NOT_NVME, UNKNOWN = "nvme", "not-nvme", "unknown"
@@ -111,6 +124,22 @@ class Verdict:
     details: dict = field(default_factory=dict)
 
 
+def not_a_disk(fstype: str) -> bool:
+    """Memory, layered, FUSE or network filesystems: never the node's local NVMe."""
+    return fstype in NOT_A_DISK_FSTYPES or fstype.startswith(NOT_A_DISK_PREFIXES)
+
+
+def decode(data: bytes) -> str:
+    """Bytes from the kernel as text: paths and model strings need not be UTF-8. surrogateescape
+    keeps the bytes, so a path read here still matches os.stat's view of it."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def printable(text: str) -> str:
+    """Text that any stdout encoding can print (a non-UTF-8 mount point would not be)."""
+    return text.encode("ascii", "backslashreplace").decode("ascii") if not text.isascii() else text
+
+
 def _unescape(field_: str) -> str:
     """mountinfo escapes space, tab, newline and backslash as octal (\\040 ...)."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
@@ -150,7 +179,7 @@ def mount_for(path: str, mounts: list[Mount]) -> Mount | None:
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
+        return decode(path.read_bytes()).strip()
     except OSError:
         return None
 
@@ -211,8 +240,9 @@ def decide(f: Facts) -> Verdict:
                         f"(>= {_gb(f.min_nvme_bytes or 0)}): not every drive is in it")
             return Verdict(NVME, f"{f.path} is on NVMe instance storage ({names}){note}", details)
     m = f.mount
-    if m and m.fstype in NOT_A_DISK_FSTYPES:
-        return Verdict(NOT_NVME, f"{f.path} is on {m.fstype}, not a disk: the hostPath volume is not mounted", details)
+    if m and not_a_disk(m.fstype):
+        return Verdict(NOT_NVME, f"{f.path} is on {m.fstype}, not a local disk: the hostPath is not on the node's "
+                       "NVMe", details)
     if small:
         return Verdict(NOT_NVME, f"{f.path} is on a {_gb(f.size_bytes)} filesystem, smaller than the pool's NVMe "
                        f"RAID can be (>= {_gb(f.min_nvme_bytes or 0)}): it is the root or an EBS data volume",
@@ -241,10 +271,7 @@ def gather(path: str, mountinfo: str, sysfs: Path, min_nvme_bytes: int | None) -
 
 def nvidia_driver(sysfs: Path) -> str | None:
     """The loaded NVIDIA kernel module's version (`580.159.03`), or None without one."""
-    try:
-        return (sysfs / "module" / "nvidia" / "version").read_text().strip() or None
-    except OSError:
-        return None
+    return _read(sysfs / "module" / "nvidia" / "version") or None
 
 
 def driver_line(version: str | None, min_major: int) -> tuple[bool, str]:
@@ -260,45 +287,93 @@ def driver_line(version: str | None, min_major: int) -> tuple[bool, str]:
     return True, f"{PREFIX}: NVIDIA driver {version} (the vLLM image needs >= {min_major})"
 
 
-def _int_or_none(value: str | None) -> int | None:
-    return int(value) if value not in (None, "") else None
+def _int_setting(name: str, raw: str | None, problems: list[str]) -> int | None:
+    """An optional integer setting; a malformed one is noted in `problems` and treated as unset."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        problems.append(f"{name}={raw!r} is not an integer; ignored (fix: a whole number of bytes, as warmstart "
+                        "renders it)")
+        return None
+    if value < 0:
+        problems.append(f"{name}={raw!r} is negative; ignored")
+        return None
+    return value
+
+
+def _say(line: str, stream: object) -> None:
+    print(printable(line), file=stream, flush=True)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
     env = dict(os.environ) if env is None else env
     ap = argparse.ArgumentParser(description="Is the cache path on local NVMe instance storage?")
     ap.add_argument("--path", default=env.get("WARMSTART_NVME_CHECK_PATH", "/compile-cache"))
-    ap.add_argument("--mode", choices=("warn", "fail"), default=env.get("WARMSTART_NVME_CHECK_MODE", "warn"))
-    ap.add_argument("--min-bytes", type=int, default=_int_or_none(env.get("WARMSTART_NVME_MIN_BYTES")))
+    ap.add_argument("--mode", default=env.get("WARMSTART_NVME_CHECK_MODE", "warn"))
+    ap.add_argument("--min-bytes", default=env.get("WARMSTART_NVME_MIN_BYTES"))
     ap.add_argument("--host-path", default=env.get("WARMSTART_NVME_HOST_PATH", ""))
     ap.add_argument("--mountinfo", default="/proc/self/mountinfo")
     ap.add_argument("--sysfs", default="/sys")
     ap.add_argument("--termination-log", default="/dev/termination-log")
-    ap.add_argument("--min-driver", type=int,
-                    default=_int_or_none(env.get("WARMSTART_MIN_NVIDIA_DRIVER")) or MIN_NVIDIA_DRIVER_MAJOR)
+    ap.add_argument("--min-driver", default=env.get("WARMSTART_MIN_NVIDIA_DRIVER"))
     args = ap.parse_args(argv)
+    problems: list[str] = []
+    mode = args.mode.strip().lower()
+    if mode not in ("warn", "fail"):
+        problems.append(f"WARMSTART_NVME_CHECK_MODE={args.mode!r} is neither warn nor fail; checking in warn mode")
+        mode = "warn"
+    try:
+        return _check(args, mode, problems)
+    except Exception as exc:  # noqa: BLE001 - warn mode promises to let the pod through
+        line = f"{PREFIX}: {'ERROR' if mode == 'fail' else 'WARNING'}: the check itself failed: " \
+               f"{type(exc).__name__}: {exc}"
+        _say(line + (" - refusing to start (nvmeCheck: fail)" if mode == "fail" else " - starting anyway"), sys.stderr)
+        if mode == "fail":
+            _termination(args.termination_log, line)
+            return 1
+        return 0
+
+
+def _termination(path: str, line: str) -> None:
+    try:
+        Path(path).write_text(printable(line)[:4000])
+    except OSError:
+        pass
+
+
+def _check(args: argparse.Namespace, mode: str, problems: list[str]) -> int:
+    min_bytes = _int_setting("WARMSTART_NVME_MIN_BYTES", args.min_bytes, problems)
+    min_driver = _int_setting("WARMSTART_MIN_NVIDIA_DRIVER", args.min_driver, problems) or MIN_NVIDIA_DRIVER_MAJOR
+    for problem in problems:
+        _say(f"{PREFIX}: WARNING: {problem}", sys.stderr)
+    if mode == "fail" and any(p.startswith("WARMSTART_NVME_MIN_BYTES") for p in problems):
+        # In fail mode an unset size bound can only weaken the check: refuse rather than guess.
+        line = f"{PREFIX}: ERROR: {problems[0]} - refusing to start (nvmeCheck: fail)"
+        _say(line, sys.stderr)
+        _termination(args.termination_log, line)
+        return 1
 
     # Logged first, on stdout, so the NVMe verdict stays the last line (and its JSON the end of
     # stderr) whatever the driver.
-    print(driver_line(nvidia_driver(Path(args.sysfs)), args.min_driver)[1], flush=True)
+    _say(driver_line(nvidia_driver(Path(args.sysfs)), min_driver)[1], sys.stdout)
 
     try:
-        facts = gather(args.path, Path(args.mountinfo).read_text(), Path(args.sysfs), args.min_bytes)
+        mountinfo = decode(Path(args.mountinfo).read_bytes())
+        facts = gather(args.path, mountinfo, Path(args.sysfs), min_bytes)
         verdict = decide(facts)
     except OSError as err:
         verdict = Verdict(UNKNOWN, f"cannot inspect {args.path}: {err}")
     details = verdict.details | ({"hostPath": args.host_path} if args.host_path else {})
     ok = verdict.status == NVME
-    level = "OK" if ok else ("ERROR" if args.mode == "fail" else "WARNING")
-    consequence = "" if ok else (" - refusing to start (nvmeCheck: fail)" if args.mode == "fail" else
+    level = "OK" if ok else ("ERROR" if mode == "fail" else "WARNING")
+    consequence = "" if ok else (" - refusing to start (nvmeCheck: fail)" if mode == "fail" else
                                  " - starting anyway; the cache runs at EBS speed (set nvmeCheck: fail to stop)")
     line = f"{PREFIX}: {level}: {verdict.reason}{consequence} {json.dumps(details, sort_keys=True)}"
-    print(line, file=sys.stdout if ok else sys.stderr, flush=True)
-    if not ok and args.mode == "fail":
-        try:
-            Path(args.termination_log).write_text(line[:4000])
-        except OSError:
-            pass
+    _say(line, sys.stdout if ok else sys.stderr)
+    if not ok and mode == "fail":
+        _termination(args.termination_log, line)
         return 1
     return 0
 

@@ -363,16 +363,32 @@ def list_prefix(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, An
         kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
 
+#: Largest JSON file read into memory (a manifest, config or safetensors index: a 405B model's
+#: index is about 100 KB). A larger object is "unreadable", never an OOM kill of the Job.
+MAX_JSON_BYTES = 64 * MIB
+
+
 def read_json(client: Any, bucket: str, key: str) -> Any | None:
-    """A small JSON object, or None when there is none."""
+    """A small JSON object, or None when there is none. A missing bucket is not "none": it
+    raises (NoSuchBucket), so the caller reports the misconfiguration."""
     try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        response = client.get_object(Bucket=bucket, Key=key)
     except Exception as exc:
-        if _s3_code(exc) in ("NoSuchKey", "404", "NotFound") or _s3_status(exc) == 404:
+        if _s3_code(exc) != "NoSuchBucket" and (_s3_code(exc) in ("NoSuchKey", "404", "NotFound")
+                                                 or _s3_status(exc) == 404):
             return None
         raise
+    stream = response["Body"]
     try:
-        return json.loads(body)
+        if int(response.get("ContentLength") or 0) > MAX_JSON_BYTES:
+            return {"_unreadable": True}
+        body = stream.read(MAX_JSON_BYTES + 1)
+    finally:
+        stream.close()
+    if len(body) > MAX_JSON_BYTES:
+        return {"_unreadable": True}
+    try:
+        return json.loads(body)  # a non-UTF-8 body is a ValueError (UnicodeDecodeError) too
     except ValueError:
         return {"_unreadable": True}
 
@@ -452,7 +468,7 @@ class S3Source:
                               "point import.s3 at the folder that holds config.json and the *.safetensors shards")
         return {n: SourceFile(n, v["bytes"]) for n, v in found.items()}
 
-    def read_json(self, name: str) -> Any | None:
+    def read_json(self, name: str, size: int | None = None) -> Any | None:
         return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}")
 
     def copy(self, files: list[SourceFile], manager: Any) -> int:
@@ -564,8 +580,10 @@ class HubSource:
 
         return self._retry(tree, "listing")
 
-    def read_json(self, name: str) -> Any | None:
+    def read_json(self, name: str, size: int | None = None) -> Any | None:
         s = self.settings
+        if size is not None and size > MAX_JSON_BYTES:
+            return {"_unreadable": True}
 
         def fetch() -> Path:
             return Path(self.hub.hf_hub_download(s.hf_repo, name, revision=s.hf_revision,
@@ -668,6 +686,13 @@ def manifest_complete(settings: Settings, manifest: Any, dest: Mapping[str, Mapp
     files = manifest.get("files")
     if not isinstance(files, list) or not files:
         return "the manifest lists no files"
+    if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("bytes"), int)
+               for f in files):
+        return "the manifest is not one this script wrote (malformed file list)"
+    index = manifest.get("index_shards")
+    if index is not None and not (isinstance(index, list)
+                                  and all(isinstance(n, str) and n in dest for n in index)):
+        return "the manifest's index shards are malformed or missing at the destination"
     for f in files:
         have = dest.get(str(f.get("name")))
         if have is None or have["bytes"] != f.get("bytes"):
@@ -718,7 +743,7 @@ def run(settings: Settings, client: Any = None) -> int:
     try:
         listing = source.list()
         picked = {n: f for n, f in listing.items() if wanted(n)}
-        index = source.read_json(INDEX_NAME) if INDEX_NAME in picked else None
+        index = source.read_json(INDEX_NAME, picked[INDEX_NAME].bytes) if INDEX_NAME in picked else None
         weights, skipped = check_files(s, {n: f.bytes for n, f in picked.items()}, index, f"the source {s.source}")
         files = {n: f for n, f in picked.items() if n not in skipped}
         # Sizes say whether a file is there already only for a copy of this same source. Over
@@ -727,6 +752,8 @@ def run(settings: Settings, client: Any = None) -> int:
         resumable = manifest is None or same_source
         replaced = (manifest.get("replacing_etags") or {}) if same_source and manifest.get("status") == "incomplete" \
             else {}
+        if not isinstance(replaced, dict):  # a hand-edited or foreign manifest: trust no ETag in it
+            replaced = {}
         todo = sorted((f for n, f in files.items()
                        if not (resumable and n in dest and dest[n]["bytes"] == f.bytes
                                and dest[n]["etag"] != replaced.get(n))), key=lambda f: f.name)
