@@ -41,6 +41,9 @@ from .karpenter import Karpenter, KarpenterArgs
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")
+# The ConfigMap whose `enable-network-policy-controller` turns NetworkPolicy enforcement on in
+# Auto Mode.
+AUTO_MODE_CNI_CONFIGMAP = "amazon-vpc-cni"
 
 
 class PoolModelArgs(TypedDict):
@@ -56,6 +59,9 @@ class PoolModelArgs(TypedDict):
     """Pods (default 1)."""
     compile_cache: NotRequired[bool]
     """Whether it keeps a compile cache on the nodes' NVMe (default true)."""
+    staged_bytes: NotRequired[int]
+    """Bytes of weights it stages on the nodes' NVMe (the node cache; default 0): a node must
+    hold two versions of them."""
 
 
 class GpuPoolArgs(TypedDict):
@@ -73,6 +79,10 @@ class GpuPoolArgs(TypedDict):
     ephemeral_storage_gib: NotRequired[int]
     """Auto Mode only: the NodeClass `ephemeralStorage.size`, which must stay below the NVMe or
     Auto Mode puts ephemeral storage on EBS (default 80, or less for a small NVMe)."""
+    warm_nodes: NotRequired[int]
+    """Spare nodes the pool keeps for placeholder pods (counted in the derived GPU limit; default 0)."""
+    hourly_price_usd: NotRequired[float]
+    """Your price of one node of the pool per hour, for the cost of `warmNodes`."""
     models: NotRequired[list[PoolModelArgs]]
     """The models that will run on the pool (sizing only; they are deployed by VllmModel)."""
 
@@ -130,7 +140,8 @@ def plan(args: ClusterArgs) -> ClusterPlan:
     for i, pool in enumerate(args["gpu_pools"]):
         key = f"ClusterArgs.gpuPools[{i}]"
         models = [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"], m.get("replicas", 1),
-                                m.get("compile_cache", True), key=f"{key}.models[{j}]")
+                                m.get("compile_cache", True), key=f"{key}.models[{j}]",
+                                staged_bytes=m.get("staged_bytes", 0))
                   for j, m in enumerate(pool.get("models") or [])]
         pools.append((spec_from_args(GpuPool, pool, f"{key}."), models))
     return plan_cluster_layer(
@@ -202,6 +213,11 @@ class Cluster(pulumi.ComponentResource):
                 enabled=True, compute_config=eks.ClusterComputeConfigArgs(node_pools=list(AUTO_MODE_BUILTIN_POOLS)),
             ) if auto else None,
             bootstrap_self_managed_addons=False if auto else None,
+            # Karpenter mode: the VPC CNI add-on pulumi-eks installs runs its network policy agent,
+            # so NetworkPolicies are enforced
+            # (https://docs.aws.amazon.com/eks/latest/userguide/cni-network-policy-configure.html).
+            # Auto Mode ignores VPC CNI options; its enforcement is the ConfigMap below.
+            vpc_cni_options=None if auto else eks.VpcCniOptionsArgs(enable_network_policy=True),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[log_group]),
         )
         after_cluster = pulumi.ResourceOptions(parent=self, depends_on=[self.eks])
@@ -228,6 +244,12 @@ class Cluster(pulumi.ComponentResource):
         self.system_node_group = None
         k8s_child = pulumi.ResourceOptions(parent=self, provider=self.kubernetes_provider)
         if auto:
+            # Auto Mode enforces NetworkPolicies only once this ConfigMap turns the network
+            # policy controller on (and on nodes whose NodeClass sets `networkPolicy`,
+            # manifests/gpu_pools.py): https://docs.aws.amazon.com/eks/latest/userguide/auto-net-pol.html
+            k8s.core.v1.ConfigMap(
+                f"{name}-network-policy", metadata={"name": AUTO_MODE_CNI_CONFIGMAP, "namespace": "kube-system"},
+                data={"enable-network-policy-controller": "true"}, opts=k8s_child)
             role, node_access = self._auto_mode_node_role(name, name_prefix)
             self.gpu_node_role = role
             subnets = pulumi.Output.from_input(private_subnet_ids).apply(

@@ -17,8 +17,18 @@ from typing import Any
 
 from ..decisions import cachekey, placement
 from ..plan_model import ModelPlan
-from . import pod_scripts
-from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, HTTP_PORT, PodExtras, vllm_args
+from . import node_cache, pod_scripts
+from .serving import (
+    ANNOTATION_DOMAIN,
+    COMPILE_CACHE_VOLUME,
+    HTTP_PORT,
+    IMAGE_PULL_POLICY,
+    TMP_MOUNT,
+    TMP_VOLUME,
+    PodExtras,
+    container_security_context,
+    vllm_args,
+)
 
 # The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-compile-cache"
@@ -54,16 +64,24 @@ def _env(m: ModelPlan, bucket: Any, region: str) -> list[dict]:
         "WARMSTART_HEALTH_TIMEOUT_S": str(m.startup_budget_seconds * 2),
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
+        # Read-only root filesystem, UID outside /etc/passwd: HOME and temp files on the
+        # pod's /tmp emptyDir, no bytecode next to the script.
+        "HOME": TMP_MOUNT,
+        "TMPDIR": TMP_MOUNT,
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     env = [{"name": k, "value": v} for k, v in sorted(values.items())]
     env.append({"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
     return env
 
 
-def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME) -> PodExtras:
+def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
+                         weights_choice: bool = False) -> PodExtras:
     """Restore/publish wiring for one model; nothing for a model without the compile cache or
     without a bucket. `bucket` is the cache bucket's name (a string or a Pulumi Input);
-    `config_map` the ConfigMap that carries the script."""
+    `config_map` the ConfigMap that carries the script. `weights_choice`: the model has the
+    node cache, so both containers read the picker's choice file (the `weights` key factor;
+    merge `node_cache.serving_extras` before these extras, it defines the volume)."""
     if not m.compile_cache or bucket is None:
         return PodExtras()
     env = _env(m, bucket, region)
@@ -72,13 +90,22 @@ def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str
         {"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT},
         {"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT, "readOnly": True},
         {"name": STATE_VOLUME, "mountPath": STATE_MOUNT},
+        # The serving pod's /tmp emptyDir (serving.deployment_spec defines it).
+        {"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
     ]
+    if weights_choice:
+        choice_env, choice_mount = node_cache.compile_cache_choice_wiring()
+        env.append(choice_env)
+        mounts.append(choice_mount)
     # What both containers share: the script, its inputs and the cache they work on.
     common = {
         "image": m.image,
+        "imagePullPolicy": IMAGE_PULL_POLICY,
         "env": env,
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        # Non-root (the pod's UID owns the cache directory, serving.cache_owner_container), no
+        # capabilities, read-only root: the script writes only its volumes.
+        "securityContext": container_security_context(),
     }
     command = ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"]
     gpus = str(m.tensor_parallel_size)
@@ -88,6 +115,7 @@ def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str
         **common,
         # The same GPUs as vLLM, so nvidia-smi names the real accelerator in the key. Init
         # containers run before the others, so this does not add to the pod's GPU request.
+        # No CPU limit: the restore unpacks the archive on the cold start's critical path.
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi", placement.GPU_RESOURCE: gpus},
                       "limits": {"memory": "1Gi", placement.GPU_RESOURCE: gpus}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -99,7 +127,8 @@ def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str
         # A native sidecar (restartPolicy Always, Kubernetes >= 1.29): it runs beside vLLM for
         # the pod's life and never holds up its termination or its Ready condition.
         "restartPolicy": "Always",
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        # A CPU limit: it packs its archive while vLLM serves, and must not take vLLM's cores.
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
     }
     return PodExtras(
         init_containers=(restore, publish),

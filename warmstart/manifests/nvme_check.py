@@ -12,7 +12,13 @@ from __future__ import annotations
 from ..decisions import placement
 from ..plan_model import ModelPlan
 from . import pod_scripts
-from .serving import ANNOTATION_DOMAIN, COMPILE_CACHE_VOLUME, PodExtras
+from .serving import (
+    ANNOTATION_DOMAIN,
+    COMPILE_CACHE_VOLUME,
+    IMAGE_PULL_POLICY,
+    PodExtras,
+    container_security_context,
+)
 
 # The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-nvme-check"
@@ -46,18 +52,23 @@ def nvme_check_extras(m: ModelPlan, mode: str, config_map: str = CONFIGMAP_NAME)
         "WARMSTART_NVME_CHECK_MODE": mode,
         "WARMSTART_NVME_MIN_BYTES": str(nvme_check_min_bytes(m.instance.nvme_total_bytes)),
         "WARMSTART_NVME_HOST_PATH": f"{m.compile_cache_host_path}/{m.name}",
+        # Read-only root filesystem: no bytecode next to the script.
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     init = {
         "name": INIT_CONTAINER,
         "image": m.image,
+        "imagePullPolicy": IMAGE_PULL_POLICY,
         "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "volumeMounts": [
             {"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT, "readOnly": True},
             {"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT, "readOnly": True},
         ],
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+        # It reads /proc/self/mountinfo, statvfs and /sys, all open to any user: no root, no
+        # capability. A small CPU limit: it only reads a few files.
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "securityContext": container_security_context(),
         # The reason of a refused start shows in `kubectl describe pod`.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

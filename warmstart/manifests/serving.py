@@ -23,6 +23,69 @@ ANNOTATION_DOMAIN = placement.ANNOTATION_DOMAIN
 # pull the image before the Deployment counts as stuck.
 NODE_LAUNCH_SECONDS = 900
 
+# The one non-root identity of every warmstart container (vLLM, the pod-side scripts, the
+# import Job). The vLLM image runs as root by default; since
+# https://github.com/vllm-project/vllm/pull/40275 its Python, uv and site-packages are readable by
+# any UID, and what breaks for a UID outside /etc/passwd is only HOME and getpass.getuser()
+# (the image's own non-root entrypoint sets HOME and USER for exactly that:
+# docker/entrypoints/vllm-nonroot-entrypoint.sh in that PR). `vllm_env` sets both, so any UID
+# works; 10001 is above the range a node's own accounts use (the scanner's CKV_K8S_40 asks for
+# >= 10000), and its own group, not group 0.
+RUN_AS_UID = 10001
+RUN_AS_GID = 10001
+# Writable paths of a container whose root filesystem is read-only: HOME (vLLM, Hugging Face,
+# Triton, FlashInfer and CUDA keep their caches under $HOME/.cache, $HOME/.triton, $HOME/.nv
+# unless told otherwise) and /tmp (torch inductor's default, vLLM's ZMQ IPC sockets,
+# Python's tempfile). No sizeLimit: they replace the container's writable layer, which had
+# none either, and an eviction of a loading GPU pod costs a cold start.
+HOME_VOLUME, HOME_MOUNT = "home", "/home/warmstart"
+TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
+# Init container that hands the node's compile-cache directory to RUN_AS_UID (see
+# `cache_owner_container`).
+CACHE_OWNER_CONTAINER = "compile-cache-owner"
+# Every container: the image is pulled once per node and reused. With a tag, a node that
+# already has the image keeps it (a stack that pins `@sha256:` gets exactly what it pinned);
+# `Always` would add a registry round trip to every cold start and fail pods when the
+# registry is unreachable (docs/security.md, CKV_K8S_15).
+IMAGE_PULL_POLICY = "IfNotPresent"
+
+
+def container_security_context() -> dict[str, Any]:
+    """What every warmstart container runs with: no capabilities, no privilege escalation, a
+    read-only root filesystem, never root (the pod sets the UID)."""
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security_context() -> dict[str, Any]:
+    """The pod's identity: RUN_AS_UID/GID; fsGroup makes the emptyDirs the pod's group's (it
+    does not apply to hostPath volumes, hence `cache_owner_container`)."""
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_UID, "runAsGroup": RUN_AS_GID, "fsGroup": RUN_AS_GID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def cache_owner_container(m: ModelPlan) -> dict[str, Any]:
+    """The first init container of a pod with the compile cache: kubelet creates the hostPath
+    directory (`DirectoryOrCreate`) as root, mode 0755
+    (https://kubernetes.io/docs/concepts/storage/volumes/#hostpath-volume-types), and fsGroup
+    does not apply to hostPath, so the non-root containers could not write it. This one runs as
+    root with only CAP_CHOWN (to chown what an older, root-run pod left there) and
+    CAP_DAC_READ_SEARCH (to walk directories a 0700 mkdtemp made), in the model's own image (no
+    extra pull), and hands the per-model directory to RUN_AS_UID. `-h`: symbolic links are
+    changed themselves, never what they point to, so nothing outside the directory is touched."""
+    return {
+        "name": CACHE_OWNER_CONTAINER,
+        "image": m.image,
+        "imagePullPolicy": IMAGE_PULL_POLICY,
+        "command": ["chown", "-R", "-h", f"{RUN_AS_UID}:{RUN_AS_GID}", placement.COMPILE_CACHE_MOUNT],
+        "volumeMounts": [{"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT}],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": False, "runAsUser": 0, "runAsGroup": 0,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_READ_SEARCH"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
 
 def labels(model: str) -> dict[str, str]:
     """Recommended Kubernetes labels; the first two are the selector."""
@@ -78,6 +141,15 @@ def vllm_env(m: ModelPlan, region: str) -> list[dict[str, str]]:
         # the region must be explicit on EKS.
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
+        # A UID outside the image's /etc/passwd: HOME and the user name come from here
+        # (getpass.getuser() reads LOGNAME/USER first,
+        # https://docs.python.org/3/library/getpass.html#getpass.getuser; torch calls it for
+        # its cache paths). The root filesystem is read-only, so no bytecode is written.
+        "HOME": HOME_MOUNT,
+        "USER": "warmstart",
+        "LOGNAME": "warmstart",
+        "TMPDIR": TMP_MOUNT,
+        "PYTHONDONTWRITEBYTECODE": "1",
     }
     if m.compile_cache:
         root = placement.COMPILE_CACHE_MOUNT
@@ -120,6 +192,10 @@ def merge_extras(*extras: PodExtras) -> PodExtras:
     return out
 
 
+def _writes_cache(container: dict[str, Any]) -> bool:
+    return any(v.get("name") == COMPILE_CACHE_VOLUME and not v.get("readOnly") for v in container.get("volumeMounts", []))
+
+
 def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
     """The Deployment object (apps/v1) for one model."""
     size = m.pod
@@ -128,8 +204,13 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
         # NCCL and vLLM's all-reduce use /dev/shm between TP ranks; the container default is
         # 64 MiB.
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(size.shm_bytes)}},
+        {"name": HOME_VOLUME, "emptyDir": {}},
+        {"name": TMP_VOLUME, "emptyDir": {}},
     ]
-    mounts: list[dict] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict] = [{"name": "dshm", "mountPath": "/dev/shm"},
+                          {"name": HOME_VOLUME, "mountPath": HOME_MOUNT},
+                          {"name": TMP_VOLUME, "mountPath": TMP_MOUNT}]
+    init_containers: list[dict] = []
     if m.compile_cache:
         volumes.append({
             "name": COMPILE_CACHE_VOLUME,
@@ -138,17 +219,30 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
             "hostPath": {"path": f"{m.compile_cache_host_path}/{m.name}", "type": "DirectoryOrCreate"},
         })
         mounts.append({"name": COMPILE_CACHE_VOLUME, "mountPath": placement.COMPILE_CACHE_MOUNT})
+    init_containers.extend(extras.init_containers)
+    if m.compile_cache:
+        # Before the first container that writes the cache (the read-only NVMe check may go
+        # first), else last, before vLLM.
+        # Native sidecars (the first-token probe) start with the pod and run beside vLLM, so the
+        # owner goes before them too.
+        writes = [i for i, c in enumerate(init_containers) if _writes_cache(c) or c.get("restartPolicy") == "Always"]
+        init_containers.insert(writes[0] if writes else len(init_containers), cache_owner_container(m))
     volumes.extend(extras.volumes)
     mounts.extend(extras.volume_mounts)
     gpu = str(m.tensor_parallel_size)
     container = {
         "name": "vllm",
         "image": m.image,
+        "imagePullPolicy": IMAGE_PULL_POLICY,
         # Explicit: older images start `python3 -m vllm.entrypoints.openai.api_server`.
         "command": ["vllm", "serve"],
+        # The image's WORKDIR is root's; vLLM probes relative paths in the working directory.
+        "workingDir": HOME_MOUNT,
         "args": vllm_args(m),
         "env": vllm_env(m, region) + list(extras.env),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        # No CPU limit: CFS quota throttles the API server, tokenizer and engine-core busy loop
+        # of a latency-bound server (docs/security.md, CKV_K8S_11); the request reserves its cores.
         "resources": {
             "requests": {"cpu": f"{size.cpu_millis}m", "memory": _quantity(size.memory_bytes), placement.GPU_RESOURCE: gpu},
             "limits": {"memory": _quantity(size.memory_bytes), placement.GPU_RESOURCE: gpu},
@@ -163,7 +257,7 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
         "readinessProbe": probe | {"timeoutSeconds": 5, "failureThreshold": 3},
         "livenessProbe": probe | {"timeoutSeconds": 10, "failureThreshold": 6},
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False},
+        "securityContext": container_security_context(),
     }
     pod_labels = labels(m.name)
     spec = {
@@ -177,16 +271,21 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
             "metadata": {"labels": pod_labels, **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
             "spec": {
                 "serviceAccountName": m.name,
+                # No pod calls the Kubernetes API. IRSA does not need this token: the EKS pod
+                # identity webhook adds its own projected `aws-iam-token` volume
+                # (https://github.com/aws/amazon-eks-pod-identity-webhook,
+                # https://docs.aws.amazon.com/eks/latest/userguide/iam-roles-for-service-accounts.html).
+                "automountServiceAccountToken": False,
                 # The pool, when the model names one, and always the instance type it was tuned for.
                 "nodeSelector": ({placement.NODEPOOL_LABEL: m.pool} if m.pool else {}) | {
                     placement.INSTANCE_TYPE_LABEL: m.instance.instance_type,
                 },
                 "tolerations": [{"key": placement.GPU_TAINT_KEY, "operator": "Exists", "effect": placement.GPU_TAINT_EFFECT}],
-                "initContainers": list(extras.init_containers),
+                "initContainers": init_containers,
                 "containers": [container],
                 "volumes": volumes,
                 "terminationGracePeriodSeconds": 60,
-                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                "securityContext": pod_security_context(),
             },
         },
     }

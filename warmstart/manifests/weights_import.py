@@ -24,7 +24,15 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..plan_model import ModelPlan
 from . import pod_scripts
-from .serving import ANNOTATION_DOMAIN, _quantity
+from .serving import (
+    ANNOTATION_DOMAIN,
+    IMAGE_PULL_POLICY,
+    RUN_AS_GID,
+    RUN_AS_UID,
+    _quantity,
+    container_security_context,
+    pod_security_context,
+)
 
 CONFIGMAP_NAME = "warmstart-weights-import"
 SCRIPT_KEY = "weights_import.py"
@@ -36,8 +44,12 @@ TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
 TMP_BYTES = 1 * GIB
 TOKEN_KEY = "token"
 # Non-root: the script needs only to read the image's Python and write its emptyDirs. The
-# vLLM images run as root by default but their Python tree is world-readable.
-RUN_AS_USER = 1000
+# vLLM images run as root by default but their Python tree is world-readable. The same
+# identity as the serving pods (serving.RUN_AS_UID).
+RUN_AS_USER = RUN_AS_UID
+# Its CPU limit: the copy and its verification are network- and hash-bound, on a shared
+# general-purpose node where an unbounded import must not starve its neighbours.
+CPU_LIMIT = "4"
 # Exit codes of the script that no retry can fix (see warmstart/podside/weights_import.py).
 PERMANENT_EXIT_CODES = (2, 3, 4)
 ANNOTATION_SOURCE = f"{ANNOTATION_DOMAIN}/import-source"
@@ -130,16 +142,15 @@ def job_spec(m: ModelPlan, namespace: Any, region: str, config_map: str = CONFIG
     container = {
         "name": CONTAINER,
         "image": m.image,
+        "imagePullPolicy": IMAGE_PULL_POLICY,
         "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
         "env": _env(m, imp, region, token_secret),
         "volumeMounts": mounts,
         # A server-side copy moves no bytes through the pod; a Hub import streams through it with
         # at most max_concurrency parts of 64 MiB in flight.
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": ephemeral},
-                      "limits": {"memory": "3Gi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-                            "capabilities": {"drop": ["ALL"]}},
+                      "limits": {"cpu": CPU_LIMIT, "memory": "3Gi"}},
+        "securityContext": container_security_context() | {"runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GID},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pulumi_wait = imp.deadline_seconds + imports.PULUMI_WAIT_MARGIN_SECONDS
@@ -175,14 +186,16 @@ def job_spec(m: ModelPlan, namespace: Any, region: str, config_map: str = CONFIG
                 "metadata": {"labels": labels(m.name)},
                 "spec": {
                     "serviceAccountName": imp.service_account,
+                    # It calls S3 (and the Hub), never the Kubernetes API; IRSA brings its own
+                    # projected token (serving.deployment_spec says why).
+                    "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     # Off the GPU nodes: an import needs no GPU (and GPU nodes are tainted).
                     "nodeSelector": dict(imp.node_selector),
                     "containers": [container],
                     "volumes": volumes,
                     "terminationGracePeriodSeconds": 30,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-                                        "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": pod_security_context(),
                 },
             },
         },
