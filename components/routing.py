@@ -1,0 +1,187 @@
+"""A prefix-aware router in front of one model's vLLM replicas.
+
+From its Args the component plans the router (`warmstart.decisions.routing.plan`: SMG's
+`prefix_hash` policy and its load bound, accounted for two router replicas) and registers the
+objects `warmstart.manifests.router` builds: ServiceAccount, Role and RoleBinding (read pods in
+the namespace), the SMG Deployment on non-GPU nodes, its PodDisruptionBudget, the Service that is
+the model's endpoint, the NetworkPolicies, and optionally an internal load balancer and the
+control-plane key Secret.
+"""
+
+from enum import Enum
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from warmstart import versions
+from warmstart.decisions import routing
+from warmstart.decisions.routing import RoutingPlan
+from warmstart.manifests import router as objects
+from warmstart.manifests.router import SERVICE_PORT
+
+from .enums import ClusterMode, mode_value
+
+DEFAULT_NAMESPACE = "default"
+
+
+class RoutingPolicy(str, Enum):
+    """How the router spreads a model's requests over its replicas (SMG's `--policy`)."""
+
+    PREFIX_HASH = "prefix_hash"
+    """Prefix-aware: the same prompt prefix goes to the same replica (its KV cache), unless that
+    replica is over the load bound; replicas joining or leaving move about 1/N of the prefixes."""
+    ROUND_ROBIN = "round_robin"
+    """Plain load balancing, each replica in turn."""
+
+
+class ModelRouterArgs(TypedDict):
+    """Inputs of the ModelRouter component."""
+
+    model_name: str
+    """The model (the VllmModel's `modelName`): the router discovers exactly its vLLM pods."""
+    namespace: NotRequired[str]
+    """Namespace of the model's pods, where the router runs (default `default`)."""
+    policy: NotRequired[RoutingPolicy]
+    """Routing policy (default prefix_hash)."""
+    cluster_mode: NotRequired[ClusterMode]
+    """How the cluster runs its nodes, which decides the routers' non-GPU nodes (Auto Mode's
+    general-purpose pool, or nodes labelled `warmstart.io/node-group: system`) and the load
+    balancer's annotations (default auto)."""
+    router_replicas: NotRequired[int]
+    """Router pods, one per node (default 2, so one can be drained while the other serves)."""
+    load_factor: NotRequired[float]
+    """A replica is over the bound once it carries this multiple of the mean load, and also
+    `maxExcessRequests` more than the mean (default 1.25, SMG's)."""
+    max_excess_requests: NotRequired[int]
+    """In-flight requests a replica may carry above the mean, across all routers, before requests
+    for its prefixes go elsewhere (default 10, SMG's); each router applies its share."""
+    prefix_tokens: NotRequired[int]
+    """Leading tokens hashed to choose a replica (default 256; text counts 4 characters a token)."""
+    waiting_requests: NotRequired[int]
+    """A replica whose vLLM queue holds this many waiting requests is left out while another
+    is below it (default 8, SMG's)."""
+    client_cidrs: NotRequired[list[str]]
+    """CIDRs besides the namespace's pods that may call the endpoint (needed with `expose`: the
+    load balancer's clients, e.g. the VPC CIDR)."""
+    metrics_cidrs: NotRequired[list[str]]
+    """CIDRs that may scrape the routers' Prometheus metrics on port 29000 (default none: the
+    listener is bound to 127.0.0.1)."""
+    vllm_scrape_cidrs: NotRequired[list[str]]
+    """CIDRs that may still reach the vLLM pods' port 8000 besides the routers, such as a metrics
+    scraper (vLLM serves /metrics on its serving port)."""
+    api_server_cidrs: NotRequired[list[str]]
+    """Where the Kubernetes API's endpoints are, for the routers' egress policy (default any
+    address; the VPC CIDR is tighter)."""
+    expose: NotRequired[bool]
+    """Also put an internal Network Load Balancer in front of the routers (default false). Auto
+    Mode provisions it itself; in karpenter mode the cluster's cloud provider does, with the
+    legacy NLB annotations (install the AWS Load Balancer Controller for its features)."""
+    ready_timeout_seconds: NotRequired[int]
+    """How long `up` waits for the routers to become Ready, which they are once one vLLM pod is:
+    give the model's start-up allowance (default 1800)."""
+    fence_vllm: NotRequired[bool]
+    """Also register the NetworkPolicy that lets only the routers (and `vllmScrapeCidrs`) reach
+    the vLLM pods' port 8000 (default true). False when the model's own serving policy already
+    admits only its router, as the warmstart stack's does: policies add up, so a looser second
+    one would undo it."""
+    service_name: NotRequired[str]
+    """Name of the endpoint Service (default the model's name, which clients already call)."""
+    create_service: NotRequired[bool]
+    """Create the endpoint Service (default true). False when the model's own Service (the
+    VllmModel component's, with `routed: true`) already sends to the routers, as in the
+    warmstart stack: one Service object keeps one owner in the state, so turning routing on or
+    off updates the Service in place instead of deleting and re-creating the model's endpoint."""
+    image: NotRequired[str]
+    """SMG image (default: warmstart's pinned SMG)."""
+    control_plane_api_key: NotRequired[pulumi.Input[str]]
+    """Key for SMG's control plane (`Authorization: Bearer <key>` on /workers, /get_loads); pass
+    a secret. Without it each router draws a random key that never leaves the pod: discovery
+    needs no control plane, so it stays closed."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """Kubeconfig of the cluster; without it the objects use the Kubernetes provider of the
+    resource options (or the ambient one)."""
+
+
+def plan(args: ModelRouterArgs) -> RoutingPlan:
+    """The router's decisions from its Args alone (ConfigErrors keyed `ModelRouterArgs.*`)."""
+    return routing.plan(
+        args["model_name"], args.get("namespace") or DEFAULT_NAMESPACE,
+        mode_value(args.get("policy", RoutingPolicy.PREFIX_HASH)),
+        mode_value(args.get("cluster_mode", ClusterMode.AUTO)),  # type: ignore[arg-type]
+        args.get("image") or versions.SMG_IMAGE, key="ModelRouterArgs",
+        router_replicas=args.get("router_replicas", routing.ROUTER_REPLICAS),
+        load_factor=args.get("load_factor", routing.DEFAULT_LOAD_FACTOR),
+        max_excess_requests=args.get("max_excess_requests", routing.DEFAULT_MAX_EXCESS_REQUESTS),
+        prefix_tokens=args.get("prefix_tokens", routing.DEFAULT_PREFIX_TOKENS),
+        waiting_requests=args.get("waiting_requests", routing.DEFAULT_WAITING_REQUESTS),
+        client_cidrs=args.get("client_cidrs") or (), metrics_cidrs=args.get("metrics_cidrs") or (),
+        vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
+        api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
+        expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800))
+
+
+class ModelRouter(pulumi.ComponentResource):
+    """SMG in front of one model's vLLM replicas: the same prompt prefix reaches the replica that
+    holds its KV cache, a replica over the load bound is skipped, and only Ready pods get traffic.
+    Python programs also get `plan`, every decision."""
+
+    service_name: pulumi.Output[str]
+    """The endpoint Service's name."""
+    endpoint: pulumi.Output[str]
+    """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
+
+    def __init__(self, name: str, args: ModelRouterArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:ModelRouter", name, None, opts)
+        self.plan: RoutingPlan = plan(args)
+        p = self.plan
+        child = pulumi.ResourceOptions(parent=self)
+        if args.get("kubeconfig") is not None:
+            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            child = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        sa = objects.service_account_spec(p)
+        account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
+                                             automount_service_account_token=True, opts=child)
+        role = objects.role_spec(p)
+        role_res = k8s.rbac.v1.Role(f"{name}-role", metadata=role["metadata"], rules=role["rules"], opts=child)
+        binding = objects.role_binding_spec(p)
+        binding_res = k8s.rbac.v1.RoleBinding(f"{name}-rolebinding", metadata=binding["metadata"],
+                                              role_ref=binding["roleRef"], subjects=binding["subjects"], opts=child)
+        # The routers' own egress policy first: a pod started before it exists would run unfenced.
+        fence = objects.router_network_policy_spec(p)
+        fence_res = k8s.networking.v1.NetworkPolicy(f"{name}-netpol", metadata=fence["metadata"],
+                                                    spec=fence["spec"], opts=child)
+        before_pods: list[pulumi.Resource] = [account, role_res, binding_res, fence_res]
+        key = args.get("control_plane_api_key")
+        if key is not None:
+            secret = objects.control_plane_secret_spec(p, pulumi.Output.secret(key))
+            before_pods.append(k8s.core.v1.Secret(f"{name}-control-plane", metadata=secret["metadata"],
+                                                  type=secret["type"], string_data=secret["stringData"], opts=child))
+        dep = objects.deployment_spec(p)
+        timeout = f"{p.ready_timeout_seconds}s"
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                depends_on=before_pods, custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout))))
+        pdb = objects.pdb_spec(p)
+        k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
+        if args.get("fence_vllm", True):
+            vllm_fence = objects.vllm_network_policy_spec(p)
+            k8s.networking.v1.NetworkPolicy(f"{name}-vllm-netpol", metadata=vllm_fence["metadata"],
+                                            spec=vllm_fence["spec"], opts=child)
+        svc = objects.service_spec(p, args.get("service_name"))
+        if args.get("create_service", True):
+            service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"], opts=child)
+            self.service_name = service.metadata.apply(lambda md: md["name"] if isinstance(md, dict) else md.name)
+        else:
+            self.service_name = pulumi.Output.from_input(svc["metadata"]["name"])
+        if p.expose:
+            lb = objects.load_balancer_service_spec(p)
+            k8s.core.v1.Service(f"{name}-internal-lb", metadata=lb["metadata"], spec=lb["spec"], opts=child)
+        self.endpoint = pulumi.Output.all(self.service_name, p.namespace).apply(
+            lambda v: f"http://{v[0]}.{v[1]}.svc:{SERVICE_PORT}/v1")
+        self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
+
+
+__all__ = ["ModelRouter", "ModelRouterArgs", "RoutingPolicy", "plan"]

@@ -1,0 +1,247 @@
+"""Prefix-aware routing in front of a model's vLLM replicas: whether a model gets a router, and the
+router's command line (pure).
+
+The router is SMG (Shepherd Model Gateway, https://github.com/smg-project/smg), policy
+`prefix_hash`: the first `prefixTokens` tokens of a request (4 characters per token for
+untokenized requests) are hashed onto a consistent-hash ring of the Ready vLLM pods, so one prefix
+keeps landing on the replica that holds its KV cache, and a pod joining or leaving moves only the
+ring arcs next to it (about 1/N of the prefixes). The load bound is SMG's, from
+`model_gateway/src/policies/prefix_hash.rs` (`load_ok`):
+
+    overloaded  <=>  load > max(avg * loadFactor, avg + absThreshold),  avg = (total + 1) / N
+
+where `load` is the router's own count of requests in flight to a replica; an overloaded ring
+target is skipped for the least-loaded replica that is not overloaded (the `load_balance_walk`
+branch of `smg_prefix_hash_policy_branch_total`). That is consistent hashing with bounded loads,
+the semantics SageMaker HyperPod documents for its prefix-aware routing
+(https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-caching-routing.html).
+
+Two router replicas (for availability) each count only the requests they sent, about half of
+each replica's load. The relative term scales with it and needs nothing; the absolute term does
+not: a router that sees half the traffic sees half the excess, so with SMG's default of 10 per
+router, two routers together would let a replica run 20 requests over the mean before either
+walks. SMG's own comment on `balance_abs_threshold` names the effect ("its false-positive rate
+grows as each router replica observes a smaller share of a worker's true load"). So warmstart's
+knob is the excess over the mean in the whole fleet's terms (`maxExcessRequests`, default SMG's
+10, which it chose for one router) and each router gets `ceil(maxExcessRequests / routers)`.
+SMG's mesh mode (`--enable-mesh`) would share the counts instead, at the price of a StatefulSet,
+another listener and peer TLS; the division gives the same bound without them.
+
+vLLM's own queue is the second bound and needs no division, since every router polls the same
+number from the engine: a replica with at least `--worker-overload-waiting-requests` requests
+waiting (SMG's default 8) is left out of routing while another replica is below it
+(https://github.com/smg-project/smg, `smg launch --help`, "Routing Policy").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
+
+from ..errors import ConfigError, Problems
+from . import placement
+from .weights_import import node_selector
+
+RoutingMode = Literal["auto", "prefix_hash", "round_robin", "none"]
+# `auto`: prefix_hash when the model can have more than one replica, else no router. The other
+# names are SMG's `--policy` values (prefix-aware, plain load balancing) and `none`.
+MODES: tuple[RoutingMode, ...] = ("auto", "prefix_hash", "round_robin", "none")
+POLICY_OF: dict[str, str] = {"auto": "prefix_hash", "prefix_hash": "prefix_hash", "round_robin": "round_robin"}
+
+# Two routers on two nodes: one can be drained or lost while the other serves.
+ROUTER_REPLICAS = 2
+# SMG's defaults for prefix_hash (`smg launch --help`, 1.13.0).
+DEFAULT_LOAD_FACTOR = 1.25
+# Fleet-wide excess over the mean before a replica is skipped: 6 (3 per router), below SMG's
+# 10. SMG places each worker 150 times on its ring, so one replica's slice is ~7.6 % off on
+# average and often 12-15 % for one of seven; only the bound corrects that. Measured with
+# bench/routing.py (7 replicas, 2 routers, 112 in flight): 10 gave ~90 % KV hits but 12-17 %
+# share spread depending on the ring; 6 gave 86-87 % hits and 8-11 % on every ring measured.
+DEFAULT_MAX_EXCESS_REQUESTS = 6
+DEFAULT_PREFIX_TOKENS = 256
+DEFAULT_WAITING_REQUESTS = 8
+
+# Listeners in the router pod. SMG's defaults for serving (30000) and metrics (29000); the probe
+# listener runs on its own runtime so probes answer while every request thread is busy.
+ROUTER_PORT = 30000
+PROBE_PORT = 30001
+METRICS_PORT = 29000
+# vLLM's port, which the router's discovery must use (SMG defaults to 80).
+VLLM_PORT = 8000
+# In-flight requests get this long to finish when a router pod stops (SMG's default is 180 s,
+# longer than any pod would be given); Kubernetes gets a little more before it kills the pod,
+# since SMG first keeps its listener open for 5 s so load balancers notice it is draining.
+SHUTDOWN_GRACE_SECONDS = 60
+DRAIN_SETTLE_SECONDS = 5
+
+
+def wanted(mode: str, replicas: int, max_replicas: int | None = None) -> bool:
+    """Whether a model gets a router: `auto` when it has, or autoscaling can give it, more than one
+    replica; `none` never; a named policy always (one replica behind a router still gives the
+    model a router's endpoint, metrics and drain behaviour, so it is allowed when asked)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown routing mode {mode!r}; one of {MODES}")
+    if mode == "none":
+        return False
+    if mode == "auto":
+        return max(replicas, max_replicas or 0) > 1
+    return True
+
+
+def per_router_threshold(max_excess_requests: int, routers: int) -> int:
+    """SMG's `--prefix-hash-balance-abs-threshold` for each of `routers` routers that share the
+    traffic evenly, so that together they walk at `max_excess_requests` over the mean (at least 1:
+    at 0 the check is purely relative, and on a router's small counts it would fire on noise)."""
+    return max(1, math.ceil(max_excess_requests / max(1, routers)))
+
+
+@dataclass(frozen=True)
+class RoutingPlan:
+    """Everything the router of one model is rendered from."""
+
+    model: str
+    namespace: str
+    policy: str
+    cluster_mode: placement.ClusterMode
+    image: str
+    router_replicas: int = ROUTER_REPLICAS
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    max_excess_requests: int = DEFAULT_MAX_EXCESS_REQUESTS
+    prefix_tokens: int = DEFAULT_PREFIX_TOKENS
+    waiting_requests: int = DEFAULT_WAITING_REQUESTS
+    # Who may call the serving port besides pods of the model's namespace (CIDRs); an exposed
+    # router needs the load balancer's clients here.
+    client_cidrs: tuple[str, ...] = ()
+    # Who may scrape the router's metrics listener (CIDRs); none binds it to 127.0.0.1.
+    metrics_cidrs: tuple[str, ...] = ()
+    # Who else may reach vLLM's port once only the router may (a metrics scraper: vLLM serves
+    # /metrics on its serving port).
+    vllm_scrape_cidrs: tuple[str, ...] = ()
+    # Where the Kubernetes API's endpoints are (the router watches pods).
+    api_server_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    # An internal load balancer in front of the router, for clients outside the cluster.
+    expose: bool = False
+    # How long a router may take to become Ready: it is Ready once one vLLM pod is, so this is the
+    # model's own start-up allowance (its Deployment's progress deadline).
+    ready_timeout_seconds: int = 1800
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    @property
+    def abs_threshold(self) -> int:
+        """The absolute margin each router applies (see per_router_threshold)."""
+        return per_router_threshold(self.max_excess_requests, self.router_replicas)
+
+    @property
+    def name(self) -> str:
+        """Name of the router's Deployment, ServiceAccount, Role and policies."""
+        return f"{self.model}-router"
+
+    @property
+    def metrics_host(self) -> str:
+        return "0.0.0.0" if self.metrics_cidrs else "127.0.0.1"
+
+
+def _cidrs(problems: Problems, key: str, values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(str(ipaddress.ip_network(v, strict=False)))
+        except ValueError:
+            problems.add(f"{key}[{i}]", "is not a CIDR block", "write it as a.b.c.d/n, e.g. 10.0.0.0/16", v)
+    return tuple(sorted(set(out)))
+
+
+def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterMode, image: str, *,
+         key: str = "routing", router_replicas: int = ROUTER_REPLICAS, load_factor: float = DEFAULT_LOAD_FACTOR,
+         max_excess_requests: int = DEFAULT_MAX_EXCESS_REQUESTS, prefix_tokens: int = DEFAULT_PREFIX_TOKENS,
+         waiting_requests: int = DEFAULT_WAITING_REQUESTS, client_cidrs: tuple[str, ...] | list[str] = (),
+         metrics_cidrs: tuple[str, ...] | list[str] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
+         api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
+         ready_timeout_seconds: int = 1800) -> RoutingPlan:
+    """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
+    is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
+    p = Problems()
+    if mode not in POLICY_OF:
+        p.add(f"{key}.mode", f"must be one of {[m for m in MODES if m != 'none']} for a router",
+              "use prefix_hash (prefix-aware), round_robin (plain load balancing), or none for no router", mode)
+    if router_replicas < 1:
+        p.add(f"{key}.routerReplicas", "must be at least 1", "use 2 (the default) so one router can be drained",
+              router_replicas)
+    if not (math.isfinite(load_factor) and load_factor >= 1.0):
+        p.add(f"{key}.loadFactor", "must be a finite number >= 1.0 (SMG rejects less)",
+              "use 1.25, SMG's default: walk when a replica carries 25 % over the mean", load_factor)
+    if max_excess_requests < 0:
+        p.add(f"{key}.maxExcessRequests", "must be >= 0", f"use {DEFAULT_MAX_EXCESS_REQUESTS}, warmstart's default", max_excess_requests)
+    if prefix_tokens < 1:
+        p.add(f"{key}.prefixTokens", "must be >= 1", "use 256, SMG's default (about 1 KiB of text)", prefix_tokens)
+    if waiting_requests < 1:
+        p.add(f"{key}.waitingRequests", "must be >= 1 (SMG compares inclusively; 0 vetoes every replica)",
+              "use 8, SMG's default", waiting_requests)
+    clients = _cidrs(p, f"{key}.clientCidrs", client_cidrs)
+    metrics = _cidrs(p, f"{key}.metricsCidrs", metrics_cidrs)
+    scrape = _cidrs(p, f"{key}.vllmScrapeCidrs", vllm_scrape_cidrs)
+    api = _cidrs(p, f"{key}.apiServerCidrs", api_server_cidrs)
+    if not api_server_cidrs:
+        p.add(f"{key}.apiServerCidrs", "is empty, so the router could never reach the Kubernetes API to discover "
+              "the vLLM pods", "give the VPC CIDR (the API server's endpoints are ENIs in the cluster's subnets)")
+    if expose and not client_cidrs:
+        p.add(f"{key}.clientCidrs", "is empty but expose is on: the NetworkPolicy would let no load-balancer "
+              "client in", "give the CIDRs the internal load balancer's clients (and its nodes) come from, "
+              "e.g. the VPC CIDR")
+    if ready_timeout_seconds < 60:
+        p.add(f"{key}.readyTimeoutSeconds", "must be at least 60", "give the model's start-up allowance",
+              ready_timeout_seconds)
+    p.raise_if_any()
+    return RoutingPlan(
+        model=model, namespace=namespace, policy=POLICY_OF[mode], cluster_mode=cluster_mode, image=image,
+        router_replicas=router_replicas, load_factor=float(load_factor), max_excess_requests=max_excess_requests,
+        prefix_tokens=prefix_tokens, waiting_requests=waiting_requests, client_cidrs=clients, metrics_cidrs=metrics,
+        vllm_scrape_cidrs=scrape, api_server_cidrs=api, expose=expose, ready_timeout_seconds=ready_timeout_seconds,
+        # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
+        node_selector=node_selector(cluster_mode))
+
+
+def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,
+                 prefix_tokens: int = DEFAULT_PREFIX_TOKENS, waiting_requests: int = DEFAULT_WAITING_REQUESTS
+                 ) -> list[str]:
+    """The routing part of the command line (also what the tests and the benchmark run)."""
+    out = ["--backend", "vllm", "--policy", policy]
+    if policy == "prefix_hash":
+        out += ["--prefix-token-count", str(prefix_tokens), "--prefix-hash-load-factor", f"{load_factor:g}",
+                "--prefix-hash-balance-abs-threshold", str(abs_threshold)]
+    out += ["--worker-overload-waiting-requests", str(waiting_requests)]
+    return out
+
+
+def flags(p: RoutingPlan, worker_selector: Mapping[str, str]) -> list[str]:
+    """`smg launch` arguments of the router of `p`, discovering the pods `worker_selector` matches
+    (exactly the model's vLLM pods) in its own namespace. The control-plane key is added by the
+    container's entrypoint (it never appears in the object)."""
+    if not worker_selector:
+        raise ValueError("a router needs a non-empty worker selector")
+    return [
+        "--host", "0.0.0.0", "--port", str(ROUTER_PORT),
+        "--health-check-port", str(PROBE_PORT),
+        "--prometheus-host", p.metrics_host, "--prometheus-port", str(METRICS_PORT),
+        *policy_flags(p.policy, load_factor=p.load_factor, abs_threshold=p.abs_threshold,
+                      prefix_tokens=p.prefix_tokens, waiting_requests=p.waiting_requests),
+        # A pod counts only when Ready and Running (service_discovery/kubernetes.rs, is_healthy),
+        # so a loading vLLM pod never gets traffic. A namespaced watch needs only a Role.
+        "--discovery-provider", "kubernetes",
+        "--selector", *(f"{k}={v}" for k, v in sorted(worker_selector.items())),
+        "--service-discovery-namespace", p.namespace,
+        "--service-discovery-port", str(VLLM_PORT),
+        "--shutdown-grace-period-secs", str(SHUTDOWN_GRACE_SECONDS),
+        "--log-json",
+    ]
+
+
+def check_mode(mode: object, key: str) -> str:
+    """A routing mode from config, or a ConfigError naming the allowed ones."""
+    if mode not in MODES:
+        raise ConfigError(key, f"must be one of {list(MODES)}",
+                          "auto (prefix-aware when the model can have more than one replica), prefix_hash, "
+                          "round_robin or none", mode)
+    return str(mode)

@@ -1,0 +1,274 @@
+"""The prefix-aware router of one model as plain Kubernetes object dicts (pure).
+
+From a RoutingPlan (warmstart/decisions/routing.py): the router's ServiceAccount, a Role that may
+only read pods in the model's namespace and its RoleBinding, a Deployment of SMG (two replicas on
+two non-GPU nodes), its PodDisruptionBudget, the Service that is the model's endpoint, optionally
+an internal load balancer, and two NetworkPolicies: one fencing the router pods, one letting only
+the router (and named scrapers) reach the model's vLLM pods. The ModelRouter component
+(components/routing.py) registers them; the tests validate them against the Kubernetes schemas.
+
+Why each choice:
+- discovery by the vLLM pods' own selector (`serving.selector`), in their namespace only, so the
+  router sees exactly the model's pods and needs a Role, not a ClusterRole;
+- the control plane (`POST /workers`, `DELETE /workers/{id}`, `/get_loads`, `/flush_cache`)
+  requires a key: SMG serves it on the same port as the OpenAI routes and, without a key, lets
+  anyone register a backend URL (its SECURITY POSTURE warning at start-up). The entrypoint passes
+  `--control-plane-api-keys` with the key of the Secret `<model>-router-control-plane` when it
+  exists, else a random key drawn in the pod that never leaves it: discovery goes through the
+  Kubernetes API, so nothing needs the control plane, and no key lives in the Pulumi program;
+- the metrics listener binds 127.0.0.1 unless scrapers are named, and then only their CIDRs may
+  reach it; the probe listener serves only /liveness, /readiness and /health, so it stays open
+  (the kubelet must reach it);
+- readiness is SMG's /readiness: ready once one vLLM pod is, not ready while draining, so a
+  stopping router leaves the Service before it closes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..decisions import routing
+from ..decisions.routing import METRICS_PORT, PROBE_PORT, ROUTER_PORT, RoutingPlan
+from . import serving
+
+# The image's user (docker/Dockerfile of smg-project/smg: `useradd --uid 65532 smg`).
+RUN_AS_USER = 65532
+CONTAINER = "router"
+# The control-plane key arrives as a file from the optional Secret's volume (a file, not an env
+# var, so it never shows in the process environment); the variable names that file.
+CONTROL_PLANE_KEY_FILE_ENV = "SMG_CONTROL_PLANE_KEY_FILE"
+CONTROL_PLANE_KEY_DIR = "/etc/warmstart/router"
+CONTROL_PLANE_VOLUME = "control-plane-key"
+CONTROL_PLANE_SECRET_KEY = "key"
+# Client-facing port of the model's endpoint: the same as vLLM's, so the URL does not change when
+# a router is put in front.
+SERVICE_PORT = serving.HTTP_PORT
+TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
+
+# Internal NLB annotations. Auto Mode provisions NLBs itself for this load balancer class
+# (https://docs.aws.amazon.com/eks/latest/userguide/auto-configure-nlb.html); in karpenter mode
+# warmstart installs no AWS Load Balancer Controller, so the Service is handled by the cloud
+# provider EKS runs, whose annotations are the legacy ones
+# (https://kubernetes.io/docs/reference/labels-annotations-taints/#service-beta-kubernetes-io-aws-load-balancer-internal,
+# https://cloud-provider-aws.sigs.k8s.io/service_controller/).
+AUTO_MODE_LB_CLASS = "eks.amazonaws.com/nlb"
+LB_ANNOTATIONS: dict[str, dict[str, str]] = {
+    "auto": {
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+    },
+    "karpenter": {
+        "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+        "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+    },
+}
+
+# The entrypoint: the image's own command (`python3 -m smg.launch_router`) with the control-plane
+# key appended. Backquotes, not $(...), so Kubernetes' $(VAR) expansion of `command` cannot touch it.
+ENTRYPOINT = (
+    'set -eu\n'
+    f'file="${{{CONTROL_PLANE_KEY_FILE_ENV}:-}}"\n'
+    'key=""\n'
+    'if [ -n "$file" ] && [ -s "$file" ]; then key=`cat "$file"`; fi\n'
+    'if [ -z "$key" ]; then key=`od -An -N32 -tx1 /dev/urandom | tr -d " \\n"`; fi\n'
+    'exec python3 -m smg.launch_router "$@" --control-plane-api-keys "warmstart:operator:admin:$key"\n'
+)
+
+
+def labels(model: str) -> dict[str, str]:
+    """The router pods' labels; the first two are its selector."""
+    return {
+        "app.kubernetes.io/name": "router",
+        "app.kubernetes.io/instance": model,
+        "app.kubernetes.io/component": "router",
+        "app.kubernetes.io/part-of": "warmstart",
+    }
+
+
+def selector(model: str) -> dict[str, str]:
+    return {k: v for k, v in labels(model).items() if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+
+
+def control_plane_secret_name(model: str) -> str:
+    return f"{model}-router-control-plane"
+
+
+def _meta(p: RoutingPlan, name: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"name": name or p.name, "namespace": p.namespace, "labels": labels(p.model), **extra}
+
+
+def service_account_spec(p: RoutingPlan) -> dict[str, Any]:
+    # The one warmstart ServiceAccount that mounts its token: the router watches pods.
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(p), "automountServiceAccountToken": True}
+
+
+def role_spec(p: RoutingPlan) -> dict[str, Any]:
+    """Read pods in the model's namespace: what SMG's Kubernetes discovery calls (list + watch,
+    get on a pod; smg-project/smg deploy/helm/smg/templates/role.yaml)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(p),
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]}
+
+
+def role_binding_spec(p: RoutingPlan) -> dict[str, Any]:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": _meta(p),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": p.name},
+            "subjects": [{"kind": "ServiceAccount", "name": p.name, "namespace": p.namespace}]}
+
+
+def control_plane_secret_spec(p: RoutingPlan, key: Any) -> dict[str, Any]:
+    """The control-plane key as a Secret (`key`: a Pulumi secret Output in a program)."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": _meta(p, control_plane_secret_name(p.model)), "stringData": {CONTROL_PLANE_SECRET_KEY: key}}
+
+
+def container_args(p: RoutingPlan) -> list[str]:
+    return routing.flags(p, serving.selector(p.model))
+
+
+def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
+    probe_get = {"port": "probe"}
+    ports = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
+             {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}]
+    if p.metrics_cidrs:
+        ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
+    container = {
+        "name": CONTAINER,
+        "image": p.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", ENTRYPOINT, "smg"],
+        "args": container_args(p),
+        "env": [
+            {"name": "HOME", "value": TMP_MOUNT},
+            {"name": "HF_HOME", "value": f"{TMP_MOUNT}/hf"},
+            {"name": CONTROL_PLANE_KEY_FILE_ENV, "value": f"{CONTROL_PLANE_KEY_DIR}/{CONTROL_PLANE_SECRET_KEY}"},
+        ],
+        "ports": ports,
+        "readinessProbe": {"httpGet": {"path": "/readiness", **probe_get}, "periodSeconds": 5, "timeoutSeconds": 2,
+                           "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/liveness", **probe_get}, "periodSeconds": 10, "timeoutSeconds": 5,
+                          "failureThreshold": 6, "initialDelaySeconds": 10},
+        # A Rust proxy: little CPU per request (AWS measured 1.3-1.9 ms routing overhead).
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
+                         {"name": CONTROL_PLANE_VOLUME, "mountPath": CONTROL_PLANE_KEY_DIR, "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                            "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    spread = [
+        # One router per node (a node drain or loss takes one), and across zones where possible.
+        {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": selector(p.model)}},
+        {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+         "labelSelector": {"matchLabels": selector(p.model)}},
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(p, annotations={"pulumi.com/timeoutSeconds": str(p.ready_timeout_seconds)}),
+        "spec": {
+            "replicas": p.router_replicas,
+            "selector": {"matchLabels": selector(p.model)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            # A router is Ready once one vLLM pod is, which may take the model's whole start-up.
+            "progressDeadlineSeconds": p.ready_timeout_seconds,
+            "revisionHistoryLimit": 3,
+            "template": {
+                "metadata": {"labels": labels(p.model)},
+                "spec": {
+                    "serviceAccountName": p.name,
+                    "automountServiceAccountToken": True,
+                    "enableServiceLinks": False,
+                    "nodeSelector": dict(p.node_selector),
+                    "topologySpreadConstraints": spread,
+                    "containers": [container],
+                    "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+                                # Optional: without the Secret the directory is empty and the pod
+                                # draws a random key nobody has.
+                                {"name": CONTROL_PLANE_VOLUME, "secret": {
+                                    "secretName": control_plane_secret_name(p.model), "optional": True,
+                                    "defaultMode": 0o400}}],
+                    "terminationGracePeriodSeconds": routing.SHUTDOWN_GRACE_SECONDS + routing.DRAIN_SETTLE_SECONDS + 5,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                                        "fsGroup": RUN_AS_USER, "seccompProfile": {"type": "RuntimeDefault"}},
+                },
+            },
+        },
+    }
+
+
+def pdb_spec(p: RoutingPlan) -> dict[str, Any]:
+    # maxUnavailable, so a single router (routerReplicas: 1) never blocks a node drain.
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(p),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(p.model)}}}
+
+
+def service_spec(p: RoutingPlan, name: str | None = None) -> dict[str, Any]:
+    """The model's endpoint in the cluster: `name` (default the model's name, the name its vLLM
+    Service has without a router) on vLLM's port, in front of the routers."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(p, name or p.model),
+            "spec": {"type": "ClusterIP", "selector": selector(p.model),
+                     "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}]}}
+
+
+def load_balancer_service_spec(p: RoutingPlan) -> dict[str, Any]:
+    """An internal NLB in front of the routers, for clients in the VPC outside the cluster."""
+    spec: dict[str, Any] = {
+        "type": "LoadBalancer", "selector": selector(p.model),
+        "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
+    }
+    if p.cluster_mode == "auto":
+        spec["loadBalancerClass"] = AUTO_MODE_LB_CLASS
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(p, f"{p.model}-internal", annotations=dict(LB_ANNOTATIONS[p.cluster_mode])),
+            "spec": spec}
+
+
+def _tcp(port: int | str) -> dict[str, Any]:
+    return {"port": port, "protocol": "TCP"}
+
+
+def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
+    """What may reach the router pods and what they may reach."""
+    ingress: list[dict[str, Any]] = [
+        # The serving port: pods of the model's namespace, and the named client CIDRs (an exposed
+        # router's load balancer clients).
+        {"from": [{"podSelector": {}}, *({"ipBlock": {"cidr": c}} for c in p.client_cidrs)],
+         "ports": [_tcp(ROUTER_PORT)]},
+        # The probe listener serves only /liveness, /readiness and /health; the kubelet calls it.
+        {"ports": [_tcp(PROBE_PORT)]},
+    ]
+    if p.metrics_cidrs:
+        ingress.append({"from": [{"ipBlock": {"cidr": c}} for c in p.metrics_cidrs], "ports": [_tcp(METRICS_PORT)]})
+    egress: list[dict[str, Any]] = [
+        {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(routing.VLLM_PORT)]},
+        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+         "ports": [{"port": 53, "protocol": "UDP"}, _tcp(53)]},
+        # The Kubernetes API (the pod watch); policies see the API server's endpoint addresses.
+        {"to": [{"ipBlock": {"cidr": c}} for c in p.api_server_cidrs], "ports": [_tcp(443)]},
+    ]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(p),
+            "spec": {"podSelector": {"matchLabels": selector(p.model)}, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": ingress, "egress": egress}}
+
+
+def vllm_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
+    """Only the model's routers (and the named scrapers: vLLM serves /metrics on the same port)
+    reach its vLLM pods' serving port, so nothing bypasses the routing or its load bound."""
+    sources: list[dict[str, Any]] = [{"podSelector": {"matchLabels": selector(p.model)}},
+                                     *({"ipBlock": {"cidr": c}} for c in p.vllm_scrape_cidrs)]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": f"{p.model}-vllm", "namespace": p.namespace, "labels": serving.labels(p.model)},
+            "spec": {"podSelector": {"matchLabels": serving.selector(p.model)}, "policyTypes": ["Ingress"],
+                     "ingress": [{"from": sources, "ports": [_tcp(routing.VLLM_PORT)]}]}}
+
+
+def objects(p: RoutingPlan, service_name: str | None = None) -> list[dict[str, Any]]:
+    """Every object of the router, in apply order (the control-plane Secret is the component's)."""
+    out = [service_account_spec(p), role_spec(p), role_binding_spec(p), deployment_spec(p), pdb_spec(p),
+           service_spec(p, service_name), router_network_policy_spec(p), vllm_network_policy_spec(p)]
+    if p.expose:
+        out.append(load_balancer_service_spec(p))
+    return out
