@@ -23,6 +23,7 @@ Modules, by concern:
 - `network`: the GPU subnets' route tables on the S3 Gateway endpoint;
 - `nodes`: the GPU node classes' ephemeral storage (and the compile cache) on NVMe;
 - `vllm`: the vLLM Deployment checks;
+- `autoscaling`: KEDA's maxReplicaCount fits the GPU NodePool's limit;
 - `eks_version`: the cluster's Kubernetes version in EKS standard support (advisory);
 - `registry`: `Check`, `CHECKS` (the order the pack registers them in) and `run_all`.
 
@@ -34,6 +35,7 @@ This package re-exports the names callers use, so `policies.X` works whatever mo
 from __future__ import annotations
 
 from ..decisions.placement import ANNOTATION_DOMAIN
+from .autoscaling import check_autoscaling_fits_pool, scaled_objects
 from .buckets import (
     ACCOUNT_PUBLIC_ACCESS_BLOCK_TYPES,
     BUCKET_POLICY_TYPES,
@@ -169,6 +171,7 @@ __all__ = [
     "WEB_IDENTITY_ACTION",
     "as_list",
     "as_resources",
+    "check_autoscaling_fits_pool",
     "check_buckets",
     "check_eks_version",
     "check_gpu_node_classes_nvme",
@@ -192,6 +195,7 @@ __all__ = [
     "refers",
     "related",
     "run_all",
+    "scaled_objects",
     "statements",
     "uses_compile_cache",
     "vllm_container",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal, Sequence
 
+from .autoscaling import POLICY as AUTOSCALING_POLICY
+from .autoscaling import check_autoscaling_fits_pool
 from .buckets import check_buckets
 from .eks_version import check_eks_version
 from .iam import ROLE_TYPES, check_irsa_model_write, check_irsa_trust
@@ -46,6 +48,8 @@ CHECKS: tuple[Check, ...] = (
     Check("vllm-gpu-request-equals-tp", "vLLM pods request exactly tensor-parallel-size GPUs",
           check_vllm_gpu_equals_tp, "resource"),
     Check("vllm-startup-probe", "vLLM containers have a startup probe", check_vllm_startup_probe, "resource"),
+    Check(AUTOSCALING_POLICY, "Every GPU NodePool's GPU limit holds its autoscaled models at KEDA's "
+          "maxReplicaCount (and the others at replicas), plus one surge pod each", check_autoscaling_fits_pool, "stack"),
     Check("eks-version-standard-support", "The EKS cluster's Kubernetes version is in EKS standard support "
           "today (past it, EKS bills extended support)", check_eks_version, "stack", enforcement="advisory"),
 )

@@ -1,0 +1,94 @@
+"""One model's Deployment scaled by KEDA on vLLM's queue (and, optionally, its KV-cache usage).
+
+From its Args alone the component decides through `warmstart.decisions.autoscaling` (the exact
+PromQL, the polling interval, a scale-up at once and a scale-down held for the model's start-up
+budget) and registers what `warmstart.manifests.autoscaling` builds: a TriggerAuthentication
+(AMP: SigV4 with the KEDA operator's role) and the ScaledObject on the model's Deployment.
+
+The KEDA CRDs come with KEDA's chart: give `dependsOn` the Monitoring component's `keda`
+release. The Deployment's `replicas` belongs to KEDA from then on; its owner must ignore that
+field (`ignoreChanges: ["spec.replicas"]`), or every `pulumi up` resets what KEDA decided.
+"""
+
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from warmstart.decisions import autoscaling as decide
+from warmstart.manifests import autoscaling as objects
+
+
+class ModelAutoscalingArgs(TypedDict):
+    """Inputs of the ModelAutoscaling component."""
+
+    model_name: str
+    """The model's name: vLLM's `--served-model-name` (the queries' `model_name`) and the
+    ScaledObject's name."""
+    namespace: str
+    """Namespace of the model's Deployment (the queries' `namespace`)."""
+    min_replicas: int
+    """Fewest replicas KEDA keeps (>= 1 unless `frontQueue`)."""
+    max_replicas: int
+    """Most replicas KEDA runs; the GPU pool's limit must hold them plus one surge pod."""
+    startup_budget_seconds: int
+    """The model's start-up budget: scale-down waits at least this long."""
+    server_address: pulumi.Input[str]
+    """Prometheus-compatible base URL KEDA queries (the Monitoring component's `serverAddress`)."""
+    deployment_name: NotRequired[str]
+    """The Deployment KEDA scales (default: the model's name)."""
+    target_waiting_per_replica: NotRequired[float]
+    """Requests waiting per replica above which KEDA adds replicas (default 5)."""
+    kv_cache_usage_ceiling: NotRequired[float]
+    """Highest KV-cache usage (0-1) any replica may reach before KEDA adds replicas (default: no such trigger)."""
+    region: NotRequired[str]
+    """AWS region of the AMP workspace: KEDA signs its queries with SigV4 as the operator's role.
+    Omit for an endpoint that takes unsigned queries."""
+    front_queue: NotRequired[bool]
+    """A queue in front of the model holds requests while no replica exists, so `minReplicas: 0`
+    is allowed (default false: the router does not queue without replicas)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """Kubeconfig of the cluster; without it the objects use the provider of the resource
+    options (or the ambient one)."""
+
+
+class ModelAutoscaling(pulumi.ComponentResource):
+    """KEDA autoscaling of one vLLM Deployment on vLLM's own metrics."""
+
+    scaled_object_name: pulumi.Output[str]
+    """Name of the ScaledObject (KEDA names its HPA `keda-hpa-<name>`)."""
+
+    def __init__(self, name: str, args: ModelAutoscalingArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:ModelAutoscaling", name, None, opts)
+        model, namespace = args["model_name"], args["namespace"]
+        spec = decide.AutoscalingSpec(
+            min_replicas=args["min_replicas"], max_replicas=args["max_replicas"],
+            target_waiting_per_replica=args.get("target_waiting_per_replica",
+                                                decide.DEFAULT_TARGET_WAITING_PER_REPLICA),
+            kv_cache_usage_ceiling=args.get("kv_cache_usage_ceiling"))
+        decide.check_spec(spec, key="ModelAutoscalingArgs", model=model, front_queue=bool(args.get("front_queue")))
+        # Every decision is made here, from the Args alone, by the pure planner.
+        self.plan = decide.plan_scaling(model, namespace, spec, args["startup_budget_seconds"],
+                                        args.get("deployment_name"))
+        child = pulumi.ResourceOptions(parent=self)
+        if args.get("kubeconfig") is not None:
+            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            child = pulumi.ResourceOptions(parent=self, provider=provider)
+        region = args.get("region")
+        auth_name = None
+        after = child
+        if region is not None:
+            auth = _custom(f"{name}-trigger-auth", objects.trigger_authentication(model, namespace), child)
+            auth_name = objects.trigger_authentication_name(model)
+            after = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[auth]))
+        so = _custom(f"{name}-scaled-object",
+                     objects.scaled_object(self.plan, args["server_address"], region=region, authentication=auth_name),
+                     after)
+        self.scaled_object_name = pulumi.Output.all(so.id).apply(lambda _: self.plan.model)
+        self.register_outputs({"scaledObjectName": self.scaled_object_name})
+
+
+def _custom(name: str, obj: dict, opts: pulumi.ResourceOptions) -> k8s.apiextensions.CustomResource:
+    return k8s.apiextensions.CustomResource(
+        name, api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"],
+        spec=obj["spec"], opts=opts)

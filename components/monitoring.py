@@ -1,0 +1,200 @@
+"""What autoscaling on vLLM's metrics needs once per stack: a place the metrics land, something
+that scrapes them, and KEDA.
+
+- An Amazon Managed Service for Prometheus workspace and a managed collector (`aws.amp.Scraper`)
+  that scrapes every vLLM pod's `/metrics` (and every router's, when routing exists) in the
+  given namespaces, nothing else; or, instead, an existing Prometheus-compatible endpoint the
+  user names (then no workspace, no collector, and KEDA queries it without SigV4).
+- KEDA from its official chart, pinned (`versions.KEDA_CHART_VERSION`), on non-GPU nodes, its
+  operator's IRSA role allowed exactly the AMP query actions on that one workspace.
+
+The collector's access to the cluster: the cluster authenticates with EKS access entries
+(`authenticationMode: API`), and for such clusters AMP creates the collector's access entry
+itself when the scraper is created ("Configure Amazon EKS for scraper access with access
+entries", https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-eks-setup);
+EKS keeps one access entry per principal, so a second one from here would fail the `up`. With
+`scraperAccessEntry: true` this component manages the entry instead (user `aps-collector-user`)
+with RBAC cut to what the scrape configuration reads (`get/list/watch pods` in the scraped
+namespaces): for clusters where AMP does not create one.
+"""
+
+from typing import NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from warmstart import versions
+from warmstart.decisions import autoscaling as decide
+from warmstart.decisions import iam
+from warmstart.errors import ConfigError
+from warmstart.manifests import autoscaling as objects
+
+from .enums import ClusterMode, mode_value
+
+KEDA_POLICY_NAME = "amp-query"
+# The managed collector tags its destination workspace with this key; declaring it keeps
+# `pulumi up` from removing it again (pulumi-aws `aws.amp.Scraper`, "Ignoring changes to
+# Prometheus Workspace destination").
+SCRAPER_WORKSPACE_TAG = "AMPAgentlessScraper"
+
+
+class MonitoringArgs(TypedDict):
+    """Inputs of the Monitoring component."""
+
+    cluster_name: str
+    """Name of the EKS cluster (the access entry's cluster, and the prefix of the collector's alias)."""
+    cluster_mode: ClusterMode
+    """How the cluster runs nodes; KEDA lands on Auto Mode's general-purpose pool or on the
+    Karpenter-mode system node group, never on a GPU node."""
+    region: str
+    """AWS region of the cluster and the workspace (KEDA signs its queries for it)."""
+    name_prefix: str
+    """Prefix of the names: `<namePrefix>-keda-operator` (IAM role), `<namePrefix>-metrics` (workspace alias)."""
+    oidc_provider_arn: pulumi.Input[str]
+    """ARN of the cluster's IAM OIDC provider (the KEDA operator role's Federated principal)."""
+    oidc_issuer: pulumi.Input[str]
+    """The cluster's OIDC issuer, with or without `https://` (the trust conditions' key prefix)."""
+    namespaces: list[str]
+    """Namespaces whose vLLM (and router) pods are scraped; pods anywhere else are not."""
+    router: NotRequired[bool]
+    """Also scrape the routers' `metrics` port (default false: no routing)."""
+    cluster_arn: NotRequired[pulumi.Input[str]]
+    """ARN of the EKS cluster the collector scrapes; required unless `prometheusUrl` is given."""
+    subnet_ids: NotRequired[pulumi.Input[list[str]]]
+    """The cluster's subnets (at least two AZs), where the collector puts its network interfaces;
+    required unless `prometheusUrl` is given."""
+    security_group_ids: NotRequired[pulumi.Input[list[str]]]
+    """Security groups of the collector's network interfaces: the cluster's, so it reaches the pods."""
+    prometheus_url: NotRequired[str]
+    """An existing Prometheus-compatible endpoint (base URL, without `/api/v1/query`) that
+    already scrapes the pods; then no workspace, no collector and no AWS identity for KEDA."""
+    scraper_access_entry: NotRequired[bool]
+    """Manage the collector's EKS access entry and its RBAC here (default false: AMP creates the
+    entry itself on clusters that use access entries, and a second one would fail)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """Kubeconfig of the cluster; without it the Kubernetes objects use the provider of the
+    resource options (or the ambient one)."""
+    tags: NotRequired[dict[str, str]]
+    """Tags on the workspace, the collector and the IAM role."""
+
+
+class Monitoring(pulumi.ComponentResource):
+    """Metrics collection for autoscaling (AMP workspace + managed collector, or an existing
+    endpoint) and KEDA on non-GPU nodes."""
+
+    server_address: pulumi.Output[str]
+    """What every ScaledObject's prometheus trigger queries (`serverAddress`, no trailing slash)."""
+    sigv4_region: pulumi.Output[str]
+    """Region KEDA signs its queries for (the AMP path); empty for an existing endpoint."""
+    workspace_arn: pulumi.Output[str]
+    """ARN of the AMP workspace; empty for an existing endpoint."""
+    keda_operator_role_arn: pulumi.Output[str]
+    """ARN of the KEDA operator's IRSA role; empty for an existing endpoint."""
+
+    def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+        super().__init__("warmstart:index:Monitoring", name, None, opts)
+        mode = mode_value(args["cluster_mode"])
+        if mode not in ("auto", "karpenter"):
+            raise ConfigError("MonitoringArgs.clusterMode", "must be auto or karpenter", "use ClusterMode", mode)
+        namespaces = sorted(set(args["namespaces"]))
+        if not namespaces:
+            raise ConfigError("MonitoringArgs.namespaces", "names no namespace, so nothing would be scraped",
+                              "list the namespaces of the models that autoscale")
+        tags = dict(args.get("tags") or {})
+        child = pulumi.ResourceOptions(parent=self)
+        k8s_opts = child
+        if args.get("kubeconfig") is not None:
+            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            k8s_opts = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        url = args.get("prometheus_url")
+        role_arn: Optional[pulumi.Output[str]] = None
+        if url is not None:
+            try:
+                address = objects.server_address(url)
+            except ValueError as err:
+                raise ConfigError("MonitoringArgs.prometheusUrl", str(err), "give the server's base URL, e.g. "
+                                  "http://prometheus-operated.monitoring.svc:9090", url) from None
+            self.server_address = pulumi.Output.from_input(address)
+            self.sigv4_region = pulumi.Output.from_input("")
+            self.workspace_arn = pulumi.Output.from_input("")
+        else:
+            missing = [k for k in ("cluster_arn", "subnet_ids", "security_group_ids") if args.get(k) is None]
+            if missing:
+                raise ConfigError(f"MonitoringArgs.{naming_camel(missing[0])}", "the managed collector needs the "
+                                  "cluster's ARN, subnets and security groups", "give them, or prometheusUrl for "
+                                  "an existing endpoint")
+            role_arn = self._amp(name, args, namespaces, tags, child, k8s_opts)
+        self.keda_operator_role_arn = role_arn if role_arn is not None else pulumi.Output.from_input("")
+
+        ns = k8s.core.v1.Namespace(
+            f"{name}-keda-ns", metadata={"name": objects.KEDA_NAMESPACE, "labels": {
+                # Every KEDA pod runs non-root, read-only, capabilities dropped, RuntimeDefault
+                # seccomp (the chart's values below), which is the restricted Pod Security level.
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "app.kubernetes.io/part-of": "warmstart", "app.kubernetes.io/managed-by": "pulumi"}},
+            opts=k8s_opts)
+        self.keda = k8s.helm.v3.Release(
+            f"{name}-keda", name="keda", chart=versions.KEDA_CHART, version=versions.KEDA_CHART_VERSION,
+            repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KEDA_CHART_REPO),
+            namespace=objects.KEDA_NAMESPACE, values=objects.keda_values(mode, role_arn),
+            opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[ns])))
+        """The KEDA release: every ScaledObject must depend on it (it serves the CRDs)."""
+        self.register_outputs({"serverAddress": self.server_address, "sigv4Region": self.sigv4_region,
+                               "workspaceArn": self.workspace_arn, "kedaOperatorRoleArn": self.keda_operator_role_arn})
+
+    def _amp(self, name: str, args: MonitoringArgs, namespaces: list[str], tags: dict[str, str],
+             child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
+        """Workspace, collector, (optionally) its access entry and RBAC, and the KEDA operator's
+        role; returns the role's ARN, resolved once its policy is attached."""
+        prefix, region = args["name_prefix"], args["region"]
+        workspace = aws.amp.Workspace(
+            f"{name}-workspace", alias=f"{prefix}-metrics",
+            tags=tags | {"Name": f"{prefix}-metrics", SCRAPER_WORKSPACE_TAG: ""}, opts=child)
+        scraper = aws.amp.Scraper(
+            f"{name}-scraper", alias=f"{args['cluster_name']}-vllm"[:100],
+            source={"eks": {"cluster_arn": args["cluster_arn"],
+                            "subnet_ids": pulumi.Output.from_input(args["subnet_ids"]).apply(sorted),
+                            "security_group_ids": pulumi.Output.from_input(args["security_group_ids"]).apply(sorted)}},
+            destination={"amp": {"workspace_arn": workspace.arn}},
+            scrape_configuration=objects.scrape_configuration_yaml(namespaces, router=bool(args.get("router"))),
+            tags=tags, opts=child)
+        if args.get("scraper_access_entry"):
+            aws.eks.AccessEntry(
+                f"{name}-scraper-access", cluster_name=args["cluster_name"],
+                principal_arn=scraper.role_arn.apply(objects.scraper_principal_arn),
+                user_name=objects.COLLECTOR_USER, type="STANDARD", opts=child)
+            for obj in objects.collector_rbac(namespaces):
+                suffix = f"{obj['kind'].lower()}-{obj['metadata']['namespace']}"
+                if obj["kind"] == "Role":
+                    k8s.rbac.v1.Role(f"{name}-{suffix}", metadata=obj["metadata"], rules=obj["rules"], opts=k8s_opts)
+                else:
+                    k8s.rbac.v1.RoleBinding(f"{name}-{suffix}", metadata=obj["metadata"], subjects=obj["subjects"],
+                                            role_ref=obj["roleRef"], opts=k8s_opts)
+
+        # The KEDA operator's role: IRSA for exactly keda/keda-operator, query actions on this
+        # one workspace.
+        role_name = decide.keda_operator_role_name(prefix)
+        trust = pulumi.Output.all(args["oidc_provider_arn"], args["oidc_issuer"]).apply(
+            lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), objects.KEDA_NAMESPACE,
+                                                        objects.KEDA_OPERATOR_SERVICE_ACCOUNT)))
+        role = aws.iam.Role(
+            f"{name}-keda-operator", name=role_name, assume_role_policy=trust,
+            description=f"warmstart: {objects.KEDA_NAMESPACE}/{objects.KEDA_OPERATOR_SERVICE_ACCOUNT} queries "
+                        f"the {prefix}-metrics workspace",
+            tags=tags | {"Name": role_name}, opts=child)
+        policy = aws.iam.RolePolicy(
+            f"{name}-keda-operator-amp", role=role.name, name=KEDA_POLICY_NAME,
+            policy=workspace.arn.apply(lambda arn: iam.to_json(decide.keda_query_policy(arn))), opts=child)
+        self.server_address = workspace.prometheus_endpoint.apply(objects.server_address)
+        self.sigv4_region = pulumi.Output.from_input(region)
+        self.workspace_arn = workspace.arn
+        self.workspace = workspace
+        self.scraper = scraper
+        return pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
+
+
+def naming_camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(w.title() for w in rest)

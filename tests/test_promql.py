@@ -1,0 +1,217 @@
+"""The exact PromQL every ScaledObject carries, run by Prometheus's own `promtool test rules` on
+synthetic series, and the managed collector's scrape configuration through `promtool check config`.
+
+promtool comes from Debian bookworm's `prometheus` package (2.42.0+ds-5+deb12u1, which ships
+/usr/bin/promtool), fetched by the test itself: the .deb is downloaded once from deb.debian.org,
+checked against its pinned sha256, cached under ~/.cache/warmstart-tools/, and promtool is taken
+out of it in pure Python (a .deb is an `ar` archive holding data.tar.xz), with no apt and no root.
+The rules under test are generated from warmstart.decisions.autoscaling, never copied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import subprocess
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from warmstart.decisions import autoscaling as decide
+from warmstart.manifests import autoscaling as objects
+
+DEB_URL = ("https://deb.debian.org/debian/pool/main/p/prometheus/"
+           "prometheus_2.42.0+ds-5+deb12u1_amd64.deb")
+# sha256 of that file, measured when it was pinned (19 257 088 bytes).
+DEB_SHA256 = "81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55"
+PROMTOOL_MEMBER = "./usr/bin/promtool"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "warmstart-tools"
+DOWNLOAD_TIMEOUT_S = 120
+MODEL, NAMESPACE = "llama", "inference"
+
+
+def _ar_member(archive: bytes, wanted_prefix: str) -> bytes:
+    """One member of a Unix `ar` archive: 8-byte magic, then per member a 60-byte header
+    (name 16, mtime 12, uid 6, gid 6, mode 8, size 10, magic 2) and the data, padded to even."""
+    if not archive.startswith(b"!<arch>\n"):
+        raise ValueError("not an ar archive")
+    pos = 8
+    while pos + 60 <= len(archive):
+        header = archive[pos:pos + 60]
+        name = header[:16].decode().strip().rstrip("/")
+        size = int(header[48:58].decode().strip())
+        start = pos + 60
+        if name.startswith(wanted_prefix):
+            return archive[start:start + size]
+        pos = start + size + (size % 2)
+    raise KeyError(wanted_prefix)
+
+
+def _download(path: Path) -> float:
+    """Fetch the .deb into `path` (atomically); returns the seconds it took."""
+    started = time.monotonic()
+    tmp = path.with_suffix(".partial")
+    with urllib.request.urlopen(DEB_URL, timeout=DOWNLOAD_TIMEOUT_S) as resp, tmp.open("wb") as out:
+        deadline = started + DOWNLOAD_TIMEOUT_S
+        while chunk := resp.read(1 << 20):
+            out.write(chunk)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"download of {DEB_URL} exceeded {DOWNLOAD_TIMEOUT_S} s")
+    tmp.replace(path)
+    return time.monotonic() - started
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    deb = CACHE / DEB_URL.rsplit("/", 1)[-1]
+    binary = CACHE / "promtool-2.42.0+ds-5+deb12u1"
+    if not deb.is_file() or hashlib.sha256(deb.read_bytes()).hexdigest() != DEB_SHA256:
+        try:
+            seconds = _download(deb)
+        except (urllib.error.URLError, TimeoutError, OSError) as err:
+            pytest.skip(f"promtool unavailable: {DEB_URL} could not be fetched ({err}) and is not cached in {CACHE}")
+        print(f"\ndownloaded {deb.name} ({deb.stat().st_size} bytes) in {seconds:.2f} s")
+    data = deb.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    assert digest == DEB_SHA256, f"{deb} has sha256 {digest}, not the pinned {DEB_SHA256}"
+    if not binary.is_file():
+        with tarfile.open(fileobj=io.BytesIO(_ar_member(data, "data.tar")), mode="r:xz") as tar:
+            member = tar.getmember(PROMTOOL_MEMBER)
+            extracted = tar.extractfile(member)
+            assert extracted is not None
+            tmp = binary.with_suffix(".partial")
+            tmp.write_bytes(extracted.read())
+            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR)
+            tmp.replace(binary)
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    assert "2.42.0" in out.stdout + out.stderr
+    return binary
+
+
+def _run(promtool: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(promtool), *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def _rules(plan: decide.ScalingPlan) -> dict:
+    """One recording rule per trigger, whose expression is the trigger's query, verbatim."""
+    return {"groups": [{"name": "warmstart-keda-triggers", "rules": [
+        {"record": f"warmstart:trigger:{t.name.replace('-', '_')}", "expr": t.query} for t in plan.triggers]}]}
+
+
+def _series(metric: str, values: str, model: str = MODEL, namespace: str = NAMESPACE, pod: str = "a",
+            engine: str = "0") -> dict:
+    labels = f'namespace="{namespace}",model_name="{model}",engine="{engine}",pod="{pod}"'
+    return {"series": f"{metric}{{{labels}}}", "values": values}
+
+
+W, KV = decide.WAITING_METRIC, decide.KV_CACHE_METRIC
+
+
+def _unit_tests(plan: decide.ScalingPlan) -> dict:
+    waiting, kv = (t.query for t in plan.triggers)
+    series = [
+        # The model's two pods; pod b runs two engines (data parallel), each its own series.
+        _series(W, "0 2 6 10 stale", pod="a"),
+        _series(W, "0 1 3 5 5", pod="b"),
+        _series(W, "1 1 1 1 1", pod="b", engine="1"),
+        _series(KV, "0.1 0.5 0.85 0.9 stale", pod="a"),
+        _series(KV, "0.2 0.3 0.4 0.6 0.7", pod="b"),
+        # What must never count: another model in the namespace, the same model elsewhere.
+        _series(W, "100 100 100 100 100", model="other", pod="c"),
+        _series(KV, "0.99 0.99 0.99 0.99 0.99", model="other", pod="c"),
+        _series(W, "50 50 50 50 50", namespace="team-b", pod="d"),
+        _series(KV, "0.98 0.98 0.98 0.98 0.98", namespace="team-b", pod="d"),
+    ]
+    return {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "15s",
+        "tests": [{
+            "interval": "15s",
+            "input_series": series,
+            "promql_expr_test": [
+                # One sample, no labels: KEDA refuses a result with more than one element.
+                {"expr": waiting, "eval_time": "45s", "exp_samples": [{"labels": "{}", "value": 16}]},
+                {"expr": waiting, "eval_time": "0s", "exp_samples": [{"labels": "{}", "value": 1}]},
+                # Pod a went away (stale): its queue no longer counts.
+                {"expr": waiting, "eval_time": "60s", "exp_samples": [{"labels": "{}", "value": 6}]},
+                {"expr": kv, "eval_time": "45s", "exp_samples": [{"labels": "{}", "value": 0.9}]},
+                {"expr": kv, "eval_time": "60s", "exp_samples": [{"labels": "{}", "value": 0.7}]},
+                {"expr": "warmstart:trigger:waiting_requests", "eval_time": "30s",
+                 "exp_samples": [{"labels": "warmstart:trigger:waiting_requests", "value": 10}]},
+                {"expr": "warmstart:trigger:kv_cache_usage", "eval_time": "30s",
+                 "exp_samples": [{"labels": "warmstart:trigger:kv_cache_usage", "value": 0.85}]},
+            ],
+        }],
+    }
+
+
+def _plan() -> decide.ScalingPlan:
+    return decide.plan_scaling(MODEL, NAMESPACE, decide.AutoscalingSpec(1, 6, 5.0, 0.8), 1300)
+
+
+def test_every_trigger_query_sums_only_its_model_and_namespace(promtool, tmp_path):
+    plan = _plan()
+    assert [t.name for t in plan.triggers] == ["waiting-requests", "kv-cache-usage"]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(plan)))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(_unit_tests(plan)))
+    check = _run(promtool, "check", "rules", "rules.yml", cwd=tmp_path)
+    assert check.returncode == 0 and "SUCCESS: 2 rules found" in check.stdout, check.stdout + check.stderr
+    result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_unit_test_catches_a_query_that_leaks_another_model(promtool, tmp_path):
+    """The same expectations fail for a query without the model selector: the test can fail."""
+    plan = _plan()
+    leaky = [decide.Trigger(t.name, t.query.replace(f',model_name="{MODEL}"', ""), t.threshold, t.metric_type)
+             for t in plan.triggers]
+    broken = decide.ScalingPlan(**{**plan.__dict__, "triggers": tuple(leaky)})
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(broken)))
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(_unit_tests(broken)))
+    result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
+    assert result.returncode != 0 and "FAILED" in result.stdout + result.stderr
+
+
+# Debian builds Prometheus without the Kubernetes service discovery (its promtool answers
+# "field kubernetes_sd_configs not found in type config.ScrapeConfig"), so the check swaps that
+# one block for a static target and checks everything else (global, jobs, every relabel rule
+# and regex) with promtool; the swapped block is asserted to hold only fields of Prometheus's
+# kubernetes_sd_config (`role`, `namespaces.names`,
+# https://prometheus.io/docs/prometheus/latest/configuration/configuration/#kubernetes_sd_config).
+K8S_SD_FIELDS = {"role", "namespaces"}
+
+
+def _checkable(cfg: dict) -> dict:
+    out = yaml.safe_load(yaml.safe_dump(cfg))
+    for job in out["scrape_configs"]:
+        for sd in job.pop("kubernetes_sd_configs"):
+            assert set(sd) <= K8S_SD_FIELDS and sd["role"] == "pod" and set(sd["namespaces"]) == {"names"}
+        job["static_configs"] = [{"targets": ["127.0.0.1:8000"]}]
+    return out
+
+
+def _check_config(promtool: Path, cfg: dict, tmp_path: Path) -> subprocess.CompletedProcess:
+    (tmp_path / "scrape.yml").write_text(yaml.safe_dump(_checkable(cfg)))
+    return _run(promtool, "check", "config", "scrape.yml", cwd=tmp_path)
+
+
+@pytest.mark.parametrize("router", [False, True])
+def test_the_scrape_configuration_passes_promtool(promtool, tmp_path, router):
+    text = objects.scrape_configuration_yaml(["inference", "team-b"], router=router)
+    result = _check_config(promtool, yaml.safe_load(text), tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_promtool_rejects_a_broken_scrape_configuration(promtool, tmp_path):
+    cfg = objects.scrape_configuration(["inference"], router=False)
+    cfg["scrape_configs"][0]["relabel_configs"][0]["regex"] = "vllm;(http"
+    result = _check_config(promtool, cfg, tmp_path)
+    assert result.returncode != 0 and "FAILED" in result.stdout + result.stderr

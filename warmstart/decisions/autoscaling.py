@@ -1,0 +1,422 @@
+"""Autoscaling a model's Deployment on vLLM's own metrics with KEDA (pure).
+
+What is decided here, from the model and its autoscaling block alone:
+
+- the exact PromQL of each KEDA trigger (`waiting_query`, `kv_cache_query`);
+- KEDA's polling interval, cooldown and the HPA behavior: scale-up at once, scale-down held for
+  at least the model's start-up budget, because a replica removed too early costs a whole cold
+  start to bring back;
+- the config rules (`check_spec`, `check_pool_capacity`, `check_pool_can_grow`), whose
+  ConfigErrors name the key, the rule with the numbers, and the fix;
+- how long a scale-out takes until the new replica serves (`scale_out_estimate`), phase by phase.
+
+Metric names are vLLM 0.33's (`vllm/v1/metrics/loggers.py`,
+https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/metrics/loggers.py): the gauges
+`vllm:num_requests_waiting` and `vllm:kv_cache_usage_perc` (0-1) carry `model_name` (the
+`--served-model-name`, which warmstart sets to the model's name) and `engine`;
+`vllm:gpu_cache_usage_perc` no longer exists.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..errors import ConfigError, Problems
+from . import naming
+from .gpu_pools import SURGE_PODS, PoolModel, nodes_for
+
+WAITING_METRIC = "vllm:num_requests_waiting"
+KV_CACHE_METRIC = "vllm:kv_cache_usage_perc"
+# The label the scrape configuration (manifests/autoscaling.py) copies from the pod's namespace;
+# vLLM's own label for the served model name.
+NAMESPACE_LABEL = "namespace"
+MODEL_LABEL = "model_name"
+
+# production-stack's KEDA default: scale out once more than 5 requests wait per replica
+# (https://github.com/vllm-project/production-stack/blob/main/helm/templates/scaledobject-vllm.yaml).
+DEFAULT_TARGET_WAITING_PER_REPLICA = 5.0
+
+# The AWS managed collector scrapes no more often than every 30 s ("Scrape interval" in
+# https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-configuration).
+SCRAPE_INTERVAL_SECONDS = 30
+# The HPA controller asks KEDA's metrics server for the triggers' values every 15 s
+# (kube-controller-manager `--horizontal-pod-autoscaler-sync-period`, default 15s,
+# https://kubernetes.io/docs/reference/command-line-tools-reference/kube-controller-manager/).
+HPA_SYNC_SECONDS = 15
+# KEDA checks its triggers on this interval for activation (0 <-> 1) and for cached metrics
+# (https://keda.sh/docs/2.20/reference/scaledobject-spec/#pollinginterval, default 30 s);
+# the same period as the HPA's, so neither is the slower link.
+POLLING_INTERVAL_SECONDS = HPA_SYNC_SECONDS
+# Kubernetes caps `behavior.*.stabilizationWindowSeconds` at one hour and `policies[].periodSeconds`
+# at 30 minutes (HPAScalingRules, autoscaling/v2 validation:
+# https://github.com/kubernetes/kubernetes/blob/v1.36.0/pkg/apis/autoscaling/validation/validation.go).
+MAX_STABILIZATION_SECONDS = 3600
+MAX_POLICY_PERIOD_SECONDS = 1800
+# Floor of the scale-down hold: HPA's own default window (5 minutes, same page) for models whose
+# start-up budget is shorter.
+MIN_SCALE_DOWN_HOLD_SECONDS = 300
+# Scale-up rate when the metric asks for more: double, or 4 pods, every 15 s, whichever is more
+# (the HPA's default scale-up policies, with no stabilization:
+# https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#default-behavior).
+SCALE_UP_PERCENT = 100
+SCALE_UP_PODS = 4
+SCALE_UP_PERIOD_SECONDS = 15
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class AutoscalingSpec:
+    """A model's `autoscaling:` block, as the config model hands it over."""
+
+    min_replicas: int
+    max_replicas: int
+    target_waiting_per_replica: float = DEFAULT_TARGET_WAITING_PER_REPLICA
+    """Requests waiting in vLLM's queue per replica above which KEDA adds replicas."""
+    kv_cache_usage_ceiling: float | None = None
+    """Optional: highest `vllm:kv_cache_usage_perc` (0-1) any replica may run at before KEDA
+    adds replicas."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """One KEDA prometheus trigger, decided."""
+
+    name: str
+    query: str
+    threshold: float
+    metric_type: str
+    """`AverageValue`: the value is divided by the replica count (queue per replica);
+    `Value`: compared as it is (a usage ceiling)."""
+
+
+@dataclass(frozen=True)
+class ScalingPlan:
+    """Everything the ScaledObject of one model carries."""
+
+    model: str
+    namespace: str
+    deployment: str
+    min_replicas: int
+    max_replicas: int
+    polling_interval_seconds: int
+    cooldown_period_seconds: int
+    scale_down_stabilization_seconds: int
+    scale_down_period_seconds: int
+    triggers: tuple[Trigger, ...]
+
+    def summary(self) -> dict:
+        return {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
+                "pollingIntervalSeconds": self.polling_interval_seconds,
+                "scaleDownStabilizationSeconds": self.scale_down_stabilization_seconds,
+                "scaleDownPeriodSeconds": self.scale_down_period_seconds,
+                "triggers": [{"name": t.name, "query": t.query, "threshold": t.threshold,
+                              "metricType": t.metric_type} for t in self.triggers]}
+
+
+def _selector(model: str, namespace: str) -> str:
+    # Both are DNS labels (the config enforces it); refuse anything else rather than escape it,
+    # so a query can never match another model's series through a crafted name.
+    for what, v in (("model", model), ("namespace", namespace)):
+        if not _DNS_LABEL.match(v):
+            raise ValueError(f"{what} {v!r} is not a DNS label")
+    return f'{{{NAMESPACE_LABEL}="{namespace}",{MODEL_LABEL}="{model}"}}'
+
+
+def waiting_query(model: str, namespace: str) -> str:
+    """Requests waiting in every replica's queue, summed into ONE sample: KEDA's prometheus
+    scaler rejects a result with more than one element (`ExecutePromQuery` in
+    https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/prometheus_scaler.go)."""
+    return f"sum({WAITING_METRIC}{_selector(model, namespace)})"
+
+
+def kv_cache_query(model: str, namespace: str) -> str:
+    """The fullest replica's KV-cache usage (0-1): a ceiling holds for every replica, so the
+    maximum, not the mean, is compared with it."""
+    return f"max({KV_CACHE_METRIC}{_selector(model, namespace)})"
+
+
+def triggers(model: str, namespace: str, spec: AutoscalingSpec) -> tuple[Trigger, ...]:
+    out = [Trigger("waiting-requests", waiting_query(model, namespace), spec.target_waiting_per_replica,
+                   "AverageValue")]
+    if spec.kv_cache_usage_ceiling is not None:
+        out.append(Trigger("kv-cache-usage", kv_cache_query(model, namespace), spec.kv_cache_usage_ceiling, "Value"))
+    return tuple(out)
+
+
+def scale_down_hold_seconds(startup_budget_seconds: int) -> int:
+    """How long the HPA keeps the highest recent recommendation before removing replicas: the
+    model's start-up budget (a replica taken away now costs that much to bring back), at least
+    HPA's default 5 minutes, at most the 1 hour Kubernetes allows."""
+    if startup_budget_seconds < 0:
+        raise ValueError("startup_budget_seconds must be >= 0")
+    return min(MAX_STABILIZATION_SECONDS, max(MIN_SCALE_DOWN_HOLD_SECONDS, startup_budget_seconds))
+
+
+def scale_down_period_seconds(startup_budget_seconds: int) -> int:
+    """Removals are one pod per this period: with a budget past the 1-hour window cap, the
+    period keeps the spacing of removals at least the budget (up to Kubernetes's 30 minutes)."""
+    return min(MAX_POLICY_PERIOD_SECONDS, max(SCALE_UP_PERIOD_SECONDS, startup_budget_seconds))
+
+
+def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budget_seconds: int,
+                 deployment: str | None = None) -> ScalingPlan:
+    """The ScaledObject's decisions for one model (whose spec passed `check_spec`)."""
+    hold = scale_down_hold_seconds(startup_budget_seconds)
+    return ScalingPlan(
+        model=model, namespace=namespace, deployment=deployment or model,
+        min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+        polling_interval_seconds=POLLING_INTERVAL_SECONDS,
+        # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters with a
+        # front queue only; it waits out the budget there too.
+        cooldown_period_seconds=max(hold, startup_budget_seconds),
+        scale_down_stabilization_seconds=hold,
+        scale_down_period_seconds=scale_down_period_seconds(startup_budget_seconds),
+        triggers=triggers(model, namespace, spec),
+    )
+
+
+def hpa_behavior(p: ScalingPlan) -> dict:
+    """`advanced.horizontalPodAutoscalerConfig.behavior` (autoscaling/v2 HPABehavior)."""
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": 0,
+            "selectPolicy": "Max",
+            "policies": [
+                {"type": "Percent", "value": SCALE_UP_PERCENT, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+                {"type": "Pods", "value": SCALE_UP_PODS, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
+            ],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": p.scale_down_stabilization_seconds,
+            "selectPolicy": "Min",
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": p.scale_down_period_seconds}],
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Config rules
+
+
+def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool = False,
+               replicas: int | None = None, replicas_key: str | None = None) -> None:
+    """The block's own rules, all reported together (ConfigErrors keyed `<key>.<field>`, e.g.
+    `warmstart:models[0].autoscaling.maxReplicas`). `replicas`: the model's `replicas` when the
+    user set it explicitly (None otherwise); it must lie within [min, max]."""
+    p = Problems()
+    if spec.min_replicas < 0:
+        p.add(f"{key}.minReplicas", f"{model}: must be >= 0", "set minReplicas >= 1", spec.min_replicas)
+    elif spec.min_replicas == 0 and not front_queue:
+        p.add(f"{key}.minReplicas",
+              f"{model}: minReplicas=0 removes the last replica, and nothing then holds requests until a new "
+              "one is up: vLLM's metrics vanish with its pods and the router does not queue when no replica "
+              "exists, so requests fail and nothing measures them to scale back out",
+              "set minReplicas >= 1 (scale to zero needs a front queue)", 0)
+    if spec.max_replicas < 1:
+        p.add(f"{key}.maxReplicas", f"{model}: must be >= 1", "set maxReplicas >= 1", spec.max_replicas)
+    if spec.min_replicas > spec.max_replicas:
+        p.add(f"{key}.minReplicas", f"{model}: minReplicas={spec.min_replicas} is above maxReplicas="
+              f"{spec.max_replicas}", f"set minReplicas <= {spec.max_replicas} or maxReplicas >= {spec.min_replicas}",
+              spec.min_replicas)
+    elif spec.min_replicas == spec.max_replicas:
+        p.add(f"{key}.maxReplicas", f"{model}: equals minReplicas={spec.min_replicas}, so KEDA could never "
+              "change the replica count", f"set maxReplicas > {spec.min_replicas}, or remove autoscaling and set "
+              f"replicas: {spec.min_replicas}", spec.max_replicas)
+    if not (spec.target_waiting_per_replica > 0 and math.isfinite(spec.target_waiting_per_replica)):
+        p.add(f"{key}.targetWaitingPerReplica", f"{model}: must be a positive number of requests",
+              f"use e.g. {DEFAULT_TARGET_WAITING_PER_REPLICA:g}", spec.target_waiting_per_replica)
+    c = spec.kv_cache_usage_ceiling
+    if c is not None and not 0 < c <= 1:
+        p.add(f"{key}.kvCacheUsageCeiling", f"{model}: {KV_CACHE_METRIC} is a fraction (0-1]",
+              "use e.g. 0.8 for 80 %", c)
+    if replicas is not None and spec.min_replicas <= spec.max_replicas and not (
+            spec.min_replicas <= replicas <= spec.max_replicas):
+        p.add(replicas_key or f"{key.rsplit('.', 1)[0]}.replicas",
+              f"{model}: the replica count belongs to KEDA once autoscaling is on, and {replicas} is outside "
+              f"[minReplicas={spec.min_replicas}, maxReplicas={spec.max_replicas}]",
+              "remove replicas (the Deployment starts at minReplicas)", replicas)
+    p.raise_if_any()
+
+
+def initial_replicas(spec: AutoscalingSpec) -> int:
+    """The Deployment's `replicas` on its first create; KEDA owns the field from then on."""
+    return spec.min_replicas
+
+
+def capacity_pool_model(m: PoolModel, spec: AutoscalingSpec | None) -> PoolModel:
+    """The model as the pool's GPU limit must see it: at `maxReplicas` when autoscaled."""
+    return m if spec is None else replace(m, replicas=spec.max_replicas)
+
+
+@dataclass(frozen=True)
+class PoolDemand:
+    """GPUs one model may take on its pool at its ceiling (plus a rollout's surge pod)."""
+
+    model: str
+    pods: int
+    nodes: int
+    gpus: int
+    autoscaled: bool
+
+    def describe(self, m: PoolModel) -> str:
+        kind = "maxReplicas" if self.autoscaled else "replicas"
+        return (f"{self.model} {kind}={self.pods - SURGE_PODS}+{SURGE_PODS} surge = {self.pods} pods x "
+                f"TP {m.tensor_parallel_size} on {m.instance.instance_type} = {self.nodes} nodes x "
+                f"{m.instance.gpu_count} GPUs = {self.gpus}")
+
+
+def pool_demand(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec]) -> list[PoolDemand]:
+    """Per model on a pool: pods at the ceiling (maxReplicas when autoscaled, else replicas) plus
+    one surge pod, in whole nodes of its type, as Karpenter counts them against `limits`."""
+    out = []
+    for m in models:
+        spec = autoscaled.get(m.name)
+        cm = capacity_pool_model(m, spec)
+        pods = cm.replicas + SURGE_PODS
+        nodes = nodes_for(cm, pods)
+        out.append(PoolDemand(m.name, pods, nodes, nodes * m.instance.gpu_count, spec is not None))
+    return out
+
+
+def pool_gpus_needed(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec]) -> int:
+    """The pool's GPU limit that holds every model at its ceiling plus one surge pod: the
+    maxReplicas-aware replacement of `gpu_pools.default_max_gpus`'s sum."""
+    return sum(d.gpus for d in pool_demand(models, autoscaled))
+
+
+def default_pool_max_gpus(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec],
+                          largest_node_gpus: int) -> int:
+    """Default NodePool GPU limit (`maxGpus` not set): every model at maxReplicas (or replicas)
+    plus a surge pod; a pool with no model may still launch one node of its largest type."""
+    return max(pool_gpus_needed(models, autoscaled), largest_node_gpus)
+
+
+def check_pool_capacity(pool: str, max_gpus: int, models: Sequence[PoolModel],
+                        autoscaled: Mapping[str, AutoscalingSpec], *, model_keys: Mapping[str, str],
+                        pool_key: str) -> None:
+    """A pool whose `maxGpus` cannot hold every model at its ceiling plus one surge pod is a
+    config error, with the numbers. Keyed `<model key>.autoscaling.maxReplicas` of each
+    autoscaled model on the pool (`model_keys`: name -> `warmstart:models[i]`), or
+    `<pool_key>.maxGpus` when no model on it autoscales."""
+    demand = pool_demand(models, autoscaled)
+    need = sum(d.gpus for d in demand)
+    if need <= max_gpus:
+        return
+    by_name = {m.name: m for m in models}
+    detail = "; ".join(d.describe(by_name[d.model]) for d in demand)
+    rule = (f"pool {pool!r} allows maxGpus={max_gpus} but its models at their ceiling plus one surge pod each "
+            f"need {need} GPUs ({detail}), so Karpenter would stop launching nodes before KEDA reaches "
+            "maxReplicas and the extra pods would stay Pending")
+    p = Problems()
+    scaled = [d for d in demand if d.autoscaled]
+    for d in scaled:
+        m = by_name[d.model]
+        spare = max_gpus - (need - d.gpus)
+        per_node = m.instance.gpu_count // m.tensor_parallel_size
+        fit = (spare // m.instance.gpu_count) * per_node - SURGE_PODS if spare > 0 else -SURGE_PODS
+        lower = (f"lower {d.model}'s maxReplicas to {fit}" if fit >= max(1, autoscaled[d.model].min_replicas)
+                 else f"move {d.model} to another pool")
+        p.add(f"{model_keys[d.model]}.autoscaling.maxReplicas", rule,
+              f"{lower}, or raise {pool_key}.maxGpus to >= {need} (or remove it to derive it)",
+              autoscaled[d.model].max_replicas)
+    if not scaled:
+        p.add(f"{pool_key}.maxGpus", rule, f"set maxGpus >= {need}, or remove it to derive it", max_gpus)
+    p.raise_if_any()
+
+
+def check_pool_can_grow(pool: str | None, *, key: str, model: str) -> None:
+    """Autoscaling adds pods that need new GPU nodes: a model not tied to a NodePool (the
+    VllmModel component without `nodePool`) has nothing warmstart sized to launch them."""
+    if pool is None:
+        raise ConfigError(f"{key}.maxReplicas", f"{model}: is not on a NodePool, so no pool limit was sized for "
+                          "its maxReplicas and nothing warmstart manages launches nodes for the pods KEDA adds",
+                          "run the model on a gpuPools entry (nodePool), or remove autoscaling", None)
+
+
+# --------------------------------------------------------------------------------------
+# How long a scale-out takes
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    seconds: float
+    source: str
+    """Where the number comes from (a URL, or the warmstart constant and its own source)."""
+    skipped_with_warm_spare: bool = False
+    """A warm spare node (already launched, image pulled) takes this phase off the path."""
+
+
+@dataclass(frozen=True)
+class ScaleOutEstimate:
+    """Upper bounds, phase by phase, from the queue building up to the new replica serving."""
+
+    phases: tuple[Phase, ...]
+
+    @property
+    def cold_seconds(self) -> float:
+        """With a new node to launch."""
+        return sum(p.seconds for p in self.phases)
+
+    @property
+    def warm_spare_seconds(self) -> float:
+        """With a spare node up and its image pulled."""
+        return sum(p.seconds for p in self.phases if not p.skipped_with_warm_spare)
+
+
+def detection_phases(scrape_interval_s: int = SCRAPE_INTERVAL_SECONDS, hpa_sync_s: int = HPA_SYNC_SECONDS,
+                     polling_interval_s: int = POLLING_INTERVAL_SECONDS) -> tuple[Phase, ...]:
+    """From a queue building up to the Deployment asking for another pod: a scrape to see it,
+    then the slower of the HPA's sync and KEDA's polling to act on it."""
+    return (
+        Phase("metric scrape", scrape_interval_s,
+              "AMP managed collector scrape interval (>= 30 s): https://docs.aws.amazon.com/prometheus/latest/"
+              "userguide/AMP-collector-how-to.html#AMP-collector-configuration"),
+        Phase("HPA sync / KEDA polling", max(hpa_sync_s, polling_interval_s),
+              "kube-controller-manager --horizontal-pod-autoscaler-sync-period (15 s) and the ScaledObject's "
+              "pollingInterval"),
+    )
+
+
+def scale_out_estimate(*, node_launch_s: float, node_launch_source: str, image_s: float, image_source: str,
+                       weights_s: float, weights_source: str, compile_s: float, compile_source: str,
+                       detection: Sequence[Phase] | None = None) -> ScaleOutEstimate:
+    """The whole path; the caller passes the cold-start constants or measurements it has, each
+    with its source, so the render never shows a number without one."""
+    return ScaleOutEstimate(tuple(detection if detection is not None else detection_phases()) + (
+        Phase("node launch", node_launch_s, node_launch_source, skipped_with_warm_spare=True),
+        Phase("image pull", image_s, image_source, skipped_with_warm_spare=True),
+        Phase("weights", weights_s, weights_source),
+        Phase("compile / engine start", compile_s, compile_source),
+    ))
+
+
+# --------------------------------------------------------------------------------------
+# The KEDA operator's IAM
+
+# Exactly the query actions (the AWS managed AmazonPrometheusQueryAccess policy's set,
+# https://docs.aws.amazon.com/prometheus/latest/userguide/security-iam-awsmanpol.html): KEDA's
+# prometheus scaler only calls /api/v1/query, the rest lets an operator debug with the same role.
+AMP_QUERY_ACTIONS = ("aps:GetLabels", "aps:GetMetricMetadata", "aps:GetSeries", "aps:QueryMetrics")
+
+
+def keda_query_policy(workspace_arn: str) -> dict:
+    """What the KEDA operator may do: query the one workspace, nothing else (no write, no
+    other workspace, no wildcard resource)."""
+    if not re.fullmatch(r"arn:aws[a-z-]*:aps:[a-z0-9-]+:\d{12}:workspace/[\w-]+", workspace_arn):
+        raise ValueError(f"{workspace_arn!r} is not an AMP workspace ARN")
+    return {"Version": "2012-10-17", "Statement": [{
+        "Sid": "QueryOneWorkspace", "Effect": "Allow", "Action": list(AMP_QUERY_ACTIONS), "Resource": workspace_arn}]}
+
+
+def keda_operator_role_name(name_prefix: str) -> str:
+    """`<namePrefix>-keda-operator` (a name prefix is at most 20 characters, so this stays
+    within IAM's 64)."""
+    name = f"{name_prefix}-keda-operator"
+    if not naming.role_name_valid(name):
+        raise ValueError(f"{name!r} is not a valid IAM role name")
+    return name

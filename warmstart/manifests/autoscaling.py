@@ -1,0 +1,251 @@
+"""KEDA and metrics-collection objects as plain dicts (pure): per model a TriggerAuthentication and
+a ScaledObject; per stack the managed collector's scrape configuration, the Kubernetes RBAC it may
+need, and the KEDA chart's values.
+
+The components (components/autoscaling.py, components/monitoring.py) register these; the tests
+validate them against the vendored KEDA CRDs and run the PromQL and the scrape configuration
+through `promtool`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+from ..decisions import autoscaling as decide
+from ..decisions import placement
+from ..decisions import weights_import
+from .serving import HTTP_PORT
+
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+KEDA_NAMESPACE = "keda"
+# The chart's operator ServiceAccount (`serviceAccount.operator.name`, default `keda-operator`,
+# https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml): the IRSA subject.
+KEDA_OPERATOR_SERVICE_ACCOUNT = "keda-operator"
+
+# The router's pods, as the routing component labels them, and its metrics port
+# (SMG `--prometheus-port`, default 29000).
+ROUTER_NAME = "router"
+ROUTER_METRICS_PORT_NAME = "metrics"
+ROUTER_METRICS_PORT = 29000
+# The serving pods' `app.kubernetes.io/name` and container port name (manifests/serving.py).
+VLLM_NAME = "vllm"
+VLLM_PORT_NAME = "http"
+VLLM_PORT = HTTP_PORT
+
+# The Kubernetes user the AWS docs bind the collector's RBAC to, and the names they use
+# ("Manually configuring Amazon EKS for scraper access",
+# https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-eks-setup).
+COLLECTOR_USER = "aps-collector-user"
+COLLECTOR_ROLE = "aps-collector-role"
+COLLECTOR_BINDING = "aps-collector-user-role-binding"
+# DescribeScraper returns the service-linked role WITH its path; EKS wants it without (same page:
+# "Amazon EKS requires a different format for this ARN").
+_SCRAPER_ROLE_PATH = "role/aws-service-role/scraper.aps.amazonaws.com/"
+
+# Labels the scrape adds to every series: the pod's namespace (the triggers select on it), its
+# name, and which workload and model it belongs to.
+SCRAPE_TARGET_LABELS = {
+    "__meta_kubernetes_namespace": decide.NAMESPACE_LABEL,
+    "__meta_kubernetes_pod_name": "pod",
+    "__meta_kubernetes_pod_label_app_kubernetes_io_name": "workload",
+    "__meta_kubernetes_pod_label_app_kubernetes_io_instance": "warmstart_model",
+}
+
+
+def labels(model: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "keda-autoscaling", "app.kubernetes.io/instance": model,
+            "app.kubernetes.io/part-of": "warmstart", "app.kubernetes.io/managed-by": "pulumi"}
+
+
+def trigger_authentication_name(model: str) -> str:
+    return f"{model}-keda-aws"
+
+
+def server_address(endpoint: str) -> str:
+    """KEDA's `serverAddress` from a Prometheus-compatible base URL.
+
+    KEDA appends the path itself (`fmt.Sprintf("%s/api/v1/query?...", ServerAddress)` in
+    https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/prometheus_scaler.go), while
+    `aws.amp.Workspace.prometheus_endpoint` ends with a slash
+    (`https://aps-workspaces.<region>.amazonaws.com/workspaces/<id>/`): the slash goes, or the
+    query would go to `...//api/v1/query`.
+    """
+    if not endpoint.startswith(("https://", "http://")):
+        raise ValueError(f"{endpoint!r} is not an http(s) URL")
+    base = endpoint.rstrip("/")
+    if base.endswith("/api/v1/query") or base.endswith("/api/v1"):
+        raise ValueError(f"{endpoint!r} names the query API; give the base URL (KEDA appends /api/v1/query)")
+    return base
+
+
+def trigger_authentication(model: str, namespace: Any) -> dict[str, Any]:
+    """Sign AMP queries with the KEDA operator's own IRSA role (`identityOwner: keda`): the
+    operator's credentials, not the workload's, so the model's role gains no AMP access
+    (https://keda.sh/docs/2.20/authentication-providers/aws/)."""
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "TriggerAuthentication",
+        "metadata": {"name": trigger_authentication_name(model), "namespace": namespace, "labels": labels(model)},
+        "spec": {"podIdentity": {"provider": "aws", "identityOwner": "keda"}},
+    }
+
+
+def _number(x: float) -> str:
+    return format(float(x), ".15g")
+
+
+def scaled_object(p: decide.ScalingPlan, server: Any, *, region: str | None, authentication: str | None
+                  ) -> dict[str, Any]:
+    """The model's ScaledObject. `server`: KEDA's serverAddress (a string or a Pulumi Input);
+    `region` and `authentication` (a TriggerAuthentication name) for AMP's SigV4, both None for a
+    plain Prometheus-compatible endpoint."""
+    if (region is None) != (authentication is None):
+        raise ValueError("region and authentication go together (SigV4 to AMP), or neither")
+    trig = []
+    for t in p.triggers:
+        meta: dict[str, Any] = {
+            "serverAddress": server,
+            "query": t.query,
+            "threshold": _number(t.threshold),
+            # With replicas >= 1 an empty result means the scrape is broken, not an idle model:
+            # fail the trigger (the HPA then keeps the replica count) instead of reading 0
+            # and scaling in (`ignoreNullValues`, default true, same file as above).
+            "ignoreNullValues": "false",
+        }
+        entry: dict[str, Any] = {"type": "prometheus", "name": t.name, "metricType": t.metric_type, "metadata": meta}
+        if region is not None:
+            # `awsRegion` selects SigV4 signing (aws.NewSigV4RoundTripper in prometheus_scaler.go);
+            # `identityOwner: operator` is what KEDA's AMP example sets
+            # (https://keda.sh/docs/2.20/scalers/prometheus/#example-amazon-managed-service-for-prometheus-amp).
+            meta |= {"awsRegion": region, "identityOwner": "operator"}
+            entry["authenticationRef"] = {"name": authentication, "kind": "TriggerAuthentication"}
+        trig.append(entry)
+    return {
+        "apiVersion": KEDA_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": {"name": p.model, "namespace": p.namespace, "labels": labels(p.model)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": p.deployment},
+            "minReplicaCount": p.min_replicas,
+            "maxReplicaCount": p.max_replicas,
+            "pollingInterval": p.polling_interval_seconds,
+            "cooldownPeriod": p.cooldown_period_seconds,
+            "advanced": {
+                # Deleting the ScaledObject leaves the Deployment at its current size rather than
+                # jumping back to the count it was created with.
+                "restoreToOriginalReplicaCount": False,
+                "horizontalPodAutoscalerConfig": {"behavior": decide.hpa_behavior(p)},
+            },
+            "triggers": trig,
+        },
+    }
+
+
+def scraper_principal_arn(role_arn: str) -> str:
+    """The scraper's role ARN in the form EKS expects (no `aws-service-role/...` path)."""
+    return role_arn.replace(_SCRAPER_ROLE_PATH, "role/", 1)
+
+
+def scrape_configuration(namespaces: Sequence[str], *, router: bool,
+                         scrape_interval_seconds: int = decide.SCRAPE_INTERVAL_SECONDS) -> dict[str, Any]:
+    """The managed collector's Prometheus configuration: pods of `namespaces` only, vLLM's
+    `http` port (8000) `/metrics`, and, with routing, the router's `metrics` port.
+
+    The collector supports `kubernetes_sd_configs` and `relabel_configs` and scrapes no more
+    often than every 30 s (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-configuration).
+    Pods are kept by their `app.kubernetes.io/name` label AND the named container port, so a
+    target is exactly one container port; everything else in the cluster is dropped before
+    any scrape.
+    """
+    if scrape_interval_seconds < decide.SCRAPE_INTERVAL_SECONDS:
+        raise ValueError(f"the managed collector scrapes at most every {decide.SCRAPE_INTERVAL_SECONDS} s")
+    ns = sorted(set(namespaces))
+    if not ns:
+        raise ValueError("at least one namespace")
+
+    def job(name: str, workload: str, port_name: str) -> dict[str, Any]:
+        return {
+            "job_name": name,
+            "metrics_path": "/metrics",
+            "scheme": "http",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": ns}}],
+            "relabel_configs": [
+                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name",
+                                   "__meta_kubernetes_pod_container_port_name"],
+                 "separator": ";", "regex": f"{workload};{port_name}", "action": "keep"},
+                # A pod still Pending has no IP yet; a finished one has no server.
+                {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Pending|Succeeded|Failed|Unknown",
+                 "action": "drop"},
+            ] + [{"source_labels": [src], "target_label": dst, "action": "replace"}
+                 for src, dst in SCRAPE_TARGET_LABELS.items()],
+        }
+
+    jobs = [job("vllm", VLLM_NAME, VLLM_PORT_NAME)]
+    if router:
+        jobs.append(job("router", ROUTER_NAME, ROUTER_METRICS_PORT_NAME))
+    return {"global": {"scrape_interval": f"{scrape_interval_seconds}s"}, "scrape_configs": jobs}
+
+
+def scrape_configuration_yaml(namespaces: Sequence[str], *, router: bool) -> str:
+    """What `aws.amp.Scraper(scrape_configuration=...)` takes: the YAML text (sorted, so two
+    renders never diff)."""
+    return yaml.safe_dump(scrape_configuration(namespaces, router=router), sort_keys=True)
+
+
+def collector_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """What the collector needs to discover its targets, and nothing more: `get/list/watch pods`
+    in the scraped namespaces (pod discovery limited to `namespaces` lists and watches only
+    there), bound to the user its access entry maps to. The scrapes themselves go straight to
+    the pod IPs and need no Kubernetes permission. The AWS page's ClusterRole also reads nodes,
+    services, endpoints, ingresses and configmaps cluster-wide, for its other jobs (cAdvisor,
+    API server, kube-proxy), which warmstart does not scrape."""
+    out: list[dict[str, Any]] = []
+    for ns in sorted(set(namespaces)):
+        meta = {"namespace": ns, "labels": {"app.kubernetes.io/part-of": "warmstart",
+                                            "app.kubernetes.io/managed-by": "pulumi"}}
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                    "metadata": {"name": COLLECTOR_ROLE} | meta,
+                    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
+        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                    "metadata": {"name": COLLECTOR_BINDING} | meta,
+                    "subjects": [{"kind": "User", "name": COLLECTOR_USER, "apiGroup": "rbac.authorization.k8s.io"}],
+                    "roleRef": {"kind": "Role", "name": COLLECTOR_ROLE, "apiGroup": "rbac.authorization.k8s.io"}})
+    return out
+
+
+# KEDA's own defaults (https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml
+# `resources`), kept explicit so a chart bump cannot change them unseen.
+KEDA_RESOURCES = {"limits": {"cpu": "1", "memory": "1000Mi"}, "requests": {"cpu": "100m", "memory": "100Mi"}}
+_CONTAINER_SECURITY = {"capabilities": {"drop": ["ALL"]}, "allowPrivilegeEscalation": False,
+                       "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def keda_node_selector(mode: placement.ClusterMode) -> dict[str, str]:
+    """Non-GPU nodes: Auto Mode's general-purpose pool, or the Karpenter-mode system node group
+    (the same nodes the weights-import Jobs use). KEDA must not wait for a GPU node to start, nor
+    keep one alive."""
+    return weights_import.node_selector(mode)
+
+
+def keda_values(mode: placement.ClusterMode, operator_role_arn: Any | None) -> dict[str, Any]:
+    """Values of the `kedacore/keda` chart: every KEDA pod on non-GPU nodes, the operator's
+    ServiceAccount annotated with its IRSA role (`podIdentity.aws.irsa`; None: a plain endpoint
+    needs no AWS identity), non-root, read-only, all capabilities dropped, and no Secret access
+    (warmstart's triggers read none)."""
+    values: dict[str, Any] = {
+        # The chart adds `kubernetes.io/os: linux` itself (templates/*/deployment.yaml); this
+        # selector is merged under it, and no GPU taint is tolerated.
+        "nodeSelector": keda_node_selector(mode),
+        "tolerations": [],
+        "resources": {"operator": KEDA_RESOURCES, "metricServer": KEDA_RESOURCES, "webhooks": KEDA_RESOURCES},
+        "securityContext": {c: _CONTAINER_SECURITY for c in ("operator", "metricServer", "webhooks")},
+        "podSecurityContext": {c: {"runAsNonRoot": True} for c in ("operator", "metricServer", "webhooks")},
+        "permissions": {"operator": {"restrict": {"secret": True}}, "metricServer": {"restrict": {"secret": True}}},
+        "serviceAccount": {"operator": {"create": True, "name": KEDA_OPERATOR_SERVICE_ACCOUNT}},
+    }
+    if operator_role_arn is not None:
+        values["podIdentity"] = {"aws": {"irsa": {"enabled": True, "roleArn": operator_role_arn}}}
+    return values
