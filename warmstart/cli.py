@@ -67,6 +67,10 @@ def _config_reference(args: argparse.Namespace) -> int:
 def _engine(args: argparse.Namespace) -> int:
     from . import automation
 
+    if getattr(args, "env", None):
+        from .automation import environment
+
+        return environment.run_environment(environment.request_from_args(args, project_dir()))
     return automation.execute(automation.request_from_args(args, project_dir()))
 
 
@@ -83,8 +87,12 @@ def parser() -> argparse.ArgumentParser:
     c = sub.add_parser("config-reference", help="print the stack config reference (Markdown)")
     c.set_defaults(func=_config_reference)
     from .automation import add_parsers
+    from .automation.environment import add_env_arguments
+    from .coldstart.command import add_parsers as add_coldstart_parsers
 
     add_parsers(sub, _engine)
+    add_env_arguments(sub)  # `--env ENV` or `--stack NAME` on preview, up, refresh, destroy
+    add_coldstart_parsers(sub, project_dir)
     return p
 
 

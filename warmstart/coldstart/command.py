@@ -1,0 +1,193 @@
+"""`warmstart coldstart` and `warmstart bench-loader`: arguments and what they run, for cli.py.
+
+Both read the stack's plan (the same validation as `warmstart render`, so a bad config exits 2),
+then the cluster with the user's kubeconfig. No client, no kubeconfig or an unreachable cluster
+is one clear line and exit 4 (a missing prerequisite), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from ..exit_codes import EXIT_FAILED, EXIT_OK, EXIT_PREREQUISITES
+from .reader import ReaderError
+
+
+def add_parsers(sub: Any, project_dir: Callable[[], Path]) -> None:
+    c = sub.add_parser("coldstart", help="per-phase cold-start report of a model's pods (predicted beside measured)")
+    c.add_argument("--stack", default="dev")
+    c.add_argument("--model", help="model name (default: the stack's only model)")
+    c.add_argument("--pod", help="one pod (default: every pod of the model)")
+    c.add_argument("--plot", help="write a timeline of the pods' phases (.png, .svg, .pdf or .html)")
+    c.add_argument("--json", action="store_true", help="print the records as JSON instead of tables")
+    c.add_argument("--history", action="store_true",
+                   help="summarise the records the pods uploaded (p50/p95 per phase, split by cache and node)")
+    c.add_argument("--kubeconfig")
+    c.add_argument("--context")
+    c.set_defaults(func=lambda a: coldstart(a, project_dir()))
+    b = sub.add_parser("bench-loader", help="measure the streamer from the model bucket on the model's GPU pool")
+    b.add_argument("--stack", default="dev")
+    b.add_argument("--model")
+    b.add_argument("--max-gib", type=float, default=0.0, help="stream at most this much of the model (default: all)")
+    b.add_argument("--timeout", type=float, default=3 * 3600, help="seconds to wait for the Job (default 3 h)")
+    b.add_argument("--kubeconfig")
+    b.add_argument("--context")
+    b.set_defaults(func=lambda a: bench_loader(a, project_dir()))
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"warmstart: {message}", file=sys.stderr)
+    return code
+
+
+def _plan(args: argparse.Namespace, root: Path) -> tuple[Any, Any]:
+    from .. import render
+    from ..errors import ConfigError
+
+    _, stack_plan = render.load_plan(root / "stacks", args.stack)
+    names = [m.name for m in stack_plan.models]
+    if args.model is None and len(names) == 1:
+        return stack_plan, stack_plan.models[0]
+    for m in stack_plan.models:
+        if m.name == args.model:
+            return stack_plan, m
+    raise ConfigError("--model", f"stack {args.stack!r} has models {', '.join(names)}",
+                      "pass --model with one of them", args.model)
+
+
+def model_facts(stack_plan: Any, m: Any) -> Any:
+    from .report import ModelFacts
+
+    # EKS Auto Mode GPU nodes pull with SOCI parallel pull; Karpenter nodes do not by default.
+    return ModelFacts(name=m.name, weights_bytes=m.weights_bytes, instance=m.instance,
+                      compile_cache=m.compile_cache, parallel_pull=stack_plan.cluster_mode == "auto")
+
+
+def coldstart(args: argparse.Namespace, root: Path) -> int:
+    stack_plan, m = _plan(args, root)
+    if args.history:
+        return _history(stack_plan, m, args)
+    from . import reader, report
+    from ..manifests.serving import selector
+
+    namespace = stack_plan.config.namespace
+    try:
+        cluster = reader.connect(args.kubeconfig, args.context)
+        names = [args.pod] if args.pod else [p["metadata"]["name"] for p in
+                                             reader.model_pods(cluster, namespace, m.name, selector(m.name))]
+        if not names:
+            return _fail(f"no pods of model {m.name} in namespace {namespace}", EXIT_FAILED)
+        starts = [reader.read_pod_start(cluster, namespace, n) for n in names]
+    except ReaderError as err:
+        return _fail(str(err), EXIT_PREREQUISITES)
+    facts = model_facts(stack_plan, m)
+    if args.json:
+        print(json.dumps([report.report_json(s, facts) for s in starts], indent=1, sort_keys=True))
+    else:
+        print("\n\n".join(report.table(s, facts) for s in starts))
+    if args.plot:
+        from . import plot
+
+        try:
+            out = plot.draw(starts, Path(args.plot), f"{m.name}: cold-start phases")
+        except RuntimeError as err:
+            return _fail(str(err), EXIT_PREREQUISITES)
+        print(f"\ntimeline -> {out}")
+    return EXIT_OK
+
+
+def _history(stack_plan: Any, m: Any, args: argparse.Namespace) -> int:
+    from . import history
+    from ..manifests.first_token import record_prefix
+
+    bucket = stack_plan.aws.compile_cache_bucket
+    if bucket is None:
+        return _fail(f"model {m.name}: the stack has no compile-cache bucket, where the records are kept", EXIT_FAILED)
+    try:
+        import boto3
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        s3 = boto3.client("s3", region_name=stack_plan.config.region,
+                          config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
+        records = history.read_records(s3, bucket, record_prefix(m.name))
+    except (BotoCoreError, ClientError) as err:
+        return _fail(f"reading s3://{bucket}/{record_prefix(m.name)}: {err}", EXIT_PREREQUISITES)
+    summary = history.summarise(records)
+    if args.json:
+        print(json.dumps([{"split": list(k), "phases": v} for k, v in summary.items()], indent=1))
+    else:
+        print(f"{len(records)} record(s) under s3://{bucket}/{record_prefix(m.name)}\n")
+        print(history.table(summary))
+    return EXIT_OK
+
+
+def bench_loader(args: argparse.Namespace, root: Path) -> int:
+    stack_plan, m = _plan(args, root)
+    from . import reader
+    from ..manifests import bench_loader as bl
+    from ..manifests import pod_scripts
+
+    namespace, region = stack_plan.config.namespace, stack_plan.config.region
+    job = bl.bench_loader_job(m, namespace, region, max_bytes=int(args.max_gib * 2**30))
+    cm = pod_scripts.config_map_spec(bl.CONFIGMAP_NAME, namespace, bl.SCRIPT_KEY)
+    try:
+        cluster = reader.connect(args.kubeconfig, args.context)
+        from kubernetes import client
+
+        batch = client.BatchV1Api(cluster.api_client)
+        reader._optional(cluster.core.delete_namespaced_config_map, bl.CONFIGMAP_NAME, namespace)
+        reader._call(cluster.core.create_namespaced_config_map, "creating the script ConfigMap", namespace, cm)
+        reader._optional(batch.delete_namespaced_job, job["metadata"]["name"], namespace,
+                         propagation_policy="Foreground")
+        time.sleep(2)
+        reader._call(batch.create_namespaced_job, "creating the bench Job", namespace, job)
+        print(f"job {namespace}/{job['metadata']['name']} on {m.instance.instance_type}: waiting "
+              f"(a new GPU node may take minutes)", flush=True)
+        deadline = time.monotonic() + args.timeout
+        line = None
+        while time.monotonic() < deadline:
+            status = reader._call(batch.read_namespaced_job_status, "reading the Job",
+                                  job["metadata"]["name"], namespace).get("status") or {}
+            if status.get("succeeded") or status.get("failed"):
+                pods = reader._call(cluster.core.list_namespaced_pod, "listing the Job's pods", namespace,
+                                    label_selector=f"job-name={job['metadata']['name']}")
+                for p in pods.get("items") or []:
+                    text = reader._optional(cluster.core.read_namespaced_pod_log, p["metadata"]["name"], namespace,
+                                            limit_bytes=1 << 20) or ""
+                    text = text if isinstance(text, str) else json.dumps(text)
+                    line = next((json.loads(x) for x in reversed(text.splitlines())
+                                 if x.startswith("{") and '"warmstart.bench_loader"' in x), None)
+                break
+            time.sleep(10)
+    except ReaderError as err:
+        return _fail(str(err), EXIT_PREREQUISITES)
+    if line is None:
+        return _fail("the bench Job gave no result line (timed out, or its pod failed: kubectl describe job "
+                     f"-n {namespace} {job['metadata']['name']})", EXIT_FAILED)
+    print(format_bench(line))
+    return EXIT_OK if line.get("result") == "ok" else EXIT_FAILED
+
+
+def format_bench(r: dict[str, Any]) -> str:
+    def rate(k: str) -> str:
+        v = (r.get(k) or {}).get("gib_per_s")
+        return f"{v:.2f} GiB/s" if v else f"failed ({(r.get(k) or {}).get('error')})"
+
+    lines = [f"{r.get('files')} file(s), {(r.get('bytes') or 0) / 2**30:.1f} GiB from {r.get('model_uri')}",
+             f"  streamer defaults  {rate('defaults')}",
+             f"  warmstart tuning   {rate('tuned')}",
+             f"  parallel GET       {rate('ceiling')}  (ceiling)"]
+    if r.get("network_gib_per_s"):
+        lines.append(f"  network baseline   {r['network_gib_per_s']:.2f} GiB/s")
+    for k, label in (("tuned_over_defaults_time", "tuned / defaults time"), ("tuned_over_ceiling", "tuned / ceiling"),
+                     ("ceiling_over_network", "ceiling / network baseline")):
+        if r.get(k) is not None:
+            lines.append(f"  {label} = {r[k]:.2f}")
+    lines.append(f"recommendation: {r.get('recommendation')}")
+    return "\n".join(lines)

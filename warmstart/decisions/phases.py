@@ -1,0 +1,253 @@
+"""What each phase of a cold start should take: the one place of sourced prediction constants.
+
+The cold-start report (warmstart/coldstart/) prints these beside what a pod measured and flags a
+phase that took more than twice its prediction; the scale-out planning reuses them to predict
+how long a new replica takes. Every function is plain arithmetic on bytes and seconds, so it can
+be reasoned about and property-tested.
+
+Sources:
+  [EKS]  AWS EKS User Guide, "Accelerate model loading on Amazon EKS",
+         https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html
+         Llama-4-Scout (203 GiB, TP=4, p5.48xlarge): weights 429 s + compile 34 s = 463 s with the
+         streamer's defaults; tuned streamer + compile cache 26 s + 6 s = 32 s; the first pod on a
+         fresh node, compile not cached, 59-60 s.
+  [blog] AWS Containers Blog, "Fast model loading for AI inference on Amazon EKS",
+         https://aws.amazon.com/blogs/containers/fast-model-loading-for-ai-inference-on-amazon-eks/
+         Qwen 64-67 GiB, TP=2: default 29 s + 53 s = 82 s; tuned 12 s + 53 s = 65 s; tuned and
+         cached 12 s + ~4 s = 16 s; cached compile 4-6 s for 60 GB to 640 GB models.
+  [SOCI] AWS Containers Blog, "Introducing Seekable OCI Parallel Pull Mode for Amazon EKS",
+         https://aws.amazon.com/blogs/containers/introducing-seekable-oci-parallel-pull-mode-for-amazon-eks/
+         large AI/ML images: 2-4 min with the default pull, 30-60 s with parallel pull/unpack,
+         which EKS Auto Mode uses on GPU instances.
+  [HyperPod] Amazon SageMaker HyperPod model caching,
+         https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-model-caching.html
+         weights read from the node's NVMe at ~7 GB/s; image pulls of 5-7 min without caching.
+
+A figure no public source gives (a GPU node's launch, vLLM's engine start-up) is a planning
+ASSUMPTION, marked `basis="assumption"`: the report says so beside the number, and a model's own
+history (`warmstart coldstart --history`) is the better prediction once it has records.
+
+Units: bytes (`*_bytes`), seconds (`*_seconds`), bytes per second (`*_bytes_per_s`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .instances import GB, GIB, GpuInstance
+
+EKS_GUIDE = "https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html"
+BLOG = "https://aws.amazon.com/blogs/containers/fast-model-loading-for-ai-inference-on-amazon-eks/"
+SOCI_BLOG = "https://aws.amazon.com/blogs/containers/introducing-seekable-oci-parallel-pull-mode-for-amazon-eks/"
+HYPERPOD = "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-model-deployment-model-caching.html"
+ASSUMPTION = "assumption"
+
+# --- weights -----------------------------------------------------------------------------------
+# The tuned streamer's aggregate rate, over the published tuned loads: 203 GiB in 26 s [EKS] and
+# 67 GiB in 12 s [blog], i.e. (203 + 67) GiB / (26 + 12) s = 7.1 GiB/s. With `distributed` each
+# TP rank streams its own share, so the node's rate does not grow with TP; it is one figure.
+TUNED_STREAMER_BYTES_PER_S = (203 + 67) * GIB / (26 + 12)
+# The streamer's defaults (8 workers, 8 MiB ranges), from the [EKS] untuned run: 203 GiB in 429 s.
+# The [blog]'s untuned 67 GiB TP=2 run was 29 s, five times faster per byte, so the defaults do not
+# have one rate; this one is used only to explain a slow load ("the tuning did not reach the
+# pod"), never as the plan.
+DEFAULT_STREAMER_BYTES_PER_S = 203 * GIB / 429
+# Share of the instance's network baseline an S3 download can use. AWS reached 33-39 Gbps on a
+# 40 Gbps link with every range in flight at once [blog]: ~0.85; 0.8 keeps a margin.
+NETWORK_EFFICIENCY = 0.8
+# Reading from the node's NVMe RAID [HyperPod]; decimal GB as published.
+NVME_READ_BYTES_PER_S = 7 * GB
+# A cache that silently landed on the root EBS volume instead of the NVMe [EKS]: "~1 GB/s".
+EBS_READ_BYTES_PER_S = 1 * GB
+
+# --- compile -----------------------------------------------------------------------------------
+# A cold torch.compile: 34 s (Llama-4-Scout) to 53-80 s (dense 60-640 GB) [EKS], [blog]. The
+# middle published figure is the default; a model's own history replaces it.
+COMPILE_COLD_SECONDS = 53.0
+# A compile served from the cache: 4-6 s over 60-640 GB models [blog]; 6 s for Scout [EKS].
+COMPILE_CACHED_SECONDS = 6.0
+
+# --- image, node, engine -----------------------------------------------------------------------
+# Large AI/ML images: 30-60 s with SOCI parallel pull (Auto Mode GPU nodes), 2-4 min without
+# [SOCI]; the upper ends, so that a normal pull is not flagged.
+IMAGE_PULL_PARALLEL_SECONDS = 60.0
+IMAGE_PULL_DEFAULT_SECONDS = 240.0
+# Capacity nominated -> node Ready for a GPU instance. No AWS figure is published; this is a
+# planning assumption (EC2 launch, boot, kubelet join, the NVIDIA device plugin advertising GPUs).
+NODE_LAUNCH_SECONDS = 150.0
+# Pod scheduled on a Ready node -> its containers start, excluding the image pull: sandbox and
+# volume set-up, a few seconds (assumption).
+POD_START_SECONDS = 5.0
+# vLLM container start -> "Starting to load model": Python imports, config and tokenizer pulled
+# from the model's S3 prefix, worker start-up (assumption).
+PROCESS_START_SECONDS = 20.0
+# vLLM's engine init beyond compile and graph capture: the profile run and KV-cache allocation
+# (assumption; the "init engine ... took" log line measures all three together).
+ENGINE_INIT_SECONDS = 10.0
+# CUDA graph capture (assumption; the "Graph capturing finished" log line measures it).
+CUDA_GRAPH_SECONDS = 15.0
+# /health up -> the first token of a one-token request (assumption: one prefill on an idle engine).
+FIRST_TOKEN_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One phase's expected duration and where the figure comes from (a URL, or ASSUMPTION)."""
+
+    seconds: float
+    basis: str
+    note: str = ""
+
+
+def network_bytes_per_s(instance: GpuInstance) -> float:
+    """The instance's network baseline in bytes per second (the table's Gbps, decimal)."""
+    return instance.network_baseline_gbps * 1e9 / 8
+
+
+def s3_weights_bytes_per_s(instance: GpuInstance, tuned: bool = True) -> float:
+    """What the streamer reaches from S3 on `instance`: the tuned (or default) streamer rate,
+    capped by NETWORK_EFFICIENCY of the instance's network baseline."""
+    streamer = TUNED_STREAMER_BYTES_PER_S if tuned else DEFAULT_STREAMER_BYTES_PER_S
+    return min(streamer, NETWORK_EFFICIENCY * network_bytes_per_s(instance))
+
+
+def weights_s3_seconds(weights_bytes: int, instance: GpuInstance, tuned: bool = True) -> float:
+    """Seconds to stream `weights_bytes` from S3 into the GPUs of one `instance` node."""
+    if weights_bytes < 0:
+        raise ValueError("weights_bytes must be >= 0")
+    return weights_bytes / s3_weights_bytes_per_s(instance, tuned)
+
+
+def weights_local_seconds(weights_bytes: int, on_nvme: bool = True) -> float:
+    """Seconds to read `weights_bytes` from a node-local copy: the NVMe RAID, or the root EBS
+    volume where a hostPath silently lands when the NVMe is not mounted."""
+    if weights_bytes < 0:
+        raise ValueError("weights_bytes must be >= 0")
+    return weights_bytes / (NVME_READ_BYTES_PER_S if on_nvme else EBS_READ_BYTES_PER_S)
+
+
+def weights_prediction(weights_bytes: int, instance: GpuInstance, source: Literal["s3", "node-cache"] = "s3",
+                       tuned: bool = True) -> Prediction:
+    """The weights phase for a pod that loads from S3 or from the node's NVMe copy."""
+    if source == "node-cache":
+        return Prediction(weights_local_seconds(weights_bytes), HYPERPOD,
+                          f"node NVMe at {NVME_READ_BYTES_PER_S / GB:.0f} GB/s")
+    rate = s3_weights_bytes_per_s(instance, tuned)
+    capped = rate < (TUNED_STREAMER_BYTES_PER_S if tuned else DEFAULT_STREAMER_BYTES_PER_S)
+    why = (f"{instance.instance_type}'s {instance.network_baseline_gbps:g} Gbps baseline" if capped
+           else f"{'tuned' if tuned else 'default'} streamer rate")
+    return Prediction(weights_bytes / rate, EKS_GUIDE, f"{rate / GIB:.2f} GiB/s, {why}")
+
+
+def compile_seconds(cached: bool, cold_seconds: float | None = None) -> float:
+    """torch.compile seconds: cached, or cold (`cold_seconds` from the model's own history when
+    known, else COMPILE_COLD_SECONDS)."""
+    if cached:
+        return COMPILE_CACHED_SECONDS
+    return COMPILE_COLD_SECONDS if cold_seconds is None else cold_seconds
+
+
+def compile_prediction(cached: bool, cold_seconds: float | None = None) -> Prediction:
+    note = "cache hit" if cached else ("cold, from this model's history" if cold_seconds is not None else "cold")
+    return Prediction(compile_seconds(cached, cold_seconds), BLOG, note)
+
+
+def image_pull_seconds(present: bool, parallel_pull: bool) -> float:
+    """Image pull: 0 when the node has the image, else SOCI parallel pull or the default pull."""
+    if present:
+        return 0.0
+    return IMAGE_PULL_PARALLEL_SECONDS if parallel_pull else IMAGE_PULL_DEFAULT_SECONDS
+
+
+def image_pull_prediction(present: bool, parallel_pull: bool) -> Prediction:
+    note = "already on the node" if present else ("SOCI parallel pull" if parallel_pull else "default pull")
+    return Prediction(image_pull_seconds(present, parallel_pull), SOCI_BLOG, note)
+
+
+@dataclass(frozen=True)
+class ColdStart:
+    """A whole cold start, phase by phase (seconds)."""
+
+    node_launch: float
+    image_pull: float
+    pod_start: float
+    process_start: float
+    weights: float
+    compile: float
+    cuda_graphs: float
+    engine_init: float
+    first_token: float
+
+    @property
+    def total_seconds(self) -> float:
+        return (self.node_launch + self.image_pull + self.pod_start + self.process_start + self.weights + self.compile
+                + self.cuda_graphs + self.engine_init + self.first_token)
+
+    @property
+    def engine_init_seconds(self) -> float:
+        """What vLLM's "init engine ... took" line covers: compile, graph capture, profile, KV cache."""
+        return self.compile + self.cuda_graphs + self.engine_init
+
+    @property
+    def ready_seconds(self) -> float:
+        """vLLM container start -> /health answers."""
+        return self.process_start + self.weights + self.engine_init_seconds
+
+    @property
+    def load_seconds(self) -> float:
+        """Weights plus compile: the part AWS's published figures measure."""
+        return self.weights + self.compile
+
+
+def predict_cold_start(weights_bytes: int, instance: GpuInstance, *, new_node: bool, compile_cached: bool,
+                       image_present: bool, parallel_pull: bool = True, weights_source: Literal["s3", "node-cache"] = "s3",
+                       tuned: bool = True, compile_cold_seconds: float | None = None) -> ColdStart:
+    """Every phase of one replica's start. `new_node`: the pod waits for a node launch (and
+    then the image is not present, whatever `image_present` says)."""
+    present = image_present and not new_node
+    if weights_source == "node-cache":
+        weights = weights_local_seconds(weights_bytes)
+    else:
+        weights = weights_s3_seconds(weights_bytes, instance, tuned)
+    return ColdStart(
+        node_launch=NODE_LAUNCH_SECONDS if new_node else 0.0,
+        image_pull=image_pull_seconds(present, parallel_pull),
+        pod_start=POD_START_SECONDS,
+        process_start=PROCESS_START_SECONDS,
+        weights=weights,
+        compile=compile_seconds(compile_cached, compile_cold_seconds),
+        cuda_graphs=CUDA_GRAPH_SECONDS,
+        engine_init=ENGINE_INIT_SECONDS,
+        first_token=FIRST_TOKEN_SECONDS,
+    )
+
+
+# --- why a phase is slow -----------------------------------------------------------------------
+# What usually makes a phase take more than twice its prediction, keyed by phase. The report
+# prints the first cause whose condition it can see, else all of them.
+SLOW_CAUSES: dict[str, tuple[str, ...]] = {
+    "weights": (
+        "S3 traffic through a NAT gateway instead of the S3 gateway endpoint (shared NAT ceiling; check "
+        "the GPU subnets' route tables for the endpoint's prefix list)",
+        "the streamer tuning did not reach the pod (RUNAI_STREAMER_CHUNK_BYTESIZE / concurrency missing: "
+        "the defaults are ~15x slower on large models)",
+        "a node-cache read from the root EBS volume (~1 GB/s) instead of the NVMe RAID",
+    ),
+    "compile": (
+        "compile-cache miss: the key (image digest, GPU, TP, vLLM args) differs from every published "
+        "archive, or none was published yet",
+        "the compile cache directory is on EBS, not NVMe (nvme-check init container says so)",
+    ),
+    "image_pull": (
+        "image not pre-pulled and no SOCI parallel pull (Karpenter nodes need it enabled in the "
+        "EC2NodeClass userData)",
+        "image pulled through a NAT gateway or from another region's registry",
+    ),
+    "node": (
+        "no capacity of the instance type in the zone (Karpenter retries other zones / types)",
+        "the NVIDIA device plugin slow to advertise nvidia.com/gpu on a new node",
+    ),
+    "engine_init": ("a large max-model-len or gpu-memory-utilization profile run",),
+    "cuda_graphs": ("many capture sizes (max-num-seqs); --enforce-eager skips capture at a throughput cost",),
+}
