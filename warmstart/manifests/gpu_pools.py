@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import versions
-from ..decisions import placement
+from ..decisions import placement, soci
 from ..plan_cluster import PoolPlan
 
 NODEPOOL_API = "karpenter.sh/v1"
@@ -47,6 +47,9 @@ DISRUPTION_BUDGETS = ({"nodes": "1"},)
 # only replace it with an identical one and force cold starts; AMI updates arrive as drift
 # when the pin is bumped. Auto Mode keeps its own lifetime cap (it patches its nodes itself).
 KARPENTER_EXPIRE_AFTER = "Never"
+# Auto Mode NodeClass: enforce NetworkPolicies, allowing what no policy selects (the serving
+# and import pods carry their own policies, manifests/network_policy.py).
+NETWORK_POLICY_DEFAULT = "DefaultAllow"
 
 
 def node_class_ref(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, str]:
@@ -72,6 +75,10 @@ def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet
             # Below the pool's smallest NVMe (plan_cluster / gpu_pools), so Auto Mode formats
             # the NVMe as RAID0 for ephemeral storage; at or above it the cache lands on EBS.
             "ephemeralStorage": {"size": f"{pool.ephemeral_storage_gib}Gi"},
+            # Nodes of this class enforce NetworkPolicies (with the cluster's network policy
+            # controller on, components/cluster.py); pods no policy selects stay open
+            # (https://docs.aws.amazon.com/eks/latest/userguide/auto-net-pol.html).
+            "networkPolicy": NETWORK_POLICY_DEFAULT,
             # No `tags`: custom tags need extra tagging permissions on the cluster role
             # (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html); the
             # cluster's tags reach the nodes through Auto Mode.
@@ -89,6 +96,9 @@ def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet
                 "volumeSize": f"{ROOT_VOLUME_GIB}Gi", "volumeType": "gp3", "encrypted": True,
                 "deleteOnTermination": True}}],
             "metadataOptions": METADATA_OPTIONS,
+            # nodeadm's NodeConfig: SOCI parallel pull (`FastImagePull`), with the SOCI store on
+            # the RAID0 array (warmstart/decisions/soci.py; Auto Mode has it built in).
+            "userData": soci.user_data(),
             # Provider default tags do not reach instances Karpenter launches; these do.
             "tags": dict(sorted((tags or {}).items())),
         }

@@ -34,33 +34,66 @@ Environment (read once, in Settings.from_env):
                                    and the sidecar): restore writes the key factors it computed there
                                    and publish reuses them, so a sidecar that cannot see the GPU still
                                    publishes under the key the GPU-holding init container derived.
+    WARMSTART_WEIGHTS_CHOICE_FILE  the node cache's `choice.json` (warmstart/podside/weights_select.py writes it
+                                   before vLLM starts): where this pod's vLLM loads its weights from, a key
+                                   factor (`weights`), because vLLM hashes the model path into its compile
+                                   cache directory, so an NVMe-loaded and an S3-streamed pod never share one.
+                                   `local:<path>` when the file says `local` with an absolute path, else `s3`
+                                   (unset, missing, unreadable, larger than 64 KiB or malformed: vLLM then
+                                   streams the URI, and the S3 URI is already in the fingerprint).
     WARMSTART_CACHE_PATHS          comma-separated directories under the cache dir that are
                                    published. Default "inductor,triton,vllm/torch_compile_cache,
                                    vllm/torch_aot_compile". An allow-list because XDG_CACHE_HOME
                                    points at the cache dir, so other tools' caches (a Hugging Face
                                    download, say) can land there too and must never be uploaded.
-    WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed. Default 4 GiB
-                                   (AWS measured about 15 MB of artifacts for a 60 GB model).
-    WARMSTART_LOCK_TIMEOUT_S       how long a command waits for the node lock. Default 600.
+    WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed, and largest object
+                                   downloaded. Default 4 GiB (AWS measured about 15 MB of artifacts for a
+                                   60 GB model). An object whose Content-Length is larger is refused
+                                   before a byte of it is read.
+    WARMSTART_MAX_FILES            most files an archive may hold. Default 100000. tarfile keeps a header
+                                   object per member, so an archive of millions of empty members (a few
+                                   MB compressed) would otherwise grow the restore past its memory limit.
+    WARMSTART_DEADLINE_BASE_S      every S3 request must end within this many seconds plus its bytes at
+    WARMSTART_FLOOR_BYTES_PER_S    the floor rate: a HEAD or the factors manifest within the base, the
+                                   download within base + object bytes / floor (from its Content-Length),
+                                   the upload within base + archive bytes / floor. Defaults 20 s and
+                                   16 MiB/s, so the largest cache (4 GiB) is bounded by 20 + 256 s. A
+                                   request past its bound is abandoned and reported as `error`.
+    WARMSTART_LOCK_TIMEOUT_S       how long a restore waits for another pod on the node that is fetching
+                                   the same key, and then for the node lock (held only while files are
+                                   renamed into place, never across network I/O). Default 600.
     WARMSTART_HEALTH_URL           publish waits for HTTP 200 here. Default http://127.0.0.1:8000/health.
-    WARMSTART_HEALTH_TIMEOUT_S     how long publish waits for it; 0 waits forever. Default 7200.
+    WARMSTART_HEALTH_TIMEOUT_S     how long publish waits for it, and then for the other vLLMs on the node
+                                   that compile the same key; 0 waits forever. Default 7200.
     WARMSTART_POLL_INTERVAL_S      longest gap between health polls (they start at 1 s). Default 5.
-    WARMSTART_SETTLE_S             publish tars only a cache that did not change while it was read;
-                                   this is the wait before trying again (3 tries). Default 10.
+    WARMSTART_SETTLE_S             a file is published only if it did not change over this interval,
+                                   measured before it is archived, nor while it was archived (3 tries,
+                                   then `skipped`). Default 10.
     AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL and the rest of the standard AWS
     environment (IRSA, Pod Identity) are read by boto3 itself.
 
 Object layout, all under WARMSTART_CACHE_PREFIX:
 
-    <prefix><sha256>.tar.gz   the cache: a gzip tar of WARMSTART_CACHE_PATHS, relative to the cache
-                              dir. Metadata: warmstart-sha256 and warmstart-bytes (of the object),
-                              warmstart-factors-sha256 (the key hash) and warmstart-format.
+    <prefix><sha256>.tar.gz   the cache: a gzip tar of the files under WARMSTART_CACHE_PATHS, relative
+                              to the cache dir, then `.warmstart/manifest.json`, the publisher's list of
+                              every file with its size and sha256 as read while it held still. Metadata
+                              (all required on restore): warmstart-sha256 and warmstart-bytes (of the
+                              object), warmstart-factors-sha256 (the key hash, compared with the key)
+                              and warmstart-format.
     <prefix><sha256>.json     the key factors, for debugging a miss; written by the publisher that won.
 
     <sha256> is the hex sha256 of the canonical JSON (sorted keys, no spaces) of compute_factors().
 
-Node-local state lives in <cache dir>/.warmstart/ (lock file, markers, temp files), which is
-never published or overwritten by a restore.
+A restore installs a file only if it is a regular file under WARMSTART_CACHE_PATHS (the restoring
+pod's own list: anything else, a Hugging Face config or a shared library, say, is refused) and the
+manifest lists it with the size and sha256 it has; otherwise the whole object is refused.
+
+Node-local state lives in <cache dir>/.warmstart/ (locks, markers, temp files), which is never
+published or overwritten by a restore. Locks there are flock(2)s, released by the kernel when a
+pod dies: `lock` (the node lock, held while a restore renames files into place),
+`fetch-<sha256>.lock` (one download per key per node), `publish-<sha256>.lock` (one publisher per
+key per node), and `compiling-<sha256>-*.lock`, held by each publish sidecar until its vLLM is
+healthy, so that no node publishes while another vLLM there still compiles the same key.
 
 Log line, one per phase outcome, on stdout:
 
@@ -68,9 +101,11 @@ Log line, one per phase outcome, on stdout:
      "bytes":15728640,"files":412,"seconds":1.234,"reason":null}
 
     restore results: restored | hit (this node already has the key) | miss (no object yet)
-                     | skipped (disabled, or the node lock was busy too long) | error
+                     | skipped (disabled, or another pod held a lock too long)
+                     | misconfigured (the bucket does not exist) | error
     publish results: published | exists (the object is there already, or another publisher won)
-                     | skipped (disabled, empty cache, never healthy, lock busy) | error
+                     | skipped (disabled, empty cache, never healthy, never settled, another vLLM on
+                     the node still compiling, another pod publishing) | misconfigured | error
 """
 
 from __future__ import annotations
@@ -81,31 +116,45 @@ import errno
 import fcntl
 import hashlib
 import importlib.metadata
+import io
 import importlib.util
 import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
-#: Bump when the archive layout or the factor set changes: old objects then stop matching.
-FORMAT_VERSION = 1
+#: Bump when the archive layout changes, or when a factor keeps its name but changes meaning:
+#: old objects then stop matching. A factor added (or removed) changes every key by itself.
+#: 2: the archive ends with the publisher's per-file manifest, and all metadata is required.
+#: (Still 2 with the `weights` factor: every key changed when it was added.)
+FORMAT_VERSION = 2
 EVENT = "warmstart.compile_cache"
 STATE_DIRNAME = ".warmstart"
 DEFAULT_CACHE_PATHS = ("inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile")
 TRITON_DISTS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
 _CHUNK = 1 << 20
 _STABLE_TRIES = 3
+#: The archive's last member: the files the publisher vouches for. Under .warmstart/, which no
+#: restore ever installs.
+MANIFEST_MEMBER = f"{STATE_DIRNAME}/manifest.json"
+#: Largest pax extended header accepted. tarfile reads a whole one into memory; the publisher
+#: writes one per long path (a few hundred bytes).
+_MAX_HEADER_BYTES = 16 << 10
+#: Temp files of a dead process that carry no key lease (older layouts) are removed after this.
+_STALE_TEMP_S = 3600
 
 
 class ConfigError(ValueError):
@@ -114,6 +163,14 @@ class ConfigError(ValueError):
 
 class CacheError(RuntimeError):
     """An expected failure with a reason worth one log line (bad object, unsafe archive...)."""
+
+
+class Misconfigured(CacheError):
+    """The deployment names something that does not exist (the bucket): not a cache miss."""
+
+
+class DeadlineExceeded(CacheError):
+    """A network operation did not end within its bound."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,8 +190,12 @@ class Settings:
     compile_fingerprint: str
     accelerator: str | None
     state_file: Path | None
+    weights_choice_file: Path | None
     cache_paths: tuple[str, ...]
     max_bytes: int
+    max_files: int
+    deadline_base_s: float
+    floor_bytes_per_s: float
     lock_timeout_s: float
     health_url: str
     health_timeout_s: float
@@ -177,6 +238,7 @@ class Settings:
             if ".." in parts or p.startswith(STATE_DIRNAME) or not parts:
                 problems.append(f"WARMSTART_CACHE_PATHS entry {p!r} must be a relative path inside the cache dir")
         state_file = text("WARMSTART_STATE_FILE")
+        choice_file = text("WARMSTART_WEIGHTS_CHOICE_FILE")
         settings = cls(
             cache_dir=Path(text("WARMSTART_CACHE_DIR", "/compile-cache")),
             bucket=text("WARMSTART_CACHE_BUCKET"),
@@ -187,8 +249,12 @@ class Settings:
             compile_fingerprint=text("WARMSTART_COMPILE_FINGERPRINT", "none"),
             accelerator=text("WARMSTART_ACCELERATOR") or None,
             state_file=Path(state_file) if state_file else None,
+            weights_choice_file=Path(choice_file) if choice_file else None,
             cache_paths=paths or DEFAULT_CACHE_PATHS,
             max_bytes=number("WARMSTART_MAX_BYTES", 4 << 30, integer=True, minimum=1),
+            max_files=number("WARMSTART_MAX_FILES", 100_000, integer=True, minimum=1),
+            deadline_base_s=number("WARMSTART_DEADLINE_BASE_S", 20, minimum=0.01),
+            floor_bytes_per_s=number("WARMSTART_FLOOR_BYTES_PER_S", 16 << 20, minimum=1),
             lock_timeout_s=number("WARMSTART_LOCK_TIMEOUT_S", 600),
             health_url=text("WARMSTART_HEALTH_URL", "http://127.0.0.1:8000/health"),
             health_timeout_s=number("WARMSTART_HEALTH_TIMEOUT_S", 7200),
@@ -203,6 +269,17 @@ class Settings:
     @property
     def state_dir(self) -> Path:
         return self.cache_dir / STATE_DIRNAME
+
+    def bound_s(self, nbytes: int = 0) -> float:
+        """The longest one S3 request moving `nbytes` may take (see WARMSTART_DEADLINE_BASE_S)."""
+        return self.deadline_base_s + nbytes / self.floor_bytes_per_s
+
+    def published_path(self, name: str) -> bool:
+        """Whether a relative path is one the publisher publishes: a file strictly under one of
+        WARMSTART_CACHE_PATHS, with no compiler temp or lock file on the way."""
+        parts = name.split("/")
+        return (any(name.startswith(top + "/") for top in self.cache_paths)
+                and not any(_ephemeral(part) for part in parts))
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,10 +373,46 @@ def detect_accelerator(override: str | None, cuda_build: str | None, *, which: C
     return f"cpu-{platform.machine() or 'unknown'}"
 
 
+#: Largest choice file read (the picker writes about 200 bytes).
+_MAX_CHOICE_BYTES = 64 << 10
+_MAX_WEIGHTS_PATH = 1024
+
+
+def weights_factor(choice_file: Path | None) -> str:
+    """Where this pod's vLLM loads its weights from, as a key factor: `local:<path>` or `s3`.
+
+    vLLM hashes the model path it is given into its torch.compile cache directory
+    (`ModelConfig.compute_hash`, https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py),
+    so a pod that reads `/weights/<digest>` from the node's NVMe and one that streams the
+    `s3://` URI compile into different directories: under one key, whichever published first
+    would be a permanent miss for the other. The local path (with its digest) is the factor,
+    not just `local`, since two digests of one source are two directories too; the S3 URI is
+    already in the compile fingerprint. Anything but a well-formed `local` choice is `s3`, the
+    mode vLLM falls back to without the picker's files. Never raises; reads at most 64 KiB.
+    """
+    if choice_file is None:
+        return "s3"
+    try:
+        with open(choice_file, "rb") as fh:
+            raw = fh.read(_MAX_CHOICE_BYTES + 1)
+        if len(raw) > _MAX_CHOICE_BYTES:
+            return "s3"
+        doc = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        return "s3"
+    if not isinstance(doc, dict) or doc.get("choice") != "local":
+        return "s3"
+    path = doc.get("path")
+    if not isinstance(path, str) or not path.startswith("/") or len(path) > _MAX_WEIGHTS_PATH or "\0" in path:
+        return "s3"
+    return f"local:{path}"
+
+
 def compute_factors(settings: Settings) -> dict[str, Any]:
     """Everything that makes a compile cache unusable elsewhere when it differs: accelerator and
     compute capability, TP, model, image, the torch build, Triton, vLLM, CUDA, Python, the
-    compile-relevant vLLM arguments and this tool's format. Sources: "Considerations for
+    compile-relevant vLLM arguments, where the weights are loaded from (`weights_factor`) and
+    this tool's format. Sources: "Considerations for
     cross-node caching" in AWS's
     https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html,
     and the factors vLLM hashes,
@@ -325,6 +438,7 @@ def compute_factors(settings: Settings) -> dict[str, Any]:
         "cuda": build["cuda"] or os.environ.get("CUDA_VERSION") or "none",
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "compile_fingerprint": settings.compile_fingerprint,
+        "weights": weights_factor(settings.weights_choice_file),
     }
 
 
@@ -396,19 +510,21 @@ class LockTimeout(CacheError):
     pass
 
 
-class NodeLock:
-    """An exclusive flock on <cache dir>/.warmstart/lock, shared by every pod on the node.
+class FileLock:
+    """An exclusive flock on a file in <cache dir>/.warmstart/, shared by every pod on the node.
 
     flock is per open file description and released by the kernel when the holder dies, so a
-    killed pod never leaves the node locked.
+    killed pod never leaves the node locked. The files are never removed: a waiter would then
+    lock an unlinked inode while a newcomer locks a new file.
     """
 
-    def __init__(self, state_dir: Path, timeout_s: float):
-        self.path = state_dir / "lock"
+    def __init__(self, path: Path, timeout_s: float, what: str = "the node lock"):
+        self.path = path
         self.timeout_s = timeout_s
+        self.what = what
         self.fd: int | None = None
 
-    def __enter__(self) -> "NodeLock":
+    def __enter__(self) -> "FileLock":
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -418,8 +534,8 @@ class NodeLock:
             except BlockingIOError:
                 if time.monotonic() >= deadline:
                     os.close(fd)
-                    raise LockTimeout(f"another pod held the node lock {self.path} for over {self.timeout_s:g} s")
-                time.sleep(0.1)
+                    raise LockTimeout(f"another pod held {self.what} {self.path} for over {self.timeout_s:g} s")
+                time.sleep(0.05)
         self.fd = fd
         return self
 
@@ -430,19 +546,31 @@ class NodeLock:
             self.fd = None
 
 
-def _lock_node(settings: Settings, outcome: "Outcome") -> NodeLock | None:
-    """The node lock, held; or None, with the outcome `skipped`, when another pod kept it
-    longer than the lock timeout (that pod is doing the same work)."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+def NodeLock(state_dir: Path, timeout_s: float) -> FileLock:  # noqa: N802 - the name callers know
+    return FileLock(state_dir / "lock", timeout_s)
+
+
+def _acquire(lock: FileLock, outcome: "Outcome") -> FileLock | None:
+    """`lock`, held; or None, with the outcome `skipped`, when another pod kept it too long
+    (that pod is doing the same work, or vLLM compiles as it would without this tool)."""
+    lock.path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return NodeLock(settings.state_dir, settings.lock_timeout_s).__enter__()
+        return lock.__enter__()
     except LockTimeout as exc:
         outcome.result, outcome.reason = "skipped", str(exc)
         return None
 
 
+def _lock_node(settings: Settings, outcome: "Outcome") -> FileLock | None:
+    return _acquire(NodeLock(settings.state_dir, settings.lock_timeout_s), outcome)
+
+
+def _key_hash(key: str) -> str:
+    return PurePosixPath(key).name.split(".")[0]
+
+
 def _marker(settings: Settings, kind: str, key: str) -> Path:
-    return settings.state_dir / f"{kind}-{PurePosixPath(key).name.split('.')[0]}.json"
+    return settings.state_dir / f"{kind}-{_key_hash(key)}.json"
 
 
 def _node_has(settings: Settings, key: str) -> str | None:
@@ -455,7 +583,7 @@ def _node_has(settings: Settings, key: str) -> str | None:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(f"tmp-{path.name}-{os.getpid()}")
+    tmp = path.with_name(f"tmp-json-{secrets.token_hex(6)}-{path.name}")
     try:
         tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
         os.replace(tmp, path)
@@ -463,13 +591,81 @@ def _write_json_atomic(path: Path, value: Any) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _clean_stale_temp(settings: Settings) -> None:
-    """Temp files left by a killed pod. Safe only under the node lock: every writer holds it."""
+class Compiling:
+    """`compiling-<key hash>-<token>.lock`, flocked while this pod's vLLM has not yet answered
+    /health, i.e. while it may still be writing the key's cache files (vLLM writes some of them
+    in place). Created under a temp name and renamed once locked, so a peer never sees it
+    unlocked while its holder lives."""
+
+    def __init__(self, settings: Settings, key_hash: str):
+        token = secrets.token_hex(6)
+        tmp = settings.state_dir / f"tmp-lease-{token}"
+        self.path = settings.state_dir / f"compiling-{key_hash}-{token}.lock"
+        self.fd: int | None = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+            os.rename(tmp, self.path)
+        except BaseException:
+            os.close(self.fd)
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def release(self) -> None:
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self.fd)
+            self.fd = None
+
+
+def compiling_peers(settings: Settings, key_hash: str) -> int:
+    """How many other pods on the node still compile this key (their lease is held). Leases
+    of dead pods (flock free) are removed on the way."""
+    alive = 0
+    for path in settings.state_dir.glob(f"compiling-{key_hash}-*.lock"):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                alive += 1
+                continue
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+    return alive
+
+
+_KEYED_TEMP = re.compile(r"^tmp-(restore|publish)-([0-9a-f]{64})-")
+_LEASE_OF = {"restore": "fetch", "publish": "publish"}
+
+
+def _clean_stale_temp(settings: Settings, own: tuple[str, str]) -> None:
+    """Temp files of dead pods. A keyed temp (`tmp-<restore|publish>-<key hash>-...`) belongs to
+    the holder of that key's lease: it is removed when the caller holds that lease itself (`own`,
+    so the file is a dead holder's) or can take it (nobody holds it). Any other temp is removed
+    once it is older than an hour: nothing this tool writes lives that long."""
+    now = time.time()
     for entry in settings.state_dir.glob("tmp-*"):
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+        m = _KEYED_TEMP.match(entry.name)
+        if m is None:
+            try:
+                if now - entry.lstat().st_mtime > _STALE_TEMP_S:
+                    _remove(entry)
+            except FileNotFoundError:
+                pass
+            continue
+        if (m[1], m[2]) == own:
+            _remove(entry)
+            continue
+        lease = FileLock(settings.state_dir / f"{_LEASE_OF[m[1]]}-{m[2]}.lock", 0)
+        try:
+            with lease:
+                _remove(entry)
+        except LockTimeout:
+            pass  # its owner is alive
 
 
 def _remove(path: Path) -> None:
@@ -480,6 +676,63 @@ def _remove(path: Path) -> None:
             path.unlink()
         except FileNotFoundError:
             pass
+
+
+# --------------------------------------------------------------------------------------------
+# Deadlines
+
+
+class _Budget:
+    """The bound one network operation must meet, and the flag that stops it once missed."""
+
+    def __init__(self, what: str, bound_s: float):
+        self.what = what
+        self.start = time.monotonic()
+        self.bound_s = bound_s
+        self.abandoned = threading.Event()
+
+    @property
+    def deadline(self) -> float:
+        return self.start + self.bound_s
+
+    def allow(self, bound_s: float) -> None:
+        """The bound, once the operation knows its size (a download from its Content-Length)."""
+        self.bound_s = bound_s
+
+    def check(self) -> None:
+        if self.abandoned.is_set():
+            raise DeadlineExceeded(f"{self.what}: abandoned at its deadline")
+
+
+def _bounded(budget: _Budget, work: Callable[[_Budget], Any]) -> Any:
+    """`work(budget)` on a worker thread, waited for until the budget's deadline at most.
+
+    botocore's timeouts are per socket read, so a server that trickles a byte at a time, or
+    accepts and never answers through every retry, would hold the caller for hours. Past the
+    deadline the worker is abandoned: it stops at its next chunk (it checks the budget), and
+    it is a daemon thread, so the process can exit under it. The worker creates and closes
+    its own files; nothing it holds is closed from here.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work(budget)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"warmstart-{budget.what[:20]}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        remaining = budget.deadline - time.monotonic()
+        if remaining <= 0:
+            budget.abandoned.set()
+            raise DeadlineExceeded(f"{budget.what} did not finish within {budget.bound_s:.3g} s "
+                                   "(WARMSTART_DEADLINE_BASE_S + bytes / WARMSTART_FLOOR_BYTES_PER_S)")
+        worker.join(min(remaining, 0.05))  # short: the bound may grow once the size is known
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 # --------------------------------------------------------------------------------------------
@@ -495,7 +748,8 @@ def make_client(settings: Settings) -> Any:
     import botocore.session
     from botocore.config import Config
 
-    config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"})
+    # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
+    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
     return botocore.session.get_session().create_client("s3", region_name=settings.region, config=config)
 
 
@@ -513,20 +767,57 @@ def _s3_code(exc: BaseException) -> str | None:
     return None
 
 
-def _write_stream(read: Callable[[int], bytes], out: Any, limit: int) -> tuple[int, str]:
+def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,
+                  budget: _Budget | None = None, chunk: int = _CHUNK) -> tuple[int, str]:
     """Copy a stream to a file, returning (bytes, sha256). Writes go through here so a full disk
-    surfaces as one OSError(ENOSPC) that the caller cleans up after."""
+    surfaces as one OSError(ENOSPC) that the caller cleans up after. Never more than `limit`
+    bytes, one chunk in memory at a time; stops once `budget` is abandoned."""
     digest = hashlib.sha256()
     total = 0
     while True:
-        chunk = read(_CHUNK)
-        if not chunk:
+        if budget is not None:
+            budget.check()
+        data = read(chunk)
+        if not data:
             return total, digest.hexdigest()
-        total += len(chunk)
+        total += len(data)
         if total > limit:
-            raise CacheError(f"object is larger than WARMSTART_MAX_BYTES={limit}")
-        digest.update(chunk)
-        out.write(chunk)
+            raise CacheError(f"more than the {limit} bytes expected (WARMSTART_MAX_BYTES={limit} at most)")
+        digest.update(data)
+        out.write(data)
+
+
+class _BudgetedReader:
+    """An upload body that stops being readable once its budget is abandoned, so an abandoned
+    upload ends at its next chunk instead of feeding a stalled server forever."""
+
+    def __init__(self, f: Any, budget: _Budget):
+        self._f, self._budget = f, budget
+
+    def read(self, n: int = -1) -> bytes:
+        self._budget.check()
+        return self._f.read(n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+def _is_missing_bucket(exc: BaseException) -> bool:
+    return _s3_code(exc) == "NoSuchBucket"
+
+
+def _missing_bucket(settings: Settings) -> Misconfigured:
+    return Misconfigured(f"the bucket {settings.bucket!r} (WARMSTART_CACHE_BUCKET) does not exist; this is a "
+                         "deployment error, not a cache miss: fix the bucket name or create the bucket")
 
 
 # --------------------------------------------------------------------------------------------
@@ -570,8 +861,11 @@ class _Changed(Exception):
     """A file changed while it was archived: the cache is not stable yet."""
 
 
-def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]], out_path: Path) -> None:
-    """A gzip tar of exactly `files`, each checked against the snapshot as it is read."""
+def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]], out_path: Path,
+                  key_hash: str) -> list[list[Any]]:
+    """A gzip tar of exactly `files`, each checked against the snapshot as it is read, then the
+    manifest of what was read: [[path, bytes, sha256, executable], ...], also returned."""
+    entries: list[list[Any]] = []
     with tarfile.open(out_path, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
         for rel in sorted(files):
             size, mtime_ns, executable = files[rel]
@@ -583,11 +877,62 @@ def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]]
                 st = os.fstat(f.fileno())
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
                     raise _Changed(rel)
+                data = _HashingReader(f)
                 info = tarfile.TarInfo(rel)
                 info.size = size
                 info.mtime = mtime_ns // 1_000_000_000
                 info.mode = 0o755 if executable else 0o644
-                tar.addfile(info, f)
+                tar.addfile(info, data)
+                st = os.fstat(f.fileno())
+                if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) or data.count != size:
+                    raise _Changed(rel)
+                entries.append([rel, size, data.digest.hexdigest(), executable])
+        body = json.dumps({"format": FORMAT_VERSION, "factors_sha256": key_hash, "files": entries},
+                          separators=(",", ":")).encode()
+        info = tarfile.TarInfo(MANIFEST_MEMBER)
+        info.size, info.mode, info.mtime = len(body), 0o644, int(time.time())
+        tar.addfile(info, io.BytesIO(body))
+    return entries
+
+
+class _HashingReader:
+    """A file as tarfile reads it into the archive, hashed on the way (what is vouched for is
+    exactly what was archived)."""
+
+    def __init__(self, f: Any):
+        self._f, self.digest, self.count = f, hashlib.sha256(), 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        self.digest.update(data)
+        self.count += len(data)
+        return data
+
+
+def _manifest_limit(settings: Settings) -> int:
+    """Largest manifest accepted: a line per file of at most a long path and a sha256."""
+    return 4096 + settings.max_files * 512
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Headers as tarfile parses them, refused before tarfile reads what they announce.
+
+    tarfile reads a whole pax or GNU long-name header into memory, and a GNU sparse header's
+    extension blocks into a list, whatever their size: a few KB of gzip can announce GBs. Only
+    what build_archive writes is accepted: regular files and small pax headers. (`frombuf` is
+    the documented constructor tarfile calls for every header block.)
+    """
+
+    @classmethod
+    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> "tarfile.TarInfo":
+        info = super().frombuf(buf, encoding, errors)
+        if info.type == tarfile.XHDTYPE:
+            if info.size > _MAX_HEADER_BYTES:
+                raise CacheError(f"archive has a {info.size}-byte pax header (at most {_MAX_HEADER_BYTES} "
+                                 "accepted): not an archive this tool wrote")
+        elif info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
+            raise CacheError(f"archive member {info.name!r} is not a regular file (tar type {info.type!r})")
+        return info
 
 
 def _safe_name(name: str) -> str:
@@ -600,39 +945,90 @@ def _safe_name(name: str) -> str:
     return "/".join(parts)
 
 
-def extract_archive(archive: Path, dest: Path, max_bytes: int) -> int:
-    """Extract into `dest` (an empty staging dir) accepting only plain files and directories.
+def _parse_manifest(data: bytes, settings: Settings, key_hash: str) -> dict[str, tuple[int, str, bool]]:
+    try:
+        doc = json.loads(data)
+        if doc.get("format") != FORMAT_VERSION or doc.get("factors_sha256") != key_hash:
+            raise CacheError("archive manifest is for another format or other key factors")
+        files = {str(rel): (int(size), str(sha), bool(executable)) for rel, size, sha, executable in doc["files"]}
+    except CacheError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CacheError(f"archive manifest is unreadable: {type(exc).__name__}: {exc}") from exc
+    if len(files) > settings.max_files:
+        raise CacheError(f"archive manifest lists {len(files)} files, more than WARMSTART_MAX_FILES={settings.max_files}")
+    return files
+
+
+def extract_archive(archive: Path, dest: Path, settings: Settings, key_hash: str) -> int:
+    """Extract into `dest` (an empty staging dir) what the publisher vouched for, or refuse it all.
 
     Members are written one by one with O_EXCL|O_NOFOLLOW rather than with extractall, so no
     link, device, absolute path or `..` can place anything outside `dest`, whatever Python's
-    tarfile filter defaults are in the image. Returns the number of files.
+    tarfile filter defaults are in the image. Every member must be a regular file under
+    WARMSTART_CACHE_PATHS (this pod's list, not the archive's), at most WARMSTART_MAX_FILES of
+    them and WARMSTART_MAX_BYTES in all, each refused at its header before its data is read;
+    and every one must be listed in the manifest (the last member) with its size and sha256,
+    which must list nothing else. Memory stays bounded: one chunk, one header and the manifest.
+    Returns the number of files.
     """
-    count = 0
+    seen: dict[str, tuple[int, str, bool]] = {}
+    manifest: dict[str, tuple[int, str, bool]] | None = None
     total = 0
-    with tarfile.open(archive, "r:gz") as tar:
-        for member in tar:
-            name = _safe_name(member.name)
-            target = dest / name
-            if member.isdir():
-                target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) as tar:
+        while True:
+            member = tar.next()
+            # tarfile keeps every header it has read (for getmembers); they are not needed here.
+            tar.members.clear()
+            if member is None:
+                break
+            if manifest is not None:
+                raise CacheError(f"archive member {member.name!r} follows the manifest")
+            if member.name == MANIFEST_MEMBER:
+                limit = _manifest_limit(settings)
+                if member.size > limit:
+                    raise CacheError(f"archive manifest is {member.size} bytes, more than {limit} for "
+                                     f"WARMSTART_MAX_FILES={settings.max_files}")
+                source = tar.extractfile(member)
+                assert source is not None
+                manifest = _parse_manifest(source.read(limit + 1), settings, key_hash)
                 continue
-            if not member.isreg():
-                raise CacheError(f"archive member {member.name!r} is not a regular file or directory")
+            name = _safe_name(member.name)
+            if not settings.published_path(name):
+                raise CacheError(f"archive member {name!r} is not under WARMSTART_CACHE_PATHS="
+                                 f"{','.join(settings.cache_paths)}: only published cache paths are installed")
+            if name in seen:
+                raise CacheError(f"archive member {name!r} appears twice")
+            if len(seen) >= settings.max_files:
+                raise CacheError(f"archive holds more than WARMSTART_MAX_FILES={settings.max_files} files")
             total += member.size
-            if total > max_bytes:
-                raise CacheError(f"archive expands beyond WARMSTART_MAX_BYTES={max_bytes}")
+            if total > settings.max_bytes:
+                raise CacheError(f"archive expands beyond WARMSTART_MAX_BYTES={settings.max_bytes}")
+            target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
             source = tar.extractfile(member)
             assert source is not None
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as out:
-                written, _ = _write_stream(source.read, out, max_bytes)
+                written, sha = _write_stream(source.read, out, member.size)
             if written != member.size:
                 raise CacheError(f"archive member {member.name!r} is truncated")
-            os.chmod(target, 0o755 if member.mode & 0o111 else 0o644)
+            executable = bool(member.mode & 0o111)
+            os.chmod(target, 0o755 if executable else 0o644)
             os.utime(target, (member.mtime, member.mtime))
-            count += 1
-    return count
+            seen[name] = (written, sha, executable)
+    if manifest is None:
+        raise CacheError("archive has no manifest: the publisher vouched for none of its files")
+    unvouched = sorted(set(seen) - set(manifest))
+    if unvouched:
+        raise CacheError(f"archive member {unvouched[0]!r} is not in the publisher's manifest")
+    missing = sorted(set(manifest) - set(seen))
+    if missing:
+        raise CacheError(f"archive lacks {missing[0]!r}, which its manifest lists")
+    for name, (size, sha, _) in seen.items():
+        if manifest[name][:2] != (size, sha):
+            raise CacheError(f"archive member {name!r} differs from what the publisher recorded for it")
+    return len(seen)
 
 
 def install_tree(staging: Path, cache_dir: Path) -> list[Path]:
@@ -675,14 +1071,18 @@ def _merge(src: Path, dst: Path, moved: list[Path], *, top: bool = False) -> Non
 def restore(settings: Settings | None = None, *, client: Any = None, emit: bool = True) -> Outcome:
     """Fetch the cache for this pod's key into the node's cache dir, unless the node has it.
 
-    Never raises: every failure becomes one `error` outcome, temp files are removed and nothing
-    half-restored is left behind, so vLLM compiles as if this step had not run.
+    Never raises: every failure becomes one `error` (or `misconfigured`) outcome, temp files
+    are removed and nothing half-restored is left behind, so vLLM compiles as if this step had
+    not run. The download ends within Settings.bound_s(object bytes), waiting for another pod's
+    download of the same key within WARMSTART_LOCK_TIMEOUT_S.
     """
     outcome = Outcome("restore")
     start = time.monotonic()
     try:
         settings = settings or Settings.from_env()
         _restore(settings, client, outcome)
+    except Misconfigured as exc:
+        outcome.result, outcome.reason = "misconfigured", str(exc)
     except BaseException as exc:  # noqa: BLE001 - the contract is "never fail the pod"
         outcome.result, outcome.reason = "error", describe_error(exc)
         if not isinstance(exc, Exception):
@@ -694,7 +1094,20 @@ def restore(settings: Settings | None = None, *, client: Any = None, emit: bool 
     outcome.seconds = time.monotonic() - start
     if emit:
         _emit(outcome)
+    _record_outcome(settings, outcome)
     return outcome
+
+
+def _record_outcome(settings: Settings | None, outcome: Outcome) -> None:
+    """The restore's outcome line, next to the key file in the pod's state directory, for the
+    first-token sidecar's cold-start record (podside/first_token.py); best effort."""
+    if settings is None or not settings.state_file:
+        return
+    try:
+        settings.state_file.parent.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(settings.state_file.parent / f"compile-cache-{outcome.phase}.json", json.loads(outcome.line()))
+    except (OSError, ValueError):
+        pass
 
 
 def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
@@ -703,71 +1116,109 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
         return
     factors = compute_factors(settings)
     key = outcome.key = cache_key(settings.prefix, factors)
+    key_hash = factors_hash(factors)
     note = _write_state_file(settings, key, factors)
     held = _node_has(settings, key)
     if held:
         outcome.result, outcome.reason = "hit", held
         return
-    lock = _lock_node(settings, outcome)
-    if lock is None:
+    # One download per key per node: the others wait for it (it ends within its bound), then hit.
+    fetching = _acquire(FileLock(settings.state_dir / f"fetch-{key_hash}.lock", settings.lock_timeout_s,
+                                 "the download of this key"), outcome)
+    if fetching is None:
         return
     try:
-        # Another pod may have restored while this one waited for the lock.
         held = _node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "hit", held
             return
-        _clean_stale_temp(settings)
-        tmp_archive = settings.state_dir / f"tmp-restore-{os.getpid()}.tar.gz"
-        staging = settings.state_dir / f"tmp-restore-{os.getpid()}.d"
+        _clean_stale_temp(settings, own=("restore", key_hash))
+        base = settings.state_dir / f"tmp-restore-{key_hash}-{secrets.token_hex(6)}"
+        tmp_archive, staging = base.with_name(base.name + ".tar.gz"), base.with_name(base.name + ".d")
         try:
-            size = _download_verified(settings, client or make_client(settings), key, tmp_archive, outcome)
+            size = _download_verified(settings, client or make_client(settings), key, key_hash, tmp_archive, outcome)
             if size is None:
                 return
             staging.mkdir()
-            files = extract_archive(tmp_archive, staging, settings.max_bytes)
-            tmp_archive.unlink()
-            moved = install_tree(staging, settings.cache_dir)
+            files = extract_archive(tmp_archive, staging, settings, key_hash)
+            _remove(tmp_archive)
+            # The node lock only for the renames: local, milliseconds. Never across network I/O.
+            lock = _lock_node(settings, outcome)
+            if lock is None:
+                return
             try:
-                _write_json_atomic(_marker(settings, "restored", key),
-                                   {"key": key, "bucket": settings.bucket, "bytes": size, "files": files,
-                                    "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-            except BaseException:
-                for path in reversed(moved):
-                    _remove(path)
-                raise
+                moved = install_tree(staging, settings.cache_dir)
+                try:
+                    _write_json_atomic(_marker(settings, "restored", key),
+                                       {"key": key, "bucket": settings.bucket, "bytes": size, "files": files,
+                                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+                except BaseException:
+                    for path in reversed(moved):
+                        _remove(path)
+                    raise
+            finally:
+                lock.__exit__()
             outcome.result, outcome.bytes, outcome.files = "restored", size, files
             outcome.reason = note
         finally:
             _remove(tmp_archive)
             _remove(staging)
     finally:
-        lock.__exit__()
+        fetching.__exit__()
 
 
-def _download_verified(settings: Settings, client: Any, key: str, dest: Path, outcome: Outcome) -> int | None:
-    """Download to `dest` and check it against the sizes and sha256 the publisher recorded.
-    None when there is no object (a miss)."""
-    try:
+def _check_metadata(meta: Mapping[str, str], key_hash: str, length: Any, settings: Settings) -> None:
+    """Refuse an object before reading its body: every field the publisher writes is required."""
+    if not meta.get("warmstart-sha256"):
+        raise CacheError("object has no warmstart-sha256 metadata, so it cannot be verified")
+    if meta.get("warmstart-format") != str(FORMAT_VERSION):
+        raise CacheError(f"object has warmstart-format {meta.get('warmstart-format')!r}, not {FORMAT_VERSION}")
+    if not meta.get("warmstart-factors-sha256"):
+        raise CacheError("object has no warmstart-factors-sha256 metadata, so nothing says it is for this key")
+    if meta["warmstart-factors-sha256"] != key_hash:
+        raise CacheError("object metadata names other key factors than its key")
+    if not isinstance(length, int) or length < 0:
+        raise CacheError("object has no Content-Length, so its download cannot be bounded")
+    if length > settings.max_bytes:
+        raise CacheError(f"object is {length} bytes, over WARMSTART_MAX_BYTES={settings.max_bytes}; not downloaded")
+    if meta.get("warmstart-bytes") != str(length):
+        raise CacheError(f"object is {length} bytes but was published as {meta.get('warmstart-bytes')} (truncated)")
+
+
+def _download_verified(settings: Settings, client: Any, key: str, key_hash: str, dest: Path,
+                       outcome: Outcome) -> int | None:
+    """Download to `dest` and check it against the size and sha256 the publisher recorded,
+    within Settings.bound_s: the base until the response headers, then base + Content-Length /
+    floor rate from the start. None when there is no object (a miss)."""
+    budget = _Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
+
+    def fetch(budget: _Budget) -> tuple[int, str, str]:
         response = client.get_object(Bucket=settings.bucket, Key=key)
+        body = response["Body"]
+        try:
+            budget.check()
+            # Servers differ in the case of metadata names (S3 lower-cases them, rclone capitalises).
+            meta = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+            length = response.get("ContentLength")
+            _check_metadata(meta, key_hash, length, settings)
+            budget.allow(settings.bound_s(length))
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                # 64 KiB reads: a read returns only when full, and the budget is checked between.
+                size, sha = _write_stream(body.read, out, length, budget, chunk=64 << 10)
+        finally:
+            body.close()
+        return size, sha, meta["warmstart-sha256"]
+
+    try:
+        size, sha, expected_sha = _bounded(budget, fetch)
     except Exception as exc:
+        if _is_missing_bucket(exc):
+            raise _missing_bucket(settings) from exc
         if _s3_code(exc) in ("NoSuchKey", "404", "NotFound") or _s3_status(exc) == 404:
             outcome.result, outcome.reason = "miss", "no cache published for this key yet"
             return None
         raise
-    # Servers differ in the case of metadata names (S3 lower-cases them, rclone capitalises).
-    meta = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
-    expected_sha = meta.get("warmstart-sha256")
-    if not expected_sha:
-        raise CacheError("object has no warmstart-sha256 metadata, so it cannot be verified")
-    if meta.get("warmstart-factors-sha256") not in (None, PurePosixPath(key).name.split(".")[0]):
-        raise CacheError("object metadata names other key factors than its key")
-    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        size, sha = _write_stream(response["Body"].read, out, settings.max_bytes)
-    expected_size = meta.get("warmstart-bytes")
-    if expected_size is not None and str(size) != expected_size:
-        raise CacheError(f"object is {size} bytes but was published as {expected_size} (truncated)")
     if sha != expected_sha:
         raise CacheError(f"object sha256 {sha[:12]}... does not match the published {expected_sha[:12]}... (corrupt)")
     return size
@@ -817,14 +1268,18 @@ def publish(settings: Settings | None = None, *, client: Any = None, wait: bool 
     """Once vLLM serves, upload the node's cache under this pod's key unless it is there already.
 
     The upload is a conditional write (If-None-Match: *), so of several nodes publishing one key
-    exactly one object is ever written on S3; the losers see 412 and report `exists`. Never
-    raises, like restore.
+    exactly one object is ever written on S3; the losers see 412 and report `exists`. Only files
+    that held still over WARMSTART_SETTLE_S before and while they were archived are published,
+    and only once no other vLLM on the node still compiles this key. No lock is held across the
+    upload but this key's publish lease. Never raises, like restore.
     """
     outcome = Outcome("publish")
     start = time.monotonic()
     try:
         settings = settings or Settings.from_env()
         _publish(settings, client, outcome, wait=wait)
+    except Misconfigured as exc:
+        outcome.result, outcome.reason = "misconfigured", str(exc)
     except BaseException as exc:  # noqa: BLE001
         outcome.result, outcome.reason = "error", describe_error(exc)
         if not isinstance(exc, Exception):
@@ -854,55 +1309,94 @@ def object_exists(client: Any, bucket: str, key: str) -> bool | None:
         raise
 
 
+def _wait_for_peers(settings: Settings, key_hash: str, waited_from: float) -> bool:
+    """Wait until no other vLLM on the node compiles this key (their leases are free), within
+    WARMSTART_HEALTH_TIMEOUT_S of `waited_from` (0: no limit). False if they never finish."""
+    deadline = None if settings.health_timeout_s <= 0 else waited_from + settings.health_timeout_s
+    while compiling_peers(settings, key_hash):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(min(settings.poll_interval_s, 1.0))
+    return True
+
+
 def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -> None:
     if not settings.bucket:
         outcome.result, outcome.reason = "skipped", "WARMSTART_CACHE_BUCKET is empty: pre-warm is off"
         return
     factors = resolve_factors(settings, prefer_state_file=True)
     key = outcome.key = cache_key(settings.prefix, factors)
+    key_hash = factors_hash(factors)
     held = _node_has(settings, key)
     if held:  # checked before the wait, so a restarted sidecar settles at once
         outcome.result, outcome.reason = "exists", held
         return
-    if wait:
-        waited_from = time.monotonic()
-        healthy = wait_for_health(settings.health_url, settings.health_timeout_s, settings.poll_interval_s)
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    waited_from = time.monotonic()
+    compiling = Compiling(settings, key_hash)
+    try:
+        if wait:
+            healthy = wait_for_health(settings.health_url, settings.health_timeout_s, settings.poll_interval_s)
+            outcome.waited_s = time.monotonic() - waited_from
+            if not healthy:
+                outcome.result = "skipped"
+                outcome.reason = f"{settings.health_url} never answered 200 within {settings.health_timeout_s:g} s"
+                return
+    finally:
+        compiling.release()
+    # Another vLLM on this node may still be writing this key's files (some in place): a copy
+    # taken now could carry a half-written one to every node that restores it.
+    peers_done = _wait_for_peers(settings, key_hash, waited_from)
+    if wait or time.monotonic() - waited_from > 0.5:
         outcome.waited_s = time.monotonic() - waited_from
-        if not healthy:
-            outcome.result = "skipped"
-            outcome.reason = f"{settings.health_url} never answered 200 within {settings.health_timeout_s:g} s"
-            return
-    lock = _lock_node(settings, outcome)
-    if lock is None:
+    if not peers_done:
+        outcome.result = "skipped"
+        outcome.reason = (f"another vLLM on this node was still compiling this key after "
+                          f"{settings.health_timeout_s:g} s (WARMSTART_HEALTH_TIMEOUT_S); it publishes when done")
         return
-    tmp_archive = settings.state_dir / f"tmp-publish-{os.getpid()}.tar.gz"
+    publishing = FileLock(settings.state_dir / f"publish-{key_hash}.lock", 0, "the publish lease of this key")
+    try:
+        publishing.__enter__()
+    except LockTimeout:
+        outcome.result, outcome.reason = "skipped", "another pod on this node is publishing this key"
+        return
+    tmp_archive = settings.state_dir / f"tmp-publish-{key_hash}-{secrets.token_hex(6)}.tar.gz"
     try:
         held = _node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "exists", held
             return
-        _clean_stale_temp(settings)
+        _clean_stale_temp(settings, own=("publish", key_hash))
         client = client or make_client(settings)
         # HEAD first: skips building the archive in the common case that another node won long
         # ago. It is also what keeps a second publisher from overwriting on servers that ignore
         # If-None-Match (rclone's `serve s3` 1.75 does); the conditional PUT closes the race
         # on S3 itself.
-        if object_exists(client, settings.bucket, key):
+        head = _Budget(f"HEAD s3://{settings.bucket}/{key}", settings.bound_s())
+        if _bounded(head, lambda _: object_exists(client, settings.bucket, key)):
             outcome.result, outcome.reason = "exists", "already in the bucket"
             _mark_published(settings, key, None)
             return
-        files = _stable_archive(settings, tmp_archive, outcome)
-        if files is None:
+        entries = _stable_archive(settings, tmp_archive, key_hash, outcome)
+        if entries is None:
             return
         size, sha = _file_digest(tmp_archive)
-        outcome.bytes, outcome.files = size, len(files)
+        outcome.bytes, outcome.files = size, len(entries)
         metadata = {"warmstart-sha256": sha, "warmstart-bytes": str(size), "warmstart-format": str(FORMAT_VERSION),
-                    "warmstart-factors-sha256": factors_hash(factors)}
+                    "warmstart-factors-sha256": key_hash}
+
+        def upload(budget: _Budget) -> None:
+            with open(tmp_archive, "rb") as f:
+                client.put_object(Bucket=settings.bucket, Key=key, Body=_BudgetedReader(f, budget),
+                                  ContentLength=size, ContentType="application/gzip", Metadata=metadata,
+                                  IfNoneMatch="*")
+
         try:
-            with open(tmp_archive, "rb") as body:
-                client.put_object(Bucket=settings.bucket, Key=key, Body=body, ContentLength=size,
-                                  ContentType="application/gzip", Metadata=metadata, IfNoneMatch="*")
+            _bounded(_Budget(f"upload of {size} bytes to s3://{settings.bucket}/{key}", settings.bound_s(size)),
+                     upload)
         except Exception as exc:
+            if _is_missing_bucket(exc):
+                raise _missing_bucket(settings) from exc
             # 412: another publisher won. 409 ConditionalRequestConflict: one is writing right now.
             if _s3_status(exc) in (409, 412) or _s3_code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                 outcome.result, outcome.reason = "exists", "another publisher won the conditional write"
@@ -911,16 +1405,18 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
             raise
         outcome.result = "published"
         _mark_published(settings, key, sha)
+        body = json.dumps({"key": key, "factors": factors, "sha256": sha, "bytes": size, "files": len(entries),
+                           "publisher": os.environ.get("HOSTNAME"), "node": os.environ.get("NODE_NAME")},
+                          indent=1, sort_keys=True).encode()
         try:
-            client.put_object(Bucket=settings.bucket, Key=manifest_key(key), ContentType="application/json",
-                              Body=json.dumps({"key": key, "factors": factors, "sha256": sha, "bytes": size,
-                                               "files": len(files), "publisher": os.environ.get("HOSTNAME"),
-                                               "node": os.environ.get("NODE_NAME")}, indent=1, sort_keys=True).encode())
+            _bounded(_Budget(f"PUT s3://{settings.bucket}/{manifest_key(key)}", settings.bound_s(len(body))),
+                     lambda _: client.put_object(Bucket=settings.bucket, Key=manifest_key(key),
+                                                 ContentType="application/json", Body=body))
         except Exception as exc:
             outcome.reason = f"factors manifest not written: {describe_error(exc)}"
     finally:
         _remove(tmp_archive)
-        lock.__exit__()
+        publishing.__exit__()
 
 
 def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
@@ -932,33 +1428,41 @@ def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
         pass  # only an optimisation; the HEAD answers the same question next time
 
 
-def _stable_archive(settings: Settings, out: Path, outcome: Outcome) -> dict[str, Any] | None:
-    """Tar the cache only if no file changed while it was read (vLLM may still compile a
-    late shape). None, with the outcome set, when the cache is empty, too big or never settles."""
-    for attempt in range(_STABLE_TRIES):
-        if attempt:
-            time.sleep(settings.settle_s)
-        files = snapshot(settings)
-        if not files:
+def _stable_archive(settings: Settings, out: Path, key_hash: str, outcome: Outcome) -> list[list[Any]] | None:
+    """Tar the cache only if no file changed over WARMSTART_SETTLE_S before it was archived nor
+    while it was read: a file vLLM is still writing in place changes size or mtime within that
+    interval. None, with the outcome set, when the cache is empty, too big or never settles."""
+    for _ in range(_STABLE_TRIES):
+        before = snapshot(settings)
+        if not before:
             outcome.result = "skipped"
             outcome.reason = ("cache is empty (eager mode, or vLLM compiled into a directory outside "
                               f"WARMSTART_CACHE_PATHS={','.join(settings.cache_paths)})")
             return None
-        total = sum(size for size, _, _ in files.values())
+        total = sum(size for size, _, _ in before.values())
         if total > settings.max_bytes:
             outcome.result = "skipped"
             outcome.reason = f"cache is {total} bytes, over WARMSTART_MAX_BYTES={settings.max_bytes}"
             return None
+        if len(before) > settings.max_files:
+            outcome.result = "skipped"
+            outcome.reason = f"cache has {len(before)} files, over WARMSTART_MAX_FILES={settings.max_files}"
+            return None
+        time.sleep(settings.settle_s)
+        files = snapshot(settings)
+        if files != before:
+            continue
         try:
-            build_archive(settings, files, out)
+            entries = build_archive(settings, files, out, key_hash)
         except _Changed:
             _remove(out)
             continue
         if snapshot(settings) == files:
-            return files
+            return entries
         _remove(out)
     outcome.result = "skipped"
-    outcome.reason = f"cache kept changing over {_STABLE_TRIES} tries {settings.settle_s:g} s apart"
+    outcome.reason = (f"cache kept changing: {_STABLE_TRIES} tries found a file that changed within "
+                      f"WARMSTART_SETTLE_S={settings.settle_s:g} s or while it was archived")
     return None
 
 
