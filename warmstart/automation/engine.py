@@ -4,6 +4,7 @@ what it returns, policy violations included, to an Outcome."""
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any, Callable
 
 from ..exit_codes import EXIT_CHANGES, EXIT_FAILED, EXIT_OK, EXIT_POLICY
@@ -26,15 +27,24 @@ def _workspace_options(request: Request, cmd: Any) -> Any:
     return auto.LocalWorkspaceOptions(env_vars=env_vars, pulumi_command=cmd)
 
 
+# `pulumi stack select` / `stack init` rewrite the project's current-stack file under
+# ~/.pulumi/workspaces, so two threads must not create or select stacks of one project at once
+# (https://github.com/pulumi/pulumi/issues/8186; a corrupted file in
+# https://github.com/pulumi/pulumi/issues/6287). The operations after them pass `--stack` and may
+# run side by side (`warmstart up --env`).
+_SELECTING = threading.Lock()
+
+
 def open_stack(request: Request, cmd: Any) -> Any:
     """The Automation API Stack over this project (LocalWorkspace), created where the
     operation may create it (preview, up), selected otherwise."""
     from pulumi import automation as auto
 
     opts = _workspace_options(request, cmd)
-    if request.operation in CREATING_OPERATIONS:
-        return auto.create_or_select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
-    return auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
+    with _SELECTING:
+        if request.operation in CREATING_OPERATIONS:
+            return auto.create_or_select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
+        return auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir), opts=opts)
 
 
 # State entries that are not a deployed resource: the root stack and the providers.
@@ -50,8 +60,9 @@ def deployed_resources(request: Request, cmd: Any) -> list[dict[str, Any]]:
     from pulumi.automation.errors import StackNotFoundError
 
     try:
-        stack = auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir),
-                                  opts=_workspace_options(request, cmd))
+        with _SELECTING:
+            stack = auto.select_stack(stack_name=request.stack, work_dir=str(request.project_dir),
+                                      opts=_workspace_options(request, cmd))
     except StackNotFoundError:
         return []
     deployment = stack.export_stack().deployment or {}

@@ -1,0 +1,206 @@
+"""Model stacks: one model on an environment's platform, through the exported contract
+(warmstart/platform.py, components/model_stack.py), rendered offline against the platform's
+own render."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, PLATFORM_STACK_NAMES, STACKS_DIR, load_stack_doc, render_stack
+from tests.test_autoscaling import validate_keda
+from warmstart import config, mocks, platform, policies, render
+from warmstart.errors import ConfigError, ConfigErrors
+
+
+def _doc(stack: str) -> dict:
+    return load_stack_doc(stack)
+
+
+def _objects_of(rendered: render.Rendered, model: str) -> dict[tuple[str, str], dict]:
+    """The model's own Kubernetes objects, by (kind, name)."""
+    out = {}
+    for o in rendered.kubernetes_objects:
+        labels = o.get("metadata", {}).get("labels") or {}
+        if labels.get("app.kubernetes.io/instance") == model or o["metadata"]["name"].startswith(f"{model}-") \
+                or o["metadata"]["name"] == model:
+            out[(o["kind"], o["metadata"]["name"])] = o
+    return out
+
+
+def _write(tmp_path: Path, docs: dict[str, dict]) -> Path:
+    d = tmp_path / "stacks"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, doc in docs.items():
+        (d / f"Pulumi.{name}.yaml").write_text(yaml.safe_dump(doc))
+    return d
+
+
+def test_the_shipped_stacks_include_a_model_stack():
+    assert MODEL_STACK_NAMES == ["staging-llama-3-1-8b"] and PLATFORM_STACK_NAMES == ["staging"]
+
+
+@pytest.mark.parametrize("stack", ALL_STACK_NAMES)
+def test_every_stack_file_renders_validates_and_passes_the_policy_pack(stack):
+    """Platform and model stacks alike: every Kubernetes object against its schema (KEDA's
+    against the vendored CRDs), every resource through the policy pack."""
+    r = render_stack(stack)
+    for obj in r.kubernetes_objects:
+        if obj["apiVersion"].startswith("keda.sh/"):
+            validate_keda(obj)
+        elif not obj["apiVersion"].startswith(("karpenter.", "eks.amazonaws.com/")):
+            kubernetes_validate.validate(obj, r.stack_plan.kubernetes_version
+                                         if isinstance(r.stack_plan, platform.ModelStackPlan)
+                                         else r.stack_plan.config.kubernetes_version, strict=True)
+    region = r.stack_plan.contract.region if isinstance(r.stack_plan, platform.ModelStackPlan) else r.stack_plan.config.region
+    assert [str(v) for v in policies.run_all(mocks.policy_records(r.resources, region))] == []
+
+
+@pytest.mark.parametrize("stack", MODEL_STACK_NAMES)
+def test_a_model_stack_renders_and_validates_like_an_environment(stack):
+    r = render_stack(stack)
+    assert isinstance(r.stack_plan, platform.ModelStackPlan)
+    version = r.stack_plan.kubernetes_version
+    kinds = set()
+    for obj in r.kubernetes_objects:
+        kinds.add(obj["kind"])
+        if obj["apiVersion"].startswith("keda.sh/"):
+            validate_keda(obj)
+        else:
+            kubernetes_validate.validate(obj, version, strict=True)
+    assert {"Deployment", "Service", "ServiceAccount", "NetworkPolicy"} <= kinds
+    # Only the model's resources: no cluster, network, bucket or namespace of its own.
+    types = {x.typ for x in r.resources}
+    assert not {t for t in types if t.startswith(("eks:", "aws:ec2", "aws:s3")) or t == "kubernetes:core/v1:Namespace"}
+    assert mocks.STACK_REFERENCE_TYPE in types
+    records = mocks.policy_records(r.resources, r.stack_plan.contract.region)
+    assert [str(v) for v in policies.run_all(records)] == []
+
+
+def test_the_model_stack_creates_what_the_same_model_inline_creates(tmp_path):
+    """staging with its model stack's model inline against staging + the model stack: the
+    model's Kubernetes objects (Deployment, router, ScaledObject, node cache, import Job...) and
+    AWS roles are the same."""
+    model_doc = _doc("staging-llama-3-1-8b")
+    inline = copy.deepcopy(_doc("staging"))
+    inline["config"]["warmstart:models"] = [model_doc["config"]["warmstart:model"]]
+    d = _write(tmp_path, {"staging": inline})
+    together = render.run_program(d, "staging", program_dir=STACKS_DIR.parent)
+    alone = render_stack("staging-llama-3-1-8b")
+    name = model_doc["config"]["warmstart:model"]["name"]
+    mine, theirs = _objects_of(alone, name), _objects_of(together, name)
+    assert {k for k, _ in mine} >= {"Deployment", "DaemonSet", "Job", "ScaledObject", "NetworkPolicy"}
+    assert mine == theirs
+    roles = lambda r: {x.name: x.inputs for x in r.resources if x.typ.startswith("aws:iam/") and name in x.name}  # noqa: E731
+    assert roles(alone) and roles(alone) == roles(together)
+    # And the same decisions.
+    (inline_plan,) = [m for m in together.stack_plan.models if m.name == name]
+    assert alone.stack_plan.model == inline_plan
+
+
+def test_the_platform_exports_a_versioned_contract():
+    outputs = render.platform_outputs(STACKS_DIR, "staging", "test")
+    doc = outputs[platform.OUTPUT]
+    assert doc["contractVersion"] == platform.CONTRACT_VERSION and doc["stack"] == "staging"
+    assert [(p["name"], p["maxGpus"], p["inlineGpus"]) for p in doc["pools"]] == [("l40s", 4, 0)]
+    assert doc["oidcProviderArn"].startswith("arn:aws:iam::") and doc["oidcIssuer"]
+    assert doc["monitoring"]["serverAddress"].startswith("https://aps-workspaces.") and doc["nodeCache"] is True
+    assert platform.KUBECONFIG_OUTPUT in outputs and doc["models"] == []
+    prod = render.platform_outputs(STACKS_DIR, "prod", "test")[platform.OUTPUT]
+    assert prod["models"] == ["llama-4-scout", "qwen-67b"] and prod["inlineGpus" if False else "pools"][0]["inlineGpus"] > 0
+
+
+def _model_stack(platform_name: str = "prod", **model_overrides) -> dict:
+    """A Llama-4-Scout-sized model stack on `platform_name`."""
+    return {"config": {"warmstart:platform": platform_name, "warmstart:model": {
+        "name": "extra", "source": "meta-llama/Llama-4-Scout-17B-16E-Instruct", "weightsGiB": 203, "pool": "h100",
+        "maxModelLen": 65536} | model_overrides}}
+
+
+def _plan_errors(tmp_path, docs, stack="prod-x") -> list[ConfigError]:
+    d = _write(tmp_path, docs)
+    with pytest.raises((ConfigError, ConfigErrors)) as err:
+        render.load_plan(d, stack, program_dir=STACKS_DIR.parent)
+    e = err.value
+    return e.errors if isinstance(e, ConfigErrors) else [e]
+
+
+def _plan_error(tmp_path, docs, stack="prod-x") -> ConfigError:
+    return _plan_errors(tmp_path, docs, stack)[0]
+
+
+def test_a_pool_the_platform_lacks_names_both_stacks(tmp_path):
+    e = _plan_error(tmp_path, {"prod": _doc("prod"), "prod-x": _model_stack(pool="a100")})
+    assert e.key == "warmstart:model.pool" and "'prod-x'" in str(e) and "'prod'" in str(e) and "h100" in str(e)
+
+
+def test_a_model_inline_in_its_platform_is_refused(tmp_path):
+    e = _plan_error(tmp_path, {"prod": _doc("prod"), "prod-x": _model_stack(name="qwen-67b")})
+    assert e.key == "warmstart:model.name" and "also inline" in str(e)
+
+
+def test_a_missing_platform_stack_is_named(tmp_path):
+    e = _plan_error(tmp_path, {"prod-x": _model_stack()})
+    assert e.key == "warmstart:platform" and "Pulumi.prod.yaml" in str(e)
+
+
+def test_a_pool_the_platform_cannot_grow_is_a_config_error_with_the_numbers(tmp_path):
+    e = _plan_error(tmp_path, {"prod": _doc("prod"), "prod-x": _model_stack()})
+    # prod's derived limit holds its inline models and its warm spare, nothing more.
+    assert e.key == "warmstart:model.replicas" and "leaving 0" in str(e) and "need 8 GPUs" in str(e)
+    bigger = copy.deepcopy(_doc("prod"))
+    bigger["config"]["warmstart:gpuPools"][0]["maxGpus"] = 1000
+    d = _write(tmp_path / "ok", {"prod": bigger, "prod-x": _model_stack()})
+    _, plan = render.load_plan(d, "prod-x", program_dir=STACKS_DIR.parent)
+    assert plan.model.tensor_parallel_size == 4 and plan.contract.pools[0].max_gpus == 1000
+
+
+def test_autoscaling_needs_keda_on_the_platform(tmp_path):
+    dev = _doc("dev")
+    ms = {"config": {"warmstart:platform": "dev", "warmstart:model": {
+        "name": "second", "source": "org/second", "weightsGiB": 15, "pool": dev["config"]["warmstart:gpuPools"][0]["name"],
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 2}}}}
+    errors = {e.key: str(e) for e in _plan_errors(tmp_path, {"dev": dev, "dev-second": ms}, stack="dev-second")}
+    assert "KEDA" in errors["warmstart:model.autoscaling"] and "modelStacks: {autoscaling: true}" in errors[
+        "warmstart:model.autoscaling"]
+    # dev's pool has no room for a second model either, and says how much it needs.
+    assert "maxGpus >= 5" in errors["warmstart:model.autoscaling.maxReplicas"]
+
+
+@pytest.mark.parametrize("doc, rule", [
+    ({}, "exports no warmstartPlatform"),
+    ({"contractVersion": platform.CONTRACT_VERSION + 1}, "reads platform contract version 1"),
+    ({"contractVersion": platform.CONTRACT_VERSION, "stack": "prod"}, "is not a version-1 contract"),
+])
+def test_a_contract_of_another_version_or_shape_is_refused(doc, rule):
+    with pytest.raises(ConfigError) as err:
+        platform.parse(doc, "prod", "prod-x")
+    assert rule in str(err.value) and "'prod'" in str(err.value) and "'prod-x'" in str(err.value)
+
+
+def test_the_reference_names_the_platform_in_this_project():
+    assert mocks.run(lambda: None, region="us-east-1", stack="s") == []
+    from components.model_stack import reference_name
+    assert reference_name("acme/other/prod") == "acme/other/prod"
+
+
+def test_a_model_stack_config_is_strict():
+    raw = {"warmstart:platform": "prod", "warmstart:model": json.dumps({"name": "m", "source": "a/b", "weightsGiB": 1,
+                                                                        "pool": "h100", "bogus": 1})}
+    with pytest.raises(ConfigErrors) as err:
+        config.model_stack_from_pulumi_config(raw)
+    assert any("bogus" in e.key for e in err.value.errors)
+
+
+def test_the_golden_renders_are_shared_with_the_platform(tmp_path):
+    """`warmstart render` of a model stack writes its own folder, and leaves the platform's alone."""
+    out = tmp_path / "out"
+    render.write(render_stack("staging-llama-3-1-8b"), out)
+    assert (out / "plan.json").is_file() and json.loads((out / "plan.json").read_text())["platform"] == "staging"
+    shutil.rmtree(out)

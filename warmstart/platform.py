@@ -1,0 +1,260 @@
+"""The platform contract: what an environment stack exports for its model stacks, and a model
+stack's plan against it (pure; no Pulumi).
+
+An environment stack (`stacks/Pulumi.<env>.yaml`) exports one output, `warmstartPlatform`: a
+versioned document of the facts a model's decisions need (cluster mode, namespace, pools with
+their instance types and the GPUs its inline models take, loader and compile-cache settings, the
+model bucket) and the identifiers its resources need (OIDC provider, buckets, metrics endpoint),
+plus the kubeconfig as a secret output of its own. A model stack
+(`stacks/Pulumi.<env>-<model>.yaml`, `warmstart:platform: <env>`) reads it through a
+`pulumi.StackReference` and plans its one model exactly as the environment plans an inline one
+(`plan_model`), so a model stack is validated offline like an inline model. Every error names
+both stacks. https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
+from .decisions import gpu_pools, instances
+from .decisions import node_cache as staging
+from .errors import ConfigError, Problems
+from .plan import StackPlan, _pool_instance_type
+from .plan_cluster import pool_model
+from .plan_model import ModelPlan, compile_cache_host_path, plan_model
+
+CONTRACT_VERSION = 1
+"""Bump on any change a model stack of the previous version would misread."""
+OUTPUT = "warmstartPlatform"
+"""The platform's output that holds the contract."""
+KUBECONFIG_OUTPUT = "kubeconfig"
+"""The platform's secret output a model stack's Kubernetes provider uses."""
+MODEL_KEY = f"{NAMESPACE}:model"
+
+
+def facts(plan: StackPlan) -> dict[str, Any]:
+    """The contract's plan-derived part (the platform program adds its resources' identifiers:
+    `oidcProviderArn`, `oidcIssuer`, `monitoring`)."""
+    cfg = plan.config
+    by_pool: dict[str, list[ModelPlan]] = {}
+    for m in plan.models:
+        by_pool.setdefault(m.pool or "", []).append(m)
+    pools = []
+    for p in plan.cluster.pools:
+        inline = [pool_model(m) for m in by_pool.get(p.name, [])]
+        pools.append({
+            "name": p.name, "instanceTypes": list(p.instance_types), "capacityTypes": list(p.capacity_types),
+            "maxGpus": p.max_gpus,
+            # What the inline models take at their ceiling plus a rollout's surge pod each, and
+            # the warm spares.
+            "inlineGpus": (gpu_pools.gpus_needed(inline, gpu_pools.SURGE_PODS) if inline else 0)
+                          + (p.warm_nodes * p.warm_instance.gpu_count if p.warm_instance else 0),
+            "stagedBytes": sum(m.staged_bytes for m in inline),
+            "compileCacheModels": p.compile_cache_models,
+        })
+    return {
+        "contractVersion": CONTRACT_VERSION,
+        "stack": plan.stack,
+        "region": cfg.region,
+        "clusterMode": cfg.cluster_mode,
+        "clusterName": plan.cluster.name,
+        "kubernetesVersion": cfg.kubernetes_version,
+        "namePrefix": plan.name_prefix,
+        "namespace": cfg.namespace,
+        "vpcCidr": cfg.network.cidr,
+        "modelBucket": plan.aws.buckets.model_bucket,
+        "compileCacheBucket": plan.aws.buckets.compile_cache_bucket,
+        "loader": cfg.loader.model_dump(by_alias=True),
+        "compileCache": cfg.compile_cache.model_dump(by_alias=True),
+        "nvmeCheck": cfg.cluster.nvme_check,
+        "models": sorted(m.name for m in plan.models),
+        "pools": pools,
+        "nodeCache": plan_stages(plan),
+    }
+
+
+def plan_runs_node_cache(plan: StackPlan) -> bool:
+    """Whether the platform runs the node cache's PriorityClasses (warm spares or staging), and
+    node-feature-discovery when it stages (see `plan_stages`)."""
+    return plan_stages(plan) or any(p.warm_nodes for p in plan.cluster.pools)
+
+
+def plan_stages(plan: StackPlan) -> bool:
+    """Whether the platform runs node-feature-discovery, which a staged model's node labels need."""
+    return plan.config.model_stacks.node_cache or any(m.staged for m in plan.models)
+
+
+def plan_runs_autoscaling(plan: StackPlan) -> bool:
+    """Whether the platform runs KEDA and metrics collection."""
+    return plan.config.model_stacks.autoscaling or any(m.autoscaling for m in plan.models)
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    name: str
+    instance_types: tuple[str, ...]
+    capacity_types: tuple[str, ...]
+    max_gpus: int
+    inline_gpus: int
+    staged_bytes: int
+    compile_cache_models: int
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A platform's contract, checked."""
+
+    stack: str
+    region: str
+    cluster_mode: str
+    cluster_name: str
+    kubernetes_version: str
+    name_prefix: str
+    namespace: str
+    vpc_cidr: str
+    model_bucket: str
+    compile_cache_bucket: str | None
+    loader: LoaderTuning
+    compile_cache: CompileCacheConfig
+    nvme_check: str
+    models: tuple[str, ...]
+    pools: tuple[PoolFacts, ...]
+    node_cache: bool
+    oidc_provider_arn: str
+    oidc_issuer: str
+    monitoring: Mapping[str, Any] | None
+    """`{"serverAddress": ..., "region": ...}` when the platform runs KEDA; None otherwise."""
+
+
+def parse(doc: Any, platform: str, model_stack: str) -> Contract:
+    """The contract a platform stack exported, or a ConfigError naming both stacks."""
+    key = f"{NAMESPACE}:platform"
+    if not isinstance(doc, Mapping) or not doc:
+        raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r} exports no {OUTPUT} "
+                          "(it does not exist, is not deployed yet, or predates model stacks)",
+                          f"run `warmstart up --stack {platform}` first (or `warmstart up --env {platform}`)", platform)
+    version = doc.get("contractVersion")
+    if not isinstance(version, (int, float)) or int(version) != CONTRACT_VERSION:
+        raise ConfigError(key, f"model stack {model_stack!r} reads platform contract version {CONTRACT_VERSION}, "
+                          f"but platform stack {platform!r} exports version {version!r}",
+                          f"deploy both with the same warmstart version (up {platform!r} first, then this stack)",
+                          platform)
+    try:
+        return Contract(
+            stack=str(doc["stack"]), region=str(doc["region"]), cluster_mode=str(doc["clusterMode"]),
+            cluster_name=str(doc["clusterName"]), kubernetes_version=str(doc["kubernetesVersion"]),
+            name_prefix=str(doc["namePrefix"]), namespace=str(doc["namespace"]), vpc_cidr=str(doc["vpcCidr"]),
+            model_bucket=str(doc["modelBucket"]),
+            compile_cache_bucket=str(doc["compileCacheBucket"]) if doc.get("compileCacheBucket") else None,
+            loader=LoaderTuning.model_validate(_ints(doc["loader"])),
+            compile_cache=CompileCacheConfig.model_validate(doc["compileCache"]),
+            nvme_check=str(doc["nvmeCheck"]), models=tuple(str(m) for m in doc["models"]),
+            pools=tuple(PoolFacts(str(p["name"]), tuple(p["instanceTypes"]), tuple(p["capacityTypes"]),
+                                  int(p["maxGpus"]), int(p["inlineGpus"]), int(p["stagedBytes"]),
+                                  int(p["compileCacheModels"])) for p in doc["pools"]),
+            node_cache=bool(doc["nodeCache"]), oidc_provider_arn=str(doc["oidcProviderArn"]),
+            oidc_issuer=str(doc["oidcIssuer"]),
+            monitoring=dict(doc["monitoring"]) if doc.get("monitoring") else None)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r}'s {OUTPUT} is not a "
+                          f"version-{CONTRACT_VERSION} contract ({type(err).__name__}: {err})",
+                          f"up {platform!r} again with this warmstart version", platform) from None
+
+
+def _ints(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Stack outputs carry numbers as floats; the loader's fields are integers."""
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in doc.items()}
+
+
+@dataclass(frozen=True)
+class ModelStackPlan:
+    """Every decision of a model stack."""
+
+    stack: str
+    config: ModelStackConfig
+    contract: Contract
+    model: ModelPlan
+
+    @property
+    def models(self) -> tuple[ModelPlan, ...]:
+        return (self.model,)
+
+    @property
+    def cluster_mode(self) -> str:
+        return self.contract.cluster_mode
+
+    @property
+    def kubernetes_version(self) -> str:
+        return self.contract.kubernetes_version
+
+    def summary(self) -> dict:
+        return {"stack": self.stack, "platform": self.config.platform, "clusterMode": self.contract.cluster_mode,
+                "region": self.contract.region, "models": [self.model.summary()]}
+
+
+def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> ModelStackPlan:
+    """A model stack's one model on its platform, with the rules an inline model has, plus the
+    ones only a model stack can break (a duplicate, a missing pool, a pool its platform cannot
+    grow, a feature the platform does not run). ConfigErrors name both stacks."""
+    key = MODEL_KEY
+    platform = cfg.platform
+    m = cfg.model
+    problems = Problems()
+    if m.name in contract.models:
+        problems.add(f"{key}.name", f"model {m.name!r} of model stack {stack!r} is also inline in platform stack "
+                     f"{platform!r} (warmstart:models): two Deployments would own one name",
+                     f"remove it from stacks/Pulumi.{platform}.yaml's models or delete this model stack", m.name)
+    pools = {p.name: p for p in contract.pools}
+    facts_ = pools.get(m.pool)
+    if facts_ is None:
+        problems.add(f"{key}.pool", f"model stack {stack!r}: platform stack {platform!r} has no GPU pool {m.pool!r}",
+                     f"use one of {platform!r}'s pools ({', '.join(sorted(pools)) or 'none'}), or add the pool to "
+                     f"stacks/Pulumi.{platform}.yaml", m.pool)
+    problems.raise_if_any()
+    assert facts_ is not None
+    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types),
+                   capacity_types=list(facts_.capacity_types), max_gpus=facts_.max_gpus)
+    if m.relative:
+        m = m.in_bucket(contract.model_bucket)
+    plan = plan_model(
+        m, key=key, instance_type=_pool_instance_type(key, m, pool), pool=pool.name, loader=m.loader or contract.loader,
+        compile_cache=(not m.eager and contract.compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
+        compile_cache_host_path=compile_cache_host_path(contract.cluster_mode, contract.compile_cache.host_path),  # type: ignore[arg-type]
+        cluster_mode=contract.cluster_mode, node_cache=m.node_cache)  # type: ignore[arg-type]
+    # The pool's GPU limit is the platform's: what its inline models leave must hold this model
+    # at its ceiling plus a surge pod (other model stacks on the pool are not known here).
+    need = gpu_pools.gpus_needed([pool_model(plan)], gpu_pools.SURGE_PODS)
+    room = facts_.max_gpus - facts_.inline_gpus
+    if need > room:
+        what = "maxReplicas" if plan.autoscaling else "replicas"
+        problems.add(f"{key}.{'autoscaling.maxReplicas' if plan.autoscaling else 'replicas'}",
+                     f"model stack {stack!r}: {m.name}'s {what}={plan.max_replicas} plus a surge pod need {need} GPUs "
+                     f"on pool {pool.name!r}, but platform stack {platform!r} allows maxGpus={facts_.max_gpus} and its "
+                     f"inline models take {facts_.inline_gpus}, leaving {room}",
+                     f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
+                     f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
+    if plan.autoscaling is not None and contract.monitoring is None:
+        problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
+                     f"{platform!r} runs no KEDA or metrics collection",
+                     f"set warmstart:modelStacks: {{autoscaling: true}} in stacks/Pulumi.{platform}.yaml, or remove "
+                     "autoscaling", True)
+    if plan.staged:
+        if not contract.node_cache:
+            problems.add(f"{key}.nodeCache", f"model stack {stack!r} stages {m.name}'s weights on the nodes, but "
+                         f"platform stack {platform!r} runs no node-feature-discovery (the node labels)",
+                         f"set warmstart:modelStacks: {{nodeCache: true}} in stacks/Pulumi.{platform}.yaml, or "
+                         "nodeCache: off", plan.load.mode if plan.load else None)
+        insts = [instances.lookup(t) for t in facts_.instance_types]
+        staged = [staging.StagedModel(m.name, plan.weights_bytes, plan.compile_cache)]
+        if facts_.staged_bytes:
+            staged.append(staging.StagedModel(f"{platform}'s inline models", facts_.staged_bytes, False))
+        try:
+            staging.check_capacity(pool.name, insts, staged, facts_.compile_cache_models + int(plan.compile_cache))
+        except staging.NodeCacheError as err:
+            problems.add(f"{key}.nodeCache", f"model stack {stack!r} on platform {platform!r}: {err.rule}", err.fix,
+                         plan.load.mode if plan.load else None)
+    problems.raise_if_any()
+    return ModelStackPlan(stack=stack, config=cfg, contract=contract, model=plan)
