@@ -10,26 +10,34 @@ through warmstart's pure planners, and registers only resources:
 - `ModelRole`: one model's least-privilege IRSA role;
 - `ModelImportRole`: the separate role of a model's weights-import Job (writes its prefix only);
 - `VllmModel`: one model served by vLLM, tuned for a fast cold start;
-- `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys).
+- `ModelRouter`: an SMG router in front of a model's replicas (prefix-aware, with a load bound);
+- `Monitoring`: metrics for autoscaling (managed Prometheus and its collector) and KEDA;
+- `ModelAutoscaling`: one model's KEDA ScaledObject on vLLM's own metrics;
+- `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys);
+- `ModelStack`: one model on an existing WarmstartStack, through its exported contract.
 
-The first six are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
+All but the last two are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
 `__main__.py` here), so `pulumi package add` makes them usable from TypeScript, Go, C# or YAML.
 Modules import each other relatively, so the package works under any name it is imported as
 (`components` in this project, `warmstart_components` once installed).
 """
 
+from .autoscaling import ModelAutoscaling, ModelAutoscalingArgs
 from .cluster import Cluster, ClusterArgs, GpuPoolArgs, PoolModelArgs, SystemNodeGroupArgs
 from .identity import ModelImportRole, ModelImportRoleArgs, ModelRole, ModelRoleArgs
+from .model_stack import KUBECONFIG_OUTPUT, PLATFORM_OUTPUT, ModelStack, ModelStackArgs, is_model_stack, model_stack_config
+from .monitoring import Monitoring, MonitoringArgs
 from .network import Network, NetworkArgs
+from .routing import ModelRouter, ModelRouterArgs, RoutingPolicy
 from .serving import HuggingFaceSourceArgs, LoaderArgs, VllmModel, VllmModelArgs, WeightsImportArgs
 from .stack import WarmstartStack, WarmstartStackArgs, stack_config
 from .storage import CompileCacheBucketArgs, ModelBucketArgs, ModelStorage, ModelStorageArgs
 from .enums import ClusterMode, NvmeCheckMode
 
 __all__ = [
-    "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
-    "LoaderArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs",
-    "ModelStorage", "ModelStorageArgs", "Network", "NetworkArgs", "NvmeCheckMode", "PoolModelArgs",
+    "KUBECONFIG_OUTPUT", "PLATFORM_OUTPUT", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
+    "LoaderArgs", "ModelAutoscaling", "ModelStack", "ModelStackArgs", "ModelAutoscalingArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs", "ModelRouter", "ModelRouterArgs",
+    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NvmeCheckMode", "PoolModelArgs", "RoutingPolicy",
     "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
-    "WeightsImportArgs", "stack_config",
+    "WeightsImportArgs", "is_model_stack", "model_stack_config", "stack_config",
 ]

@@ -14,14 +14,17 @@ if __package__ in (None, ""):
     # Run as a script by the language host: the repository root holds the `warmstart` core and
     # this folder, importable as the `components` package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from components import Cluster, ModelImportRole, ModelRole, ModelStorage, Network, VllmModel  # noqa: E402
+    from components import (  # noqa: E402
+        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStorage, Monitoring, Network, VllmModel)
 else:
-    from . import Cluster, ModelImportRole, ModelRole, ModelStorage, Network, VllmModel
+    from . import (
+        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStorage, Monitoring, Network, VllmModel)
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
 PACKAGE = "warmstart"
-HOSTED = [Network, Cluster, ModelStorage, ModelRole, ModelImportRole, VllmModel]
+HOSTED = [Network, Cluster, ModelStorage, ModelRole, ModelImportRole, VllmModel, ModelRouter, Monitoring,
+          ModelAutoscaling]
 
 
 def version() -> str:

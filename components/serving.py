@@ -9,18 +9,24 @@ weights import, the Job that copies the weights into `source` first (its own Ser
 the Hugging Face token Secret, the script's ConfigMap).
 """
 
+import math
+from collections.abc import Sequence
 from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
+from warmstart.decisions import placement
 from warmstart.config import LoaderTuning, ModelSpec, spec_from_args
 from warmstart.errors import ConfigError
-from warmstart.manifests import compile_cache, nvme_check
+from warmstart.manifests import compile_cache, first_token, network_policy, nvme_check
+from warmstart.manifests import image_prepull as prepull
+from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
 from warmstart.manifests.serving import (
     HTTP_PORT,
+    PodExtras,
     deployment_spec,
     merge_extras,
     pdb_spec,
@@ -29,6 +35,7 @@ from warmstart.manifests.serving import (
 )
 from warmstart.plan_model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
 
+from .node_cache import ModelNodeCache
 from .pod_scripts import PodScript
 from .enums import ClusterMode, NvmeCheckMode, mode_value
 
@@ -131,6 +138,38 @@ class VllmModelArgs(TypedDict):
     hugging_face_token: NotRequired[pulumi.Input[str]]
     """Hugging Face token (pass a secret) for a gated or private `weightsImport.huggingFace`
     repository; it reaches only the import Job, through a Kubernetes Secret."""
+    network_policies: NotRequired[bool]
+    """Create the model's NetworkPolicies (default true): the vLLM port only from the router or
+    the clients below, egress DNS and HTTPS only; the import Job egress only. They act only
+    where the cluster enforces NetworkPolicies (the Cluster component turns that on)."""
+    router_pod_labels: NotRequired[dict[str, str]]
+    """Labels of the model's router pods, when a router fronts the model (a ModelRouter with
+    `createService: false`): then only they reach the vLLM port, and the model's Service sends
+    to them (default: no router; the Service sends to the vLLM pods)."""
+    client_namespaces: NotRequired[list[str]]
+    """Without a router: other namespaces whose pods may call the model (its own namespace
+    always may)."""
+    metrics_scraper_cidrs: NotRequired[list[str]]
+    """CIDRs a metrics scraper outside the cluster reads `/metrics` from (e.g. the subnets of an
+    Amazon Managed Service for Prometheus collector); default none."""
+    node_cache: NotRequired[str]
+    """`auto`, `on` or `off` (default off): stage the weights on the NVMe of `nodePool`'s nodes (a
+    DaemonSet running the model's image, which also pre-pulls it), prefer the nodes that hold
+    them, and fall back to S3 elsewhere (see docs/node-cache.md). `auto` stages where the plan
+    predicts a load from NVMe much faster than tuned streaming. Needs `nodePool`,
+    `nodeCacheRoleArn` and node-feature-discovery in the cluster (its NodeFeature API labels
+    the nodes)."""
+    prepull_image: NotRequired[bool]
+    """With `nodePool` and weights not staged: an idle pod of the model's image on every node of
+    the pool (a DaemonSet the Deployment waits for), so the image is on each node before a pod
+    needs it (default true)."""
+    node_cache_role_arn: NotRequired[pulumi.Input[str]]
+    """IAM role of the staging pods' ServiceAccount `<model>-weights`: read-only on `source`, its
+    IRSA trust pinned to that one ServiceAccount (e.g. a ModelRole with `serviceAccount:
+    <model>-weights`)."""
+    autoscaled: NotRequired[bool]
+    """An autoscaler (KEDA, the ModelAutoscaling component) owns the replica count: `replicas`
+    is the count of the first create only, and `up` and the drift check never reset it."""
 
 
 def plan(args: VllmModelArgs) -> ModelPlan:
@@ -151,7 +190,8 @@ def plan(args: VllmModelArgs) -> ModelPlan:
         loader=spec_from_args(LoaderTuning, args.get("loader") or {}, "VllmModelArgs.loader."),
         compile_cache=args.get("compile_cache", not spec.eager),
         compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
-        cluster_mode=mode, import_key="VllmModelArgs.weightsImport")  # type: ignore[arg-type]
+        cluster_mode=mode, import_key="VllmModelArgs.weightsImport",  # type: ignore[arg-type]
+        node_cache=args.get("node_cache", "off"))  # type: ignore[arg-type]
 
 
 class VllmModel(pulumi.ComponentResource):
@@ -164,7 +204,11 @@ class VllmModel(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
 
-    def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+    def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
+                 router: Sequence[pulumi.Resource] = ()) -> None:
+        """`router` (Python programs): the model's router resources (ModelRouter), with
+        `routerPodLabels` given; the Service and the NetworkPolicy switch to the routers only once
+        those are up, so turning routing on never leaves the endpoint without a backend."""
         super().__init__("warmstart:index:VllmModel", name, None, opts)
         # Every decision is made here, from the Args alone, by the pure planner.
         self.plan: ModelPlan = plan(args)
@@ -178,6 +222,10 @@ class VllmModel(pulumi.ComponentResource):
         bucket = args.get("compile_cache_bucket") if m.compile_cache else None
         scripts: list[pulumi.Resource] = []
         nvme_map, cache_map = nvme_check.CONFIGMAP_NAME, compile_cache.CONFIGMAP_NAME
+        probe_map = first_token.CONFIGMAP_NAME
+        if args.get("ship_pod_scripts", True):
+            probe_map = f"{m.name}-first-token"
+            scripts.append(PodScript(f"{name}-first-token", ns, probe_map, first_token.SCRIPT_KEY, opts=child))
         if args.get("ship_pod_scripts", True) and m.compile_cache:
             nvme_map, cache_map = f"{m.name}-nvme-check", f"{m.name}-compile-cache"
             scripts.append(PodScript(f"{name}-nvme-check", ns, nvme_map, nvme_check.SCRIPT_KEY, opts=child))
@@ -185,9 +233,22 @@ class VllmModel(pulumi.ComponentResource):
                 scripts.append(PodScript(f"{name}-compile-cache", ns, cache_map, compile_cache.SCRIPT_KEY,
                                          opts=child))
         # The NVMe check runs first: no restore onto a cache path that is not NVMe.
+        # The first-token sidecar times the pod's first answer and keeps its cold-start record
+        # in the compile-cache bucket (`warmstart coldstart --history`), past the Events' expiry.
+        # A staged model's picker comes next: it writes the choice the compile-cache restore keys on.
+        picker = staging_objects.serving_extras(
+            model=m.name, source=m.source, digest=m.weights_digest, image=m.image,
+            nvme_mount=placement.NVME_MOUNT[mode_value(args.get("cluster_mode", ClusterMode.AUTO))],
+            # A pod streaming from S3 holds the node's copier off this long at most.
+            pause_seconds=math.ceil(2 * m.load.s3_seconds) + 60,
+            script_config_map=(f"{m.name}-weights-select" if args.get("ship_pod_scripts", True)
+                               else staging_objects.SELECT_CONFIGMAP)) if m.staged and m.load else PodExtras()
         extras = merge_extras(
             nvme_check.nvme_check_extras(m, mode_value(args.get("nvme_check", NvmeCheckMode.WARN)), nvme_map),
-            compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map))
+            picker,
+            compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map, weights_choice=m.staged),
+            first_token.first_token_extras(m, bucket, args["region"], probe_map,
+                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None))
 
         sa = service_account_spec(m, ns, args.get("role_arn"))
         service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
@@ -197,21 +258,94 @@ class VllmModel(pulumi.ComponentResource):
         before_pods: list[pulumi.Resource] = [*scripts, service_account]
         if m.weights_import is not None:
             before_pods.append(self._weights_import(name, args, ns, child))
+        if m.staged:
+            # Weights in S3 (the import, if any) -> staged on every node of the pool, with the
+            # model's image pulled there (Pulumi awaits the DaemonSet's rollout) -> pods roll.
+            before_pods.extend(self._node_cache(name, args, ns, child, list(before_pods)))
+        elif m.pool is not None and args.get("prepull_image", True):
+            # Not staged: the image alone goes onto every node of the pool before the pods roll.
+            before_pods.append(self._image_prepull(name, ns, child))
         dep = deployment_spec(m, ns, args["region"], extras)
+        if m.staged:
+            pod = dep["spec"]["template"]["spec"]
+            # Preferred, never required: with no node holding the copy the pod streams from S3.
+            pod["affinity"] = staging_objects.serving_affinity(m.name, m.weights_digest)
+            (vllm,) = [c for c in pod["containers"] if c["name"] == "vllm"]
+            vllm["command"], vllm["args"] = staging_objects.serving_command(vllm["args"])
         timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
         k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
                 depends_on=before_pods,
+                # KEDA scales the Deployment through its scale subresource; a re-applied count would
+                # undo it on every `up` (https://keda.sh/docs/2.20/concepts/scaling-deployments/).
+                ignore_changes=["spec.replicas"] if args.get("autoscaled") else None,
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout}s", update=f"{timeout}s"))))
+        routed = args.get("router_pod_labels")
+        after_router = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(router)))
         svc = service_spec(m, ns)
-        service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"], opts=child)
+        if routed:
+            # The model's one endpoint: the same Service object, now in front of the routers.
+            svc["spec"]["selector"] = dict(routed)
+        service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"],
+                                      opts=after_router if routed else child)
         pdb = pdb_spec(m, ns)
         k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
+        if args.get("network_policies", True):
+            self._network_policies(name, args, ns, after_router if routed else child)
         self.service_name = service.metadata.apply(lambda md: md["name"] if isinstance(md, dict) else md.name)
         self.endpoint = pulumi.Output.all(self.service_name, ns).apply(
             lambda v: f"http://{v[0]}.{v[1]}.svc:{HTTP_PORT}/v1")
         self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
+
+    def _node_cache(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions,
+                    after: list[pulumi.Resource]) -> list[pulumi.Resource]:
+        """The staging DaemonSet of the model's pool (and its ServiceAccount, RBAC, scripts)."""
+        m = self.plan
+        if m.pool is None:
+            raise ConfigError("VllmModelArgs.nodePool", "the node cache stages the weights on one NodePool's "
+                              "nodes, and no nodePool is given", "set nodePool, or nodeCache: off")
+        if args.get("node_cache_role_arn") is None:
+            raise ConfigError("VllmModelArgs.nodeCacheRoleArn", "the staging pods read the weights with their own "
+                              "IAM role (one IRSA trust per ServiceAccount)", "pass a ModelRole's roleArn with "
+                              f"serviceAccount: {m.name}-weights")
+        ship = args.get("ship_pod_scripts", True)
+        cache = ModelNodeCache(f"{name}-node-cache", {
+            "model_name": m.name, "source": m.source, "digest": m.weights_digest, "image": m.image,
+            "pools": [m.pool], "weights_gib": m.weights_bytes / 2**30, "region": args["region"], "namespace": ns,
+            "cluster_mode": args.get("cluster_mode", ClusterMode.AUTO), "role_arn": args["node_cache_role_arn"],
+            # In the warmstart stack the namespace's scripts and the PriorityClasses are the stack's.
+            "ship_pod_scripts": ship, "create_priority_classes": ship},
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=after)))
+        return list(cache.daemon_sets)
+
+    def _image_prepull(self, name: str, ns: str, child: pulumi.ResourceOptions) -> k8s.apps.v1.DaemonSet:
+        m = self.plan
+        fence = prepull.network_policy_spec(m, ns)
+        k8s.networking.v1.NetworkPolicy(f"{name}-image-netpol", metadata=fence["metadata"], spec=fence["spec"],
+                                        opts=child)
+        ds = prepull.daemonset_spec(m, ns)
+        wait = ds["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
+        return k8s.apps.v1.DaemonSet(f"{name}-image-prepull", metadata=ds["metadata"], spec=ds["spec"],
+                                     opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
+                                         custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s"))))
+
+    def _network_policies(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions) -> None:
+        """The serving pods' NetworkPolicy, and the import Job's when there is one."""
+        m = self.plan
+        try:
+            policies = [network_policy.serving_network_policy(
+                m.name, ns, router=args.get("router_pod_labels"), client_namespaces=args.get("client_namespaces") or (),
+                metrics_cidrs=args.get("metrics_scraper_cidrs") or ())]
+        except ValueError as exc:
+            key = "metricsScraperCidrs" if "CIDR" in str(exc) else "routerPodLabels"
+            raise ConfigError(f"VllmModelArgs.{key}", str(exc), "give CIDR networks such as 10.0.32.0/19 and "
+                              "the router pods' non-empty labels") from None
+        if m.weights_import is not None:
+            policies.append(network_policy.weights_import_network_policy(m.name, ns))
+        for suffix, policy in zip(("netpol", "import-netpol"), policies):
+            k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=policy["metadata"], spec=policy["spec"],
+                                            opts=child)
 
     def _weights_import(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions
                         ) -> k8s.batch.v1.Job:

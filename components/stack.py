@@ -19,15 +19,23 @@ from pulumi.runtime import config as runtime_config
 
 from warmstart import config
 from warmstart.config import StackConfig
-from warmstart.manifests import compile_cache, nvme_check
+from warmstart.manifests import compile_cache, first_token, nvme_check
+from warmstart import versions
+from warmstart.decisions import weights_import as imports
+from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
+from warmstart import platform as platform_contract
 from warmstart.plan import StackPlan, plan_stack
 
+from .autoscaling import ModelAutoscaling
 from .cluster import Cluster, ClusterArgs
 from .identity import ModelImportRole, ModelRole
+from .monitoring import Monitoring
 from .network import Network
 from .pod_scripts import PodScript
-from .serving import VllmModel, VllmModelArgs
+from .model_layer import ModelPlatform, deploy_model
+from .routing import ModelRouter
+from .serving import VllmModel
 from .storage import ModelStorage
 
 # Type tokens and names the components had before they became `warmstart:index:*` components
@@ -42,6 +50,8 @@ LEGACY_TYPES = {
     "cluster": "warmstart:cluster:Cluster",
     "model": "warmstart:serving:VllmModel",
 }
+# Namespace of node-feature-discovery, which the node cache's node labels go through.
+NFD_NAMESPACE = "node-feature-discovery"
 # The NVMe start-up check's script component was called "nvme-guard".
 LEGACY_NVME_SCRIPT_NAME = "nvme-guard"
 
@@ -55,6 +65,12 @@ def stack_config() -> StackConfig:
 def stack_tags(plan: StackPlan) -> dict[str, str]:
     """Tags on every taggable AWS resource; the stack's own tags win over warmstart's."""
     return {"warmstart:stack": plan.stack, "warmstart:prefix": plan.name_prefix} | dict(plan.config.tags)
+
+
+def plan_has_managed_scraper(plan: StackPlan) -> bool:
+    """Whether the stack creates the AMP managed collector (a model, or a model stack, may
+    autoscale and the stack names no Prometheus of its own)."""
+    return platform_contract.plan_runs_autoscaling(plan) and not plan.config.monitoring.prometheus_url
 
 
 def _args(**values: Any) -> dict[str, Any]:
@@ -92,8 +108,16 @@ class WarmstartStack(pulumi.ComponentResource):
     """The IRSA role of each model, by model name."""
     import_roles: dict[str, ModelImportRole]
     """The weights-import role of each model with `import`, by model name."""
+    staging_roles: dict[str, ModelRole]
+    """The node-cache staging pods' read-only role of each staged model, by model name."""
     models: dict[str, VllmModel]
     """The serving component of each model, by model name."""
+    routers: dict[str, ModelRouter]
+    """The router of each routed model, by model name."""
+    monitoring: Monitoring | None
+    """Metrics collection and KEDA, when a model autoscales."""
+    autoscalers: dict[str, ModelAutoscaling]
+    """The KEDA autoscaling of each model with `autoscaling`, by model name."""
 
     def __init__(self, name: str, args: WarmstartStackArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:Stack", name, None, opts)
@@ -120,9 +144,12 @@ class WarmstartStack(pulumi.ComponentResource):
         c = cfg.cluster
         pools = [_args(name=p.name, instance_types=p.instance_types, capacity_types=p.capacity_types,
                        max_gpus=p.max_gpus, ephemeral_storage_gib=p.ephemeral_storage_gib,
+                       warm_nodes=p.warm_nodes or None, hourly_price_usd=p.hourly_price_usd,
                        models=[_args(name=m.name, instance_type=m.instance.instance_type,
-                                     tensor_parallel_size=m.tensor_parallel_size, replicas=m.replicas,
-                                     compile_cache=m.compile_cache)
+                                     # A pool holds an autoscaled model at its maxReplicas.
+                                     tensor_parallel_size=m.tensor_parallel_size, replicas=m.max_replicas,
+                                     compile_cache=m.compile_cache,
+                                     staged_bytes=m.weights_bytes if m.staged else None)
                                for m in plan.models if m.pool == p.name])
                  for p in cfg.gpu_pools]
         cluster_args: ClusterArgs = _args(  # type: ignore[assignment]
@@ -136,33 +163,13 @@ class WarmstartStack(pulumi.ComponentResource):
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
         # 3. storage and identity: the buckets, then one IRSA role per model.
         mb, cb = cfg.model_bucket, cfg.compile_cache_bucket
-        cached = any(m.compile_cache for m in plan.models)
+        cached = plan.aws.buckets.compile_cache_bucket is not None
         self.storage = ModelStorage(f"{name}-storage", _args(
             name_prefix=plan.name_prefix, region=cfg.region, stack=args.stack, account_id=cfg.account_id,
             model_bucket=mb.model_dump(exclude_unset=True),
             compile_cache=cached, compile_cache_bucket=_args(name=cb.name, expire_after_days=cb.expire_after_days),
             s3_endpoint_id=self.network.s3_endpoint_id,
         ), opts=_aliased(aws_opts, "storage"))
-        self.roles = {
-            m.name: ModelRole(f"{name}-identity-{m.name}", _args(
-                model_name=m.name, source=m.source, namespace=cfg.namespace,
-                oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
-                name_prefix=plan.name_prefix, region=cfg.region,
-                compile_cache_bucket=self.storage.compile_cache_bucket if m.compile_cache else None,
-            ), opts=_aliased(aws_opts, "identity"))
-            for m in sorted(plan.models, key=lambda m: m.name)
-        }
-        # A model with `import` also gets the role of its import Job: write its own prefix only.
-        self.import_roles = {
-            m.name: ModelImportRole(f"{name}-import-{m.name}", _args(
-                model_name=m.name, source=m.source, namespace=cfg.namespace,
-                oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
-                name_prefix=plan.name_prefix, region=cfg.region,
-                import_s3=m.weights_import.source if m.weights_import.kind == "s3" else None,
-            ), opts=aws_opts)
-            for m in sorted(plan.models, key=lambda m: m.name) if m.weights_import is not None
-        }
-
         # 4. serving: the namespace, the pod-side scripts it shares, one VllmModel per model.
         # Every Kubernetes object goes through the cluster's provider, never an ambient kubeconfig.
         k8s_opts = pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider)
@@ -180,35 +187,117 @@ class WarmstartStack(pulumi.ComponentResource):
                           aliases=[pulumi.Alias(name=f"{name}-{LEGACY_NVME_SCRIPT_NAME}")]))),
             PodScript(f"{name}-compile-cache", cfg.namespace, compile_cache.CONFIGMAP_NAME,
                       compile_cache.SCRIPT_KEY, opts=script_opts),
+            PodScript(f"{name}-first-token", cfg.namespace, first_token.CONFIGMAP_NAME, first_token.SCRIPT_KEY,
+                      opts=script_opts),
         ]
-        if self.import_roles:
-            scripts.append(PodScript(f"{name}-weights-import", cfg.namespace, import_job.CONFIGMAP_NAME,
-                                     import_job.SCRIPT_KEY, opts=script_opts))
+        # Every script a model may need, so a model stack on this platform finds them too.
+        scripts += [
+            PodScript(f"{name}-weights-import", cfg.namespace, import_job.CONFIGMAP_NAME, import_job.SCRIPT_KEY,
+                      opts=script_opts),
+            PodScript(f"{name}-weights-stage", cfg.namespace, staging_objects.STAGE_CONFIGMAP,
+                      staging_objects.STAGE_SCRIPT, opts=script_opts),
+            PodScript(f"{name}-weights-select", cfg.namespace, staging_objects.SELECT_CONFIGMAP,
+                      staging_objects.SELECT_SCRIPT, opts=script_opts),
+        ]
+        scripts += self._node_cache_platform(name, plan, k8s_opts, namespace)
         # The token is read as a secret, so it stays encrypted in the state and never reaches
         # plan.json; only the import Jobs of Hugging Face imports get it, through a Secret.
         hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
                     if any(m.weights_import and m.weights_import.kind == "huggingFace" for m in plan.models) else None)
-        self.models = {}
+        self._autoscaling(name, plan, namespace)
+        self.platform = ModelPlatform(
+            name=name, namespace=cfg.namespace, region=cfg.region, cluster_mode=cfg.cluster_mode,
+            name_prefix=plan.name_prefix, nvme_check=c.nvme_check, vpc_cidr=cfg.network.cidr,
+            oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
+            compile_cache_bucket=self.storage.compile_cache_bucket, aws_provider=self.aws_provider,
+            kubernetes_provider=self.cluster.kubernetes_provider, managed_scraper=plan_has_managed_scraper(plan),
+            monitoring_server=self.monitoring.server_address if self.monitoring else None,
+            monitoring_region=cfg.region if self.monitoring and not cfg.monitoring.prometheus_url else None,
+            k8s_after=[namespace, *scripts, *self.cluster.ready], import_after=[self.storage],
+            autoscaling_after=[self.monitoring] if self.monitoring else [],
+            hugging_face_token=hf_token, aliases=_aliased)
+        self.roles, self.import_roles, self.staging_roles = {}, {}, {}
+        self.models, self.routers, self.autoscalers = {}, {}, {}
         for spec, m in zip(cfg.models, plan.models):
-            imp = m.weights_import
-            model_args: VllmModelArgs = _args(  # type: ignore[assignment]
-                model_name=m.name, source=m.source, weights_gib=spec.weights_gib, instance_type=m.instance.instance_type,
-                region=cfg.region, namespace=cfg.namespace,
-                tensor_parallel_size=None if spec.tensor_parallel_size == "auto" else spec.tensor_parallel_size,
-                replicas=m.replicas, image=m.image, max_model_len=m.max_model_len,
-                gpu_memory_utilization=m.gpu_memory_utilization, eager=m.eager, extra_args=list(m.extra_args),
-                loader=m.loader.model_dump(), cluster_mode=cfg.cluster_mode, node_pool=m.pool,
-                compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
-                compile_cache_bucket=self.storage.compile_cache_bucket if m.compile_cache else None,
-                nvme_check=c.nvme_check, role_arn=self.roles[m.name].role_arn, ship_pod_scripts=False,
-                weights_import=spec.weights_import.model_dump(exclude_none=True) if spec.weights_import else None,
-                import_role_arn=self.import_roles[m.name].role_arn if imp else None,
-                hugging_face_token=hf_token if imp and imp.kind == "huggingFace" else None)
-            # An import writes into the model bucket, which this same `up` may be creating.
-            after = [namespace, *scripts, *self.cluster.ready, *([self.storage] if imp else [])]
-            self.models[m.name] = VllmModel(
-                f"{name}-{m.name}", model_args,
-                opts=_aliased(pulumi.ResourceOptions(parent=self, provider=self.cluster.kubernetes_provider,
-                                                     depends_on=after), "model"),
-            )
+            r = deploy_model(self, self.platform, spec, m)
+            self.roles[m.name], self.models[m.name] = r.role, r.model
+            for table, value in ((self.import_roles, r.import_role), (self.staging_roles, r.staging_role),
+                                 (self.routers, r.router), (self.autoscalers, r.autoscaler)):
+                if value is not None:
+                    table[m.name] = value
+        # What this environment's model stacks read through their StackReference.
+        self.platform_contract = platform_contract.facts(plan) | {
+            "oidcProviderArn": self.cluster.oidc_provider_arn, "oidcIssuer": self.cluster.oidc_issuer,
+            "monitoring": {"serverAddress": self.monitoring.server_address,
+                           "region": self.platform.monitoring_region,
+                           "managedScraper": plan_has_managed_scraper(plan)} if self.monitoring else None}
         self.register_outputs({})
+
+    def _autoscaling(self, name: str, plan: StackPlan, namespace: k8s.core.v1.Namespace) -> None:
+        """5. autoscaling: metrics (a managed Prometheus workspace and its collector, or the
+        stack's own endpoint) and KEDA, when a model autoscales or model stacks may
+        (`modelStacks.autoscaling`); each model's ScaledObject is its own (model_layer.py)."""
+        cfg = plan.config
+        self.monitoring = None
+        if not platform_contract.plan_runs_autoscaling(plan):
+            return
+        aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider, self.cluster.kubernetes_provider],
+                                          depends_on=[namespace, *self.cluster.ready])
+        # The collector scrapes the cluster by its ARN: `arn:<partition>:eks:<region>:<account>:cluster/<name>`
+        # (https://docs.aws.amazon.com/eks/latest/userguide/security_iam_service-with-iam.html).
+        caller = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        cluster_arn = caller.account_id.apply(
+            lambda account: f"arn:{plan.cluster.partition}:eks:{cfg.region}:{account}:cluster/{plan.cluster.name}")
+        url = cfg.monitoring.prometheus_url
+        self.monitoring = Monitoring(f"{name}-monitoring", _args(
+            cluster_name=plan.cluster.name, cluster_mode=cfg.cluster_mode, region=cfg.region,
+            name_prefix=plan.name_prefix, oidc_provider_arn=self.cluster.oidc_provider_arn,
+            oidc_issuer=self.cluster.oidc_issuer, namespaces=[cfg.namespace],
+            # A model stack's model may be routed too: scrape routers' metrics whenever any could exist.
+            router=any(m.routed for m in plan.models) or plan.config.model_stacks.autoscaling,
+            cluster_arn=None if url else cluster_arn,
+            subnet_ids=None if url else self.network.private_subnet_ids,
+            security_group_ids=None if url else [self.cluster.security_group_id],
+            prometheus_url=url, tags=stack_tags(plan)), opts=aws_opts)
+
+    def _node_cache_platform(self, name: str, plan: StackPlan, k8s_opts: pulumi.ResourceOptions,
+                             namespace: k8s.core.v1.Namespace) -> list[pulumi.Resource]:
+        """The node cache's cluster-wide parts, when a model is staged or a pool keeps warm
+        spares: node-feature-discovery (its master turns the staging pods' NodeFeature objects
+        into node labels), the two low PriorityClasses, and each pool's placeholder pods."""
+        cfg = plan.config
+        pools = [p for p in plan.cluster.pools if p.warm_nodes]
+        if not platform_contract.plan_runs_node_cache(plan):
+            return []
+        out: list[pulumi.Resource] = []
+        for pc in staging_objects.priority_class_specs():
+            out.append(k8s.scheduling.v1.PriorityClass(
+                f"{name}-{pc['metadata']['name']}", metadata=pc["metadata"], value=pc["value"],
+                global_default=pc["globalDefault"], preemption_policy=pc["preemptionPolicy"],
+                description=pc["description"], opts=k8s_opts))
+        if cfg.model_stacks.node_cache or any(m.staged for m in plan.models):
+            # Only the master and its garbage collector, on non-GPU nodes
+            # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
+            values = staging_objects.nfd_values()
+            where = imports.node_selector(cfg.cluster_mode)
+            for part in ("master", "gc"):
+                values[part] = values.get(part, {}) | {"nodeSelector": dict(where)}
+            out.append(k8s.helm.v3.Release(
+                f"{name}-node-feature-discovery", name="node-feature-discovery", chart=versions.NFD_CHART,
+                version=versions.NFD_VERSION, namespace=NFD_NAMESPACE, create_namespace=True,
+                values=values, opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
+                    depends_on=list(self.cluster.ready)))))
+        for p in pools:
+            assert p.warm_instance is not None
+            dep = staging_objects.placeholder_spec(pool=p.name, namespace=cfg.namespace, warm_nodes=p.warm_nodes,
+                                                   instance_type=p.warm_instance.instance_type,
+                                                   gpus=p.warm_instance.gpu_count)
+            fence = staging_objects.placeholder_network_policy(p.name, cfg.namespace)
+            fence_res = k8s.networking.v1.NetworkPolicy(f"{name}-{p.name}-warm-spare-netpol",
+                                                        metadata=fence["metadata"], spec=fence["spec"],
+                                                        opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
+                                                            depends_on=[namespace])))
+            k8s.apps.v1.Deployment(f"{name}-{p.name}-warm-spare", metadata=dep["metadata"], spec=dep["spec"],
+                                   opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
+                                       depends_on=[namespace, fence_res, *out])))
+        return out

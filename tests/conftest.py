@@ -15,7 +15,16 @@ from warmstart import render
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_DIR = ROOT / "stacks"
-STACK_NAMES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+ALL_STACK_NAMES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+# Environment (platform) stacks, which most tests exercise; model stacks (a model on a platform,
+# `warmstart:platform` in their file) have tests/test_model_stacks.py.
+_CONFIGS = {s: yaml.safe_load((STACKS_DIR / f"Pulumi.{s}.yaml").read_text()).get("config") or {}
+            for s in ALL_STACK_NAMES}
+MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONFIGS[s]]
+# Environment stacks without inline models: platforms for model stacks only.
+PLATFORM_STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and not _CONFIGS[s].get("warmstart:models")]
+# Environment stacks with inline models: what most tests exercise, model by model.
+STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and s not in PLATFORM_STACK_NAMES]
 
 _cache: dict[str, render.Rendered] = {}
 

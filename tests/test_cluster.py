@@ -96,8 +96,10 @@ def _requirement(pool: dict, key: str) -> dict:
 
 
 def _gpu_deployments(r: render.Rendered) -> list[dict]:
+    """The vLLM Deployments (the warm-spare placeholders hold GPUs too, but serve nothing)."""
     return [d for d in r.kind("Deployment")
-            if placement.GPU_RESOURCE in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]]
+            if placement.GPU_RESOURCE in d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+            and d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
 
 
 def _quantity_bytes(q: str) -> int:
@@ -259,7 +261,10 @@ def test_the_cluster_is_pulumi_eks_with_access_entries_oidc_and_logs(any_mode):
     assert logs.inputs["name"] == f"/aws/eks/{c.name}/cluster" and logs.inputs["retentionInDays"] > 0
     if c.mode == "auto":
         assert eks["autoMode"]["enabled"] is True and eks["bootstrapSelfManagedAddons"] is False
-        assert not any_mode.of_type("aws:eks/nodeGroup:NodeGroup") and not any_mode.of_type(RELEASE)
+        # EKS runs Auto Mode's add-ons; the only charts a stack may install there are KEDA's
+        # (autoscaling) and node-feature-discovery's (the node cache's labels).
+        assert not any_mode.of_type("aws:eks/nodeGroup:NodeGroup")
+        assert {r.inputs["chart"] for r in any_mode.of_type(RELEASE)} <= {versions.KEDA_CHART, versions.NFD_CHART}
     else:
         assert "autoMode" not in eks
 

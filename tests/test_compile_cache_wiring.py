@@ -26,7 +26,8 @@ def _env(container):
 
 
 def _role_policy(rendered, model):
-    (pol,) = [r for r in rendered.of_type(ROLE_POLICY) if r.name.endswith(f"-{model}-s3")]
+    # The serving role's (a staged model's staging role has its own, `-staging-<model>-s3`).
+    (pol,) = [r for r in rendered.of_type(ROLE_POLICY) if r.name.endswith(f"-identity-{model}-s3")]
     return pol.inputs["policy"]
 
 

@@ -3,6 +3,7 @@ alone from Args a person writes, and inside a stack each decides exactly what th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import yaml
 
 from tests.conftest import ROOT, STACK_NAMES, STACKS_DIR
 from warmstart import config, mocks, policies, render
+from warmstart.config import RoutingConfig
 from warmstart.errors import ConfigErrors
 
 import components
@@ -28,7 +30,10 @@ WIRED = {
     "ModelStorage": {"s3EndpointId"},
     "ModelRole": {"oidcProviderArn", "oidcIssuer", "compileCacheBucket"},
     "ModelImportRole": {"oidcProviderArn", "oidcIssuer"},
-    "VllmModel": {"compileCacheBucket", "roleArn", "kubeconfig", "importRoleArn", "huggingFaceToken"},
+    "VllmModel": {"compileCacheBucket", "roleArn", "kubeconfig", "importRoleArn", "huggingFaceToken", "nodeCacheRoleArn"},
+    "ModelRouter": {"controlPlaneApiKey", "kubeconfig"},
+    "Monitoring": {"oidcProviderArn", "oidcIssuer", "clusterArn", "subnetIds", "securityGroupIds", "kubeconfig"},
+    "ModelAutoscaling": {"serverAddress", "kubeconfig"},
 }
 
 
@@ -99,7 +104,13 @@ def _stack(stack: str):
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack):
     plan, s = _stack(stack)
-    assert {name: m.plan for name, m in s.models.items()} == {m.name: m for m in plan.models}
+    # Routing and autoscaling are the ModelRouter's and ModelAutoscaling's decisions, not VllmModel's.
+    serving_only = {m.name: dataclasses.replace(m, routing=RoutingConfig(), autoscaling=None) for m in plan.models}
+    assert {name: m.plan for name, m in s.models.items()} == serving_only
+    assert {name: r.plan.policy for name, r in s.routers.items()} == {
+        m.name: m.routing_policy for m in plan.models if m.routed}
+    assert {name: (a.plan.min_replicas, a.plan.max_replicas) for name, a in s.autoscalers.items()} == {
+        m.name: (m.autoscaling.min_replicas, m.autoscaling.max_replicas) for m in plan.models if m.autoscaling}
     assert s.network.plan == plan.aws.network
     assert s.storage.plan == plan.aws.buckets
     assert {name: r.access for name, r in s.roles.items()} == {a.model: a for a in plan.aws.access}
@@ -129,7 +140,7 @@ def test_a_model_alone_decides_its_tuning_and_ships_its_own_scripts():
     objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
     assert all(r.provider and provider.urn in r.provider for r in resources if render.is_kubernetes_object(r))
     maps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
-    assert maps == {"llama-nvme-check", "llama-compile-cache"}
+    assert maps == {"llama-nvme-check", "llama-compile-cache", "llama-first-token"}
     (dep,) = [o for o in objects if o["kind"] == "Deployment"]
     mounted = {v["configMap"]["name"] for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v}
     assert mounted == maps, "the pods must mount the ConfigMaps this model ships"
@@ -143,9 +154,12 @@ def test_a_model_alone_without_a_cache_bucket_keeps_the_node_cache_and_no_restor
     m, resources = _vllm_alone(compile_cache_bucket=None)
     (dep,) = [r.inputs for r in resources if r.typ == "kubernetes:apps/v1:Deployment"]
     inits = [c["name"] for c in dep["spec"]["template"]["spec"]["initContainers"]]
-    assert inits == ["nvme-check"] and m.plan.compile_cache
+    # The node cache stays: the NVMe check, then the init container that hands its directory to
+    # the pods' non-root UID; no restore. The first-token sidecar still times the start (with no
+    # bucket it keeps no record).
+    assert inits == ["nvme-check", "compile-cache-owner", "first-token"] and m.plan.compile_cache
     assert {r.inputs["metadata"]["name"] for r in resources if r.typ == "kubernetes:core/v1:ConfigMap"} == {
-        "llama-nvme-check"}
+        "llama-nvme-check", "llama-first-token"}
 
 
 @pytest.mark.parametrize("overrides, key, rule", [

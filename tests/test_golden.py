@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import STACK_NAMES, render_stack
+from tests.conftest import ALL_STACK_NAMES, render_stack
 from tests.golden import RENDER, STATE
 from warmstart import render
 
@@ -17,7 +17,7 @@ def _files(folder) -> dict[str, str]:
     return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("stack", STACK_NAMES)
+@pytest.mark.parametrize("stack", ALL_STACK_NAMES)
 def test_render_matches_its_golden_files(stack, tmp_path):
     assert (RENDER / stack).is_dir(), f"no golden render for {stack}: run `python -m tests.golden`"
     render.write(render_stack(stack), tmp_path / stack)

@@ -90,6 +90,7 @@ def test_every_policy_has_something_to_check_in_some_stack():
         "vllm-gpu-request-equals-tp": policies.vllm_deployments,
         "vllm-startup-probe": policies.vllm_deployments,
         "eks-version-standard-support": lambda rs: [r for r in rs if r.typ in eks_version.CLUSTER_TYPES],
+        "autoscaling-max-replicas-fit-gpu-pool": lambda rs: policies.scaled_objects(rs),
     }
     assert set(subjects) == {c.name for c in policies.CHECKS}
     for name, subject in subjects.items():
@@ -264,6 +265,12 @@ def _pool_without_node_class(rs):
     return rs
 
 
+def _pool_gpu_limit(rs, gpus: int):
+    for np in policies.gpu_node_pools(rs):
+        np.props["spec"]["limits"]["nvidia.com/gpu"] = gpus
+    return rs
+
+
 def _deployment(rs, pred=lambda d: True) -> Resource:
     deps = [d for d in policies.vllm_deployments(rs) if pred(d)]
     assert deps, "the rendered stack has no such vLLM Deployment"
@@ -402,6 +409,9 @@ CASES: dict[str, tuple[tuple[str, ...], str, Mutation, str]] = {
     "vllm-gpu-requests-ne-limits": (("prod",), "vllm-gpu-request-equals-tp", _gpu_requests_ne_limits,
                                     r"requests \d+ but limits \d+ nvidia.com/gpu"),
     "vllm-no-startup-probe": (("dev", "prod"), "vllm-startup-probe", _no_startup_probe, r"has no startup probe"),
+    # prod's qwen-67b autoscales to 4 replicas of TP 2 on its pool's p5.48xlarge nodes.
+    "autoscaling-pool-too-small": (("prod",), "autoscaling-max-replicas-fit-gpu-pool", lambda rs: _pool_gpu_limit(rs, 8),
+                                   r"allows 8 GPUs but its models"),
     # 1.29 left extended support on 2026-03-23: reported whatever day the suite runs.
     "eks-version-past-support": (("dev", "prod"), "eks-version-standard-support", lambda rs: _eks_version(rs, "1.29"),
                                  r"Kubernetes 1\.29 is past the end of EKS extended support on 2026-03-23"),

@@ -8,10 +8,13 @@ import math
 import kubernetes_validate
 import pytest
 
+from tests.test_autoscaling import validate_keda
 from warmstart.decisions import placement, tuning
 from warmstart.decisions.instances import GIB
 
-CRD_GROUPS = ("karpenter.sh/", "karpenter.k8s.aws/", "eks.amazonaws.com/")
+# Karpenter and Auto Mode objects are validated against their CRDs in tests/test_cluster.py;
+# KEDA's right here.
+CRD_GROUPS = ("karpenter.sh/", "karpenter.k8s.aws/", "eks.amazonaws.com/", "keda.sh/")
 
 
 def _vllm_deployments(rendered):
@@ -61,8 +64,15 @@ def test_loader_is_tuned_from_weights_and_chunk(rendered):
         tp = int(_flag(c["args"], "--tensor-parallel-size"))
         assert extra["distributed"] is (tp > 1)
         assert "--load-format=runai_streamer" in c["args"]
-        assert c["args"][0].startswith("s3://")
-        assert c["command"] == ["vllm", "serve"]
+        m = next(m for m in rendered.stack_plan.models if m.name == dep["metadata"]["name"])
+        if m.staged:
+            # The model path is the node cache's choice (a local directory or the S3 URI, which
+            # is also the fallback when the choice file is missing).
+            assert c["command"][:2] == ["sh", "-c"] and "exec vllm serve" in c["command"][2]
+            assert m.source in c["command"][2]
+        else:
+            assert c["args"][0] == m.source.rstrip("/") and c["args"][0].startswith("s3://")
+            assert c["command"] == ["vllm", "serve"]
         assert int(env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"]) >= 1000
         assert int(env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"]) > 0
         assert env["AWS_REGION"] == rendered.stack_plan.config.region
@@ -145,8 +155,9 @@ def test_every_builtin_object_validates_strictly(rendered):
             kubernetes_validate.validate(obj, version, strict=True)
             validated += 1
         except kubernetes_validate.SchemaNotFoundError:
-            # Custom resources are validated against their CRDs elsewhere.
             assert obj["apiVersion"].startswith(CRD_GROUPS), obj["apiVersion"]
+            if obj["apiVersion"].startswith("keda.sh/"):
+                validate_keda(obj)
     assert validated >= 4 * len(rendered.stack_plan.models)
 
 

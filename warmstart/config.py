@@ -95,7 +95,15 @@ class GpuPool(_Strict):
     selectors, which warmstart does not manage yet, so it is not offered.)"""
     max_gpus: Annotated[int, Field(ge=1)] | None = None
     """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
-    model on the pool to surge one replica."""
+    model on the pool to surge one replica, plus the warm spare nodes."""
+    warm_nodes: Annotated[int, Field(ge=0)] = 0
+    """Spare nodes kept up and staged (the image, and the weights of every staged model on the
+    pool) by low-priority placeholder pods that any serving pod preempts, so a scale-out lands
+    on a warm node; Karpenter or Auto Mode then launches a replacement spare. Each spare costs
+    its instance's price around the clock. The pool's models must share one instance type."""
+    hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    """Your price of one node of the pool per hour (on-demand or negotiated), for the render's
+    cost of `warmNodes`; warmstart ships no price list (prices differ by region and change)."""
     ephemeral_storage_gib: Annotated[Annotated[int, Field(ge=1)] | None, Field(alias="ephemeralStorageGiB")] = None
     """`clusterMode: auto` only: the NodeClass `ephemeralStorage.size`, in GiB. Auto Mode puts
     ephemeral storage on the local NVMe (RAID0) only while this is smaller than the NVMe of
@@ -134,6 +142,46 @@ class WeightsImport(_Strict):
         return self
 
 
+class RoutingConfig(_Strict):
+    """How requests reach the model's replicas: a router (SMG, https://github.com/smg-project/smg)
+    in front of the vLLM pods, behind the model's one Service (see docs/routing.md)."""
+
+    policy: Literal["auto", "prefix_hash", "round_robin", "none"] = "auto"
+    """`prefix_hash`: the same prompt prefix goes to the same replica, which then reuses its
+    prefix cache, unless that replica is over the load bound (consistent hashing with bounded
+    loads). `round_robin`: plain load balancing. `none`: no router; the Service spreads requests
+    over the pods at random. `auto`: `prefix_hash` when the model can have more than one replica
+    (`replicas > 1` or `autoscaling.maxReplicas > 1`), else `none`."""
+    load_factor: Annotated[float, Field(ge=1.0)] = 1.25
+    """Load bound, relative: a replica with more requests in flight than this multiple of the
+    replicas' mean (and more than `maxExcessRequests` over it) is skipped for the least-loaded
+    one."""
+    max_excess_requests: Annotated[int, Field(ge=0)] = 6
+    """Load bound, absolute: requests in flight a replica may carry over the mean, across the
+    whole fleet, before it is skipped (each of the two routers applies its share). Below SMG's
+    10, which left one replica in seven 12-17 % off the mean share in warmstart's benchmark."""
+    internal_load_balancer: bool = False
+    """Also expose the router through an internal Network Load Balancer (reachable from the
+    VPC only), for clients outside the cluster."""
+
+
+class AutoscalingConfig(_Strict):
+    """Replicas scaled by KEDA on vLLM's own metrics, queried from Prometheus (Amazon Managed
+    Service for Prometheus by default)."""
+
+    min_replicas: Annotated[int, Field(ge=0)] = 1
+    """Fewest serving pods. At least 1: with none, vLLM exports no metric to scale up on and
+    the router has no queue to hold requests."""
+    max_replicas: Annotated[int, Field(ge=1)]
+    """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
+    target_waiting_per_replica: Annotated[float, Field(gt=0)] = 5
+    """Requests waiting in vLLM's queue per replica (`vllm:num_requests_waiting`) above which a
+    replica is added."""
+    kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
+    """Also scale up when any replica's KV cache is fuller than this fraction
+    (`vllm:kv_cache_usage_perc`). Default: not used."""
+
+
 class ModelSpec(_Strict):
     """What one model is and how it is served, wherever it runs (the `VllmModel` component's
     spec; a stack's `models[]` entry adds the pool it runs on)."""
@@ -170,6 +218,16 @@ class ModelSpec(_Strict):
     weights_import: Annotated[WeightsImport | None, Field(alias="import")] = None
     """Copy the weights into `source` during `up` (a Job on non-GPU nodes), verified and
     recorded in a manifest; without it `source` must already hold them."""
+    routing: RoutingConfig = RoutingConfig()
+    """The router in front of the replicas (see `RoutingConfig`)."""
+    autoscaling: AutoscalingConfig | None = None
+    """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
+    Default: a fixed `replicas`."""
+    node_cache: Literal["auto", "on", "off"] = "auto"
+    """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
+    model's image there), so pods on those nodes load them locally and pods elsewhere stream
+    from S3 (see docs/node-cache.md). `auto`: where the plan predicts a load from NVMe that
+    saves at least 10 s and a quarter of tuned streaming from S3 on the model's instance type."""
 
     @field_validator("source")
     @classmethod
@@ -351,6 +409,28 @@ class ClusterConfig(_Strict):
     the pod with the reason, so it never silently runs from EBS."""
 
 
+class MonitoringConfig(_Strict):
+    """Where vLLM's metrics go, for `models[].autoscaling`."""
+
+    prometheus_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None
+    """An existing Prometheus-compatible query endpoint that already scrapes the vLLM pods
+    (e.g. `http://prometheus-operated.monitoring.svc:9090`); KEDA queries it without AWS
+    signing. Default: warmstart creates an Amazon Managed Service for Prometheus workspace and
+    its managed collector when a model autoscales."""
+
+
+class ModelStacksConfig(_Strict):
+    """What model stacks on this environment may use (see docs/model-stacks.md): the parts a
+    model stack cannot create itself, because they are one per cluster."""
+
+    autoscaling: bool = False
+    """Run KEDA and the metrics collection even when no inline model autoscales, so a model
+    stack's model can."""
+    node_cache: bool = False
+    """Run node-feature-discovery and the node cache's PriorityClasses even when no inline model
+    is staged, so a model stack's model can be."""
+
+
 class StackConfig(_Strict):
     """Everything one environment (stack) deploys."""
 
@@ -372,8 +452,9 @@ class StackConfig(_Strict):
     """Weight-streaming tuning for every model."""
     compile_cache: CompileCacheConfig = CompileCacheConfig()
     """torch.compile cache settings."""
-    models: Annotated[list[ModelConfig], Field(min_length=1)]
-    """Served models."""
+    models: list[ModelConfig] = []
+    """Served models, inline (each may instead be a model stack of its own, see
+    docs/model-stacks.md)."""
     account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
     and the id is part of the derived bucket names' hash, which makes them unique to the
@@ -388,10 +469,33 @@ class StackConfig(_Strict):
     """Bucket of the torch.compile cache."""
     cluster: ClusterConfig = ClusterConfig()
     """EKS cluster settings: admins, control-plane logs, the system node group, the NVMe check."""
+    monitoring: MonitoringConfig = MonitoringConfig()
+    """Metrics for autoscaling: a managed Prometheus workspace, or an endpoint of your own."""
+    model_stacks: ModelStacksConfig = ModelStacksConfig()
+    """What the environment provides to its model stacks (`stacks/Pulumi.<env>-<model>.yaml`)."""
     hugging_face_token: str | dict[str, str] | None = None
     """Hugging Face token for `models[].import.huggingFace` of gated repositories. Set it as a
     secret (`pulumi config set --secret warmstart:huggingFaceToken hf_...`); it reaches only the
     import Jobs, through a Kubernetes Secret."""
+
+
+STACK_NAME = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$"
+
+
+class ModelStackConfig(_Strict):
+    """A model stack (`stacks/Pulumi.<env>-<model>.yaml`): one model on an environment's
+    platform, read through a `pulumi.StackReference` (docs/model-stacks.md)."""
+
+    platform: Annotated[str, Field(pattern=STACK_NAME)]
+    """The environment (platform) stack the model runs on, e.g. `prod`; in another project or
+    organization, `org/project/stack`."""
+    model: ModelConfig
+    """The model: the same keys as an entry of an environment's `models`."""
+    tags: dict[str, str] = {}
+    """Tags on the model's AWS resources (its IAM roles), besides the platform's."""
+    hugging_face_token: str | dict[str, str] | None = None
+    """Hugging Face token for the model's `import.huggingFace` of a gated repository (set it as a
+    secret, as in an environment stack)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -479,6 +583,32 @@ def from_pulumi_config(config: dict[str, str]) -> StackConfig:
             decoded = raw
         values[key] = decoded if isinstance(decoded, (dict, list)) else raw
     return parse_config(values)
+
+
+PLATFORM_KEY = f"{NAMESPACE}:platform"
+
+
+def is_model_stack(config: Mapping[str, str]) -> bool:
+    """Whether a Pulumi config map is a model stack's (it names its platform)."""
+    return PLATFORM_KEY in config
+
+
+def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
+    """A model stack's config from Pulumi's flat config map (as `from_pulumi_config`)."""
+    values: dict[str, Any] = {}
+    for full_key, raw in config.items():
+        ns, _, key = full_key.partition(":")
+        if ns != NAMESPACE:
+            continue
+        try:
+            decoded = json.loads(raw)
+        except (TypeError, json.JSONDecodeError):
+            decoded = raw
+        values[key] = decoded if isinstance(decoded, (dict, list)) else raw
+    try:
+        return ModelStackConfig.model_validate(values)
+    except ValidationError as err:
+        raise _from_validation_error(err) from None
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:

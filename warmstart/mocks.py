@@ -91,6 +91,15 @@ SYNTHESIZERS: dict[str, Synthesizer] = {
     "aws:cloudwatch/eventRule:EventRule": lambda n, i, r: {"arn": _arn("events", r, f"rule/{_physical(n, i)}"),
                                                            "name": _physical(n, i)},
     "aws:cloudwatch/logGroup:LogGroup": lambda n, i, r: {"arn": _arn("logs", r, f"log-group:{_physical(n, i)}")},
+    # AMP's ids and endpoint in their documented forms
+    # (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html).
+    "aws:amp/workspace:Workspace": lambda n, i, r: {
+        "arn": _arn("aps", r, f"workspace/ws-{_digest(n).lower()}"),
+        "prometheusEndpoint": f"https://aps-workspaces.{r}.amazonaws.com/workspaces/ws-{_digest(n).lower()}/"},
+    "aws:amp/scraper:Scraper": lambda n, i, r: {
+        "arn": _arn("aps", r, f"scraper/s-{_digest(n).lower()}"),
+        "roleArn": _arn("iam", r, "role/aws-service-role/scraper.aps.amazonaws.com/"
+                        f"AWSServiceRoleForAmazonPrometheusScraper_{_digest(n)[:12]}", True)},
     "aws:eks/nodeGroup:NodeGroup": lambda n, i, r: {
         "arn": _arn("eks", r, f"nodegroup/{i.get('clusterName')}/{_physical(n, i, 'nodeGroupName')}/{_digest(n)}")},
 }
@@ -155,10 +164,18 @@ class FakeCloud(pulumi.runtime.Mocks):
 
     region: str
     resources: list[Registered] = field(default_factory=list)
+    stack_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Outputs of other stacks, by the name a `pulumi.StackReference` gives (`org/project/stack`
+    or the bare stack name), e.g. a platform stack's render for a model stack's."""
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         inputs = _integral(_unsecret(dict(args.inputs)))
         self.resources.append(Registered(args.typ, args.name, inputs, args.provider or None))
+        if args.typ == STACK_REFERENCE_TYPE:
+            # As the engine reads a stack reference: the other stack's outputs, or none.
+            ref = str(inputs.get("name", args.name))
+            found = self.stack_outputs.get(ref, self.stack_outputs.get(ref.rsplit("/", 1)[-1]))
+            return [ref, {"name": ref, "outputs": dict(found or {}), "secretOutputNames": []}]
         outputs = dict(inputs)
         synth = SYNTHESIZERS.get(args.typ)
         if synth:
@@ -192,6 +209,9 @@ class FakeCloud(pulumi.runtime.Mocks):
                     "zoneIds": [f"{self.region[:2]}{self.region.split('-')[-1]}-az{i + 1}" for i in range(len(letters))],
                     "id": self.region, "state": "available"}
         return {}
+
+
+STACK_REFERENCE_TYPE = "pulumi:pulumi:StackReference"
 
 
 def _urn(stack: str, project: str, parent_qualified_type: str, type_: str, name: str) -> str:
@@ -276,19 +296,39 @@ def policy_records(resources: Iterable[Registered], region: str) -> list[policie
 
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "warmstart",
-        config: dict[str, str] | None = None) -> list[Registered]:
-    """Run `program` under the mocks; every registration, sorted by (type, name)."""
-    cloud = FakeCloud(region=region)
+        config: dict[str, str] | None = None, stack_outputs: dict[str, dict[str, Any]] | None = None,
+        exports: dict[str, Any] | None = None) -> list[Registered]:
+    """Run `program` under the mocks; every registration, sorted by (type, name).
+
+    `stack_outputs`: other stacks' outputs, for the program's `pulumi.StackReference`s.
+    `exports`: a dict that receives the program's `pulumi.export`s, resolved."""
+    cloud = FakeCloud(region=region, stack_outputs=dict(stack_outputs or {}))
     pulumi.runtime.set_mocks(cloud, project=project, stack=stack, preview=False, monitor=EngineMonitor(cloud))
     pulumi.runtime.set_all_config(dict(config or {}))
-    # `pulumi.runtime.test` awaits every registration the program started; the program's
-    # own return value is not an output to wait for.
-    pulumi.runtime.test(lambda: program() and None)()
+    exported: dict[str, Any] = {}
+    real_export = pulumi.export
+
+    def capture(name: str, value: Any) -> None:
+        exported[name] = value
+        real_export(name, value)
+
+    def body() -> Any:
+        pulumi.export = capture  # type: ignore[assignment]
+        try:
+            program()
+        finally:
+            pulumi.export = real_export  # type: ignore[assignment]
+        # The test harness awaits the returned output, so every export is resolved after it.
+        return pulumi.Output.all(**{k: pulumi.Output.from_input(v) for k, v in exported.items()}).apply(
+            lambda values: exports.update(values) if exports is not None else None) if exported else None
+
+    pulumi.runtime.test(body)()
     return sorted(cloud.resources, key=lambda r: (r.typ, r.name))
 
 
 def run_program_file(program_dir: Path, *, region: str, stack: str, config: dict[str, str],
-                     project: str = "warmstart") -> list[Registered]:
+                     project: str = "warmstart", stack_outputs: dict[str, dict[str, Any]] | None = None,
+                     exports: dict[str, Any] | None = None) -> list[Registered]:
     """Run a Pulumi Python program folder (its `__main__.py`) under the mocks.
 
     The folder goes first on `sys.path`, as Pulumi's Python language host puts it there, so
@@ -298,4 +338,5 @@ def run_program_file(program_dir: Path, *, region: str, stack: str, config: dict
     if folder not in sys.path:
         sys.path.insert(0, folder)
     return run(lambda: runpy.run_path(str(Path(folder) / "__main__.py"), run_name="__main__"),
-               region=region, stack=stack, project=project, config=config)
+               region=region, stack=stack, project=project, config=config, stack_outputs=stack_outputs,
+               exports=exports)

@@ -83,7 +83,7 @@ def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig) -> ModelPlan:
         loader=m.loader or cfg.loader,
         compile_cache=(not m.eager and cfg.compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
         compile_cache_host_path=compile_cache_host_path(cfg.cluster_mode, cfg.compile_cache.host_path),
-        cluster_mode=cfg.cluster_mode)
+        cluster_mode=cfg.cluster_mode, node_cache=m.node_cache)
 
 
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:

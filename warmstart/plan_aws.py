@@ -312,7 +312,9 @@ def plan_aws(cfg: StackConfig, stack: str, name_prefix: str, compile_cache_model
         buckets = plan_buckets(
             cfg.model_bucket, cfg.compile_cache_bucket, name_prefix=name_prefix, stack=stack,
             region=cfg.region, account_id=cfg.account_id, has_s3_endpoint=cfg.network.s3_gateway_endpoint,
-            compile_cache=bool(compile_cache_models), model_key=f"{NAMESPACE}:modelBucket",
+            # A platform without inline models keeps the bucket for its model stacks' models.
+            compile_cache=bool(compile_cache_models) or (not cfg.models and cfg.compile_cache.enabled),
+            model_key=f"{NAMESPACE}:modelBucket",
             cache_key=f"{NAMESPACE}:compileCacheBucket", endpoint_fix="set network.s3GatewayEndpoint: true")
     model_bucket = cfg.model_bucket.name if buckets is None else buckets.model_bucket
     for i, m in enumerate(cfg.models):

@@ -7,11 +7,13 @@ for a stack, with the stack's planned models. Both raise ConfigErrors naming eve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .config import NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
+from .decisions import autoscaling as scaling
 from .decisions import gpu_pools, instances, naming, placement
+from .decisions import node_cache as staging
 from .decisions.gpu_pools import PoolModel
 from .decisions.instances import GpuInstance
 from .errors import ConfigError, Problems
@@ -59,6 +61,19 @@ class PoolPlan:
     """N in the requirement `<domain>/instance-gpu-count Gt N` (the smallest TP on the pool, less one)."""
     ephemeral_storage_gib: int | None
     """Auto Mode NodeClass `ephemeralStorage.size` in GiB; None in karpenter mode."""
+    warm_nodes: int = 0
+    """Spare nodes kept staged by placeholder pods (`warmNodes`)."""
+    warm_instance: GpuInstance | None = None
+    """The spares' instance type; None without spares."""
+    hourly_price_usd: float | None = None
+    """The stack's price of one of the pool's nodes per hour, if given."""
+    staged_models: tuple[str, ...] = ()
+    """Models whose weights are staged on the pool's nodes."""
+
+    @property
+    def warm_cost_per_hour(self) -> float | None:
+        """What the spares cost per hour; None when the price is not given."""
+        return staging.warm_nodes_cost_per_hour(self.warm_nodes, self.hourly_price_usd)
 
     @property
     def instance_types(self) -> tuple[str, ...]:
@@ -74,6 +89,10 @@ class PoolPlan:
             "requiredNvmeBytes": self.required_nvme_bytes,
             "ephemeralStorageGiB": self.ephemeral_storage_gib,
             "models": list(self.models),
+            "stagedModels": list(self.staged_models),
+            "warmNodes": self.warm_nodes,
+            "warmInstanceType": self.warm_instance.instance_type if self.warm_instance else None,
+            "warmCostPerHourUsd": self.warm_cost_per_hour,
         }
 
 
@@ -112,9 +131,14 @@ class ClusterPlan:
         }
 
 
-def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str) -> PoolPlan:
-    """One GPU pool's decisions, sized for `models` (the models that run on it), or ConfigErrors
-    keyed `<key>.<field>` (`warmstart:gpuPools[0]`, or `ClusterArgs.gpuPools[0]`)."""
+def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str,
+              autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
+              model_keys: Mapping[str, str] | None = None) -> PoolPlan:
+    """One GPU pool's decisions, sized for `models` (the models that run on it, autoscaled ones
+    at their maxReplicas), or ConfigErrors keyed `<key>.<field>` (`warmstart:gpuPools[0]`, or
+    `ClusterArgs.gpuPools[0]`). `autoscaled`: the autoscaling block of each autoscaled model on
+    the pool, keyed by name; `model_keys`: each model's config key, for their errors."""
+    scaled = {name: spec for name, spec in (autoscaled or {}).items() if any(m.name == name for m in models)}
     errors = Problems()
     insts = []
     for t in sorted(set(pool.instance_types)):
@@ -140,6 +164,13 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
         errors.add(f"{key}.instanceTypes", f"pool {pool.name!r}: {err.rule}", err.fix, list(pool.instance_types))
         errors.raise_if_any()
     min_nvme = gpu_pools.smallest_nvme_bytes(insts)
+    staged = [staging.StagedModel(m.name, m.staged_bytes, m.compile_cache) for m in models if m.staged_bytes]
+    try:
+        staging.check_capacity(pool.name, insts, staged, cached)
+    except staging.NodeCacheError as err:
+        errors.add(f"{key}.instanceTypes", err.rule, err.fix, list(pool.instance_types))
+    spare = _warm_spare_instance(pool, insts, models, key, errors)
+    spare_gpus = pool.warm_nodes * spare.gpu_count if spare else 0
 
     ephemeral = None
     if mode == "auto":
@@ -154,7 +185,14 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
                    "remove ephemeralStorageGiB", pool.ephemeral_storage_gib)
 
     if pool.max_gpus is None:
-        max_gpus = gpu_pools.default_max_gpus(models, insts)
+        # The warm spares' nodes count against the limit like any other.
+        max_gpus = gpu_pools.default_max_gpus(models, insts) + spare_gpus
+    elif scaled:
+        # KEDA may ask for every autoscaled model's maxReplicas, and a rollout adds a surge pod.
+        max_gpus = pool.max_gpus
+        with errors.collect():
+            scaling.check_pool_capacity(pool.name, max_gpus, models, scaled, model_keys=model_keys or {},
+                                        pool_key=key)
     else:
         max_gpus = pool.max_gpus
         floor = max(gpu_pools.gpus_needed(models), max((m.instance.gpu_count for m in models), default=0))
@@ -164,6 +202,12 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
                 "GPUs in all, and Karpenter counts whole nodes against the limit",
                 f"set maxGpus >= {floor} (>= {gpu_pools.default_max_gpus(models, insts)} leaves room "
                 "for a rollout's surge pod), or remove it to derive it", max_gpus)
+    if pool.max_gpus is not None and spare is not None and pool.warm_nodes:
+        try:
+            staging.check_warm_nodes(pool.name, pool.warm_nodes, spare.gpu_count, pool.max_gpus,
+                                     gpu_pools.gpus_needed(models, gpu_pools.SURGE_PODS))
+        except staging.NodeCacheError as err:
+            errors.add(f"{key}.warmNodes", err.rule, err.fix, pool.warm_nodes)
     errors.raise_if_any()
     min_tp = min((m.tensor_parallel_size for m in models), default=1)
     return PoolPlan(
@@ -178,12 +222,34 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
         nvme_label_floor=gpu_pools.nvme_label_floor(required),
         gpu_count_label_floor=gpu_pools.gpu_count_label_floor(min_tp),
         ephemeral_storage_gib=ephemeral,
+        warm_nodes=pool.warm_nodes,
+        warm_instance=spare if pool.warm_nodes else None,
+        hourly_price_usd=pool.hourly_price_usd,
+        staged_models=tuple(m.name for m in staged),
     )
+
+
+def _warm_spare_instance(pool: GpuPool, insts: Sequence[GpuInstance], models: Sequence[PoolModel], key: str,
+                         errors: Problems) -> GpuInstance | None:
+    """The instance type of the pool's warm spare nodes: the one its models run on (a spare only
+    helps a pod that selects its type), or the pool's largest without models."""
+    if not pool.warm_nodes:
+        return None
+    types = sorted({m.instance.instance_type for m in models})
+    if len(types) > 1:
+        errors.add(f"{key}.warmNodes", f"pool {pool.name!r}: its models run on {', '.join(types)}, and a warm spare "
+                   "is one instance type, so it would serve only some of them",
+                   "put the models of different instance types on separate pools, or set warmNodes: 0", pool.warm_nodes)
+        return None
+    if types:
+        return next(m.instance for m in models)
+    return max(insts, key=lambda i: (i.gpu_count, i.instance_type))
 
 
 def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence[PoolModel]]], *,
                        mode: placement.ClusterMode, name: str, kubernetes_version: str, region: str,
-                       key: str, pools_key: str) -> ClusterPlan:
+                       key: str, pools_key: str, autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
+                       model_keys: Mapping[str, str] | None = None) -> ClusterPlan:
     """The cluster's decisions: its settings `c` (keys `<key>.<field>`) and each pool with the
     models on it (keys `<pools_key>[i].<field>`), or ConfigErrors."""
     errors = Problems()
@@ -214,7 +280,8 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
     planned = []
     for i, (pool, models) in enumerate(pools):
         with errors.collect():
-            planned.append(plan_pool(pool, mode=mode, models=models, key=f"{pools_key}[{i}]"))
+            planned.append(plan_pool(pool, mode=mode, models=models, key=f"{pools_key}[{i}]",
+                                     autoscaled=autoscaled, model_keys=model_keys))
     errors.raise_if_any()
     return ClusterPlan(
         mode=mode,
@@ -249,19 +316,22 @@ def check_access_principals(c: ClusterConfig, key: str, errors: Problems) -> Non
 
 
 def pool_model_of(name: str, instance_type: str, tensor_parallel_size: int, replicas: int,
-                  compile_cache: bool, *, key: str) -> PoolModel:
+                  compile_cache: bool, *, key: str, staged_bytes: int = 0) -> PoolModel:
     """A model a pool is sized for, given by hand (the Cluster component's `models`)."""
     try:
         inst = instances.lookup(instance_type)
     except instances.UnknownInstanceType as err:
         raise ConfigError(f"{key}.instanceType", "unknown GPU instance type",
                           f"use one of: {', '.join(err.known)}", instance_type) from None
-    return PoolModel(inst, tensor_parallel_size, replicas, name=name, compile_cache=compile_cache)
+    return PoolModel(inst, tensor_parallel_size, replicas, name=name, compile_cache=compile_cache,
+                     staged_bytes=staged_bytes)
 
 
 def pool_model(m: ModelPlan) -> PoolModel:
     """What a pool's sizing needs to know of one planned model."""
-    return PoolModel(m.instance, m.tensor_parallel_size, m.replicas, name=m.name, compile_cache=m.compile_cache)
+    # An autoscaled model's pool must hold its maxReplicas: KEDA may ask for that many.
+    return PoolModel(m.instance, m.tensor_parallel_size, m.max_replicas, name=m.name, compile_cache=m.compile_cache,
+                     staged_bytes=m.weights_bytes if m.staged else 0)
 
 
 def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]) -> ClusterPlan:
@@ -275,7 +345,9 @@ def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]
         cluster = plan_cluster_layer(
             cfg.cluster, [(p, [pool_model(m) for m in models if m.pool == p.name]) for p in cfg.gpu_pools],
             mode=cfg.cluster_mode, name=naming.cluster_name(name_prefix), kubernetes_version=cfg.kubernetes_version,
-            region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools")
+            region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools",
+            autoscaled={m.name: m.autoscaling_spec for m in models if m.autoscaling_spec is not None},
+            model_keys={m.name: f"{NAMESPACE}:models[{i}]" for i, m in enumerate(cfg.models)})
     errors.raise_if_any()
     assert cluster is not None  # else raise_if_any raised
     return cluster

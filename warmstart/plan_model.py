@@ -9,8 +9,10 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from .config import S3_URI, LoaderTuning, ModelSpec
-from .decisions import instances, placement, tuning
+from .config import S3_URI, AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig
+from .decisions import autoscaling as scaling
+from .decisions import instances, placement, routing, tuning
+from .decisions import node_cache as staging
 from .decisions import weights_import as imports
 from .decisions.instances import GIB, GpuInstance
 from .errors import ConfigError, Problems
@@ -57,6 +59,42 @@ class ModelPlan:
     extra_args: tuple[str, ...]
     weights_import: imports.ImportPlan | None = None
     """The Job that copies the weights into `source` before the pods start; None: they are there."""
+    routing: RoutingConfig = RoutingConfig()
+    """The router in front of the replicas, as configured (`routing_policy` is the resolved one)."""
+    autoscaling: AutoscalingConfig | None = None
+    """KEDA's replica range and triggers; None: a fixed `replicas`."""
+    load: staging.LoadPrediction | None = None
+    """Predicted weight-load time from S3 and from the node's NVMe, and whether the weights are
+    staged on the pool's nodes (`nodeCache`)."""
+    weights_digest: str | None = None
+    """Immutable name of this version of the weights: the node directory and label value."""
+
+    @property
+    def staged(self) -> bool:
+        """Whether the weights are staged on the nodes' NVMe (the node cache)."""
+        return self.load is not None and self.load.staged
+
+    @property
+    def autoscaling_spec(self) -> scaling.AutoscalingSpec | None:
+        a = self.autoscaling
+        return None if a is None else scaling.AutoscalingSpec(
+            min_replicas=a.min_replicas, max_replicas=a.max_replicas,
+            target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling)
+
+    @property
+    def routed(self) -> bool:
+        """Whether a router fronts the model (`routing.policy`, `auto` resolved)."""
+        return routing.wanted(self.routing.policy, self.replicas, self.max_replicas)
+
+    @property
+    def routing_policy(self) -> str:
+        """SMG's `--policy` for the model's router, or `none`."""
+        return routing.POLICY_OF[self.routing.policy] if self.routed else "none"
+
+    @property
+    def max_replicas(self) -> int:
+        """The most serving pods the model can have: what GPU pools are sized for."""
+        return self.autoscaling.max_replicas if self.autoscaling else self.replicas
 
     def summary(self) -> dict:
         """The plan.json entry for this model."""
@@ -69,6 +107,9 @@ class ModelPlan:
             "gpusPerNode": self.instance.gpu_count,
             "tensorParallelSize": self.tensor_parallel_size,
             "replicas": self.replicas,
+            "autoscaling": self.autoscaling.model_dump(by_alias=True) if self.autoscaling else None,
+            "routing": self.routing_policy,
+            "nodeCache": (self.load.summary() | {"digest": self.weights_digest}) if self.load else None,
             "weightsBytes": self.weights_bytes,
             "chunkBytes": self.loader.chunk_bytes,
             "concurrency": self.concurrency,
@@ -145,11 +186,13 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
 
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
                compile_cache: bool, compile_cache_host_path: str,
-               cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None) -> ModelPlan:
+               cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None,
+               node_cache: staging.NodeCacheMode = "off") -> ModelPlan:
     """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
     (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone).
     `cluster_mode` decides where a weights-import Job runs; its errors are keyed under
-    `import_key` (default `<key>.import`)."""
+    `import_key` (default `<key>.import`). `node_cache`: auto, on or off (a stack model's
+    `nodeCache`; the VllmModel component alone stages nothing)."""
     problems = Problems()
     try:
         inst = instances.lookup(instance_type)
@@ -184,6 +227,28 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
     weights_import = None
     with problems.collect():
         weights_import = plan_import(m, weights, key=import_key or f"{key}.import", cluster_mode=cluster_mode)
+    replicas = m.replicas
+    if m.autoscaling is not None:
+        a = m.autoscaling
+        spec = scaling.AutoscalingSpec(a.min_replicas, a.max_replicas, a.target_waiting_per_replica,
+                                       a.kv_cache_usage_ceiling)
+        explicit = "replicas" in m.model_fields_set
+        with problems.collect():
+            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name,
+                               replicas=m.replicas if explicit else None, replicas_key=f"{key}.replicas")
+        with problems.collect():
+            scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)
+        # The count of the first create; KEDA owns it from then on.
+        replicas = m.replicas if explicit else scaling.initial_replicas(spec)
+    load = digest = None
+    try:
+        load = staging.predict(inst, weights, node_cache, loader.chunk_bytes)
+        if load.staged:
+            digest = staging.model_version_digest(
+                m.source, import_source=weights_import.source if weights_import else None,
+                import_revision=weights_import.revision if weights_import else None)
+    except staging.NodeCacheError as err:
+        problems.add(f"{key}.nodeCache", f"{m.name}: {err.rule}", err.fix, node_cache)
     problems.raise_if_any()
 
     return ModelPlan(
@@ -203,10 +268,14 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         compile_cache_host_path=compile_cache_host_path,
         startup_budget_seconds=tuning.startup_budget_seconds(weights),
         pod=tuning.pod_size(inst, tp),
-        replicas=m.replicas,
+        replicas=replicas,
         image=m.image,
         max_model_len=m.max_model_len,
         gpu_memory_utilization=m.gpu_memory_utilization,
         extra_args=tuple(m.extra_args),
         weights_import=weights_import,
+        routing=m.routing,
+        autoscaling=m.autoscaling,
+        load=load,
+        weights_digest=digest,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,24 @@ import yaml
 from . import config as config_mod
 from . import mocks
 from . import plan as plan_mod
+from . import platform as platform_mod
 from . import plan_aws
+from .decisions import autoscaling as scaling
+from .decisions import phases
+from .errors import ConfigError
 from .mocks import Registered
+
+AnyPlan = plan_mod.StackPlan | platform_mod.ModelStackPlan
+
 
 @dataclass
 class Rendered:
     """What a stack declares."""
 
-    stack_plan: plan_mod.StackPlan
+    stack_plan: AnyPlan
     resources: list[Registered]
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """The program's exports, resolved (a platform's contract for its model stacks)."""
 
     @property
     def kubernetes_objects(self) -> list[dict[str, Any]]:
@@ -47,19 +56,57 @@ def is_kubernetes_object(r: Registered) -> bool:
     return r.typ.startswith("kubernetes:") and "apiVersion" in r.inputs and "kind" in r.inputs
 
 
-def load_plan(stacks_dir: Path, stack: str) -> tuple[dict[str, str], plan_mod.StackPlan]:
-    """Read, validate and plan a stack file; ConfigError(s) on any broken rule."""
+def load_plan(stacks_dir: Path, stack: str, program_dir: Path | None = None) -> tuple[dict[str, str], AnyPlan]:
+    """Read, validate and plan a stack file; ConfigError(s) on any broken rule. A model stack is
+    planned against its platform's contract, taken from the platform stack's own render."""
     raw = config_mod.read_stack_file(config_mod.stack_file(stacks_dir, stack))
-    return raw, plan_mod.plan_stack(config_mod.from_pulumi_config(raw), stack)
+    if not config_mod.is_model_stack(raw):
+        return raw, plan_mod.plan_stack(config_mod.from_pulumi_config(raw), stack)
+    cfg = config_mod.model_stack_from_pulumi_config(raw)
+    outputs = platform_outputs(stacks_dir, cfg.platform, stack, program_dir)
+    contract = platform_mod.parse(outputs.get(platform_mod.OUTPUT), cfg.platform, stack)
+    return raw, platform_mod.plan_model_stack(cfg, contract, stack)
+
+
+_PLATFORMS: dict[tuple[Path, str], dict[str, Any]] = {}
+
+
+def platform_outputs(stacks_dir: Path, platform: str, model_stack: str,
+                     program_dir: Path | None = None) -> dict[str, Any]:
+    """A platform stack's outputs from its own offline render (no cloud): what a model stack's
+    StackReference reads. Rendered once per folder and platform."""
+    key = (stacks_dir.resolve(), platform)
+    if key not in _PLATFORMS:
+        name = platform.rsplit("/", 1)[-1]
+        path = config_mod.stack_file(stacks_dir, name)
+        if not path.is_file():
+            raise ConfigError(f"{config_mod.PLATFORM_KEY}", f"model stack {model_stack!r} names platform stack "
+                              f"{platform!r}, which has no stack file {path.name} to render offline",
+                              f"create stacks/{path.name}, or name an existing environment stack", platform)
+        if config_mod.is_model_stack(config_mod.read_stack_file(path)):
+            raise ConfigError(f"{config_mod.PLATFORM_KEY}", f"model stack {model_stack!r} names {platform!r}, "
+                              "which is a model stack itself, not an environment", "name the environment stack",
+                              platform)
+        _PLATFORMS[key] = run_program(stacks_dir, name, program_dir).outputs
+    return _PLATFORMS[key]
 
 
 def run_program(stacks_dir: Path, stack: str, program_dir: Path | None = None) -> Rendered:
     """Validate the stack config, then run the Pulumi program (`program_dir/__main__.py`, by
     default the project that holds `stacks_dir`) under the mocks."""
-    raw, stack_plan = load_plan(stacks_dir, stack)
+    raw, stack_plan = load_plan(stacks_dir, stack, program_dir)
     program_dir = stacks_dir.parent if program_dir is None else program_dir
-    resources = mocks.run_program_file(program_dir, region=stack_plan.config.region, stack=stack, config=raw)
-    return Rendered(stack_plan, resources)
+    others = {}
+    if isinstance(stack_plan, platform_mod.ModelStackPlan):
+        others = {stack_plan.config.platform: platform_outputs(stacks_dir, stack_plan.config.platform, stack,
+                                                               program_dir)}
+        region = stack_plan.contract.region
+    else:
+        region = stack_plan.config.region
+    outputs: dict[str, Any] = {}
+    resources = mocks.run_program_file(program_dir, region=region, stack=stack, config=raw, stack_outputs=others,
+                                       exports=outputs)
+    return Rendered(stack_plan, resources, outputs)
 
 
 # Apply order for `kubectl apply -f DIR/kubernetes`: files sort by this rank first.
@@ -127,19 +174,72 @@ def write(rendered: Rendered, out: Path) -> None:
     (out / "plan.json").write_text(json.dumps(rendered.stack_plan.summary(), indent=2, sort_keys=True) + "\n")
 
 
-def table(stack_plan: plan_mod.StackPlan) -> str:
+def _scale_out(m: plan_mod.ModelPlan, weights: str) -> scaling.ScaleOutEstimate:
+    # SOCI parallel pull: built into Auto Mode's GPU nodes, `FastImagePull` on warmstart's
+    # Karpenter nodes (https://aws.amazon.com/blogs/containers/introducing-seekable-oci-parallel-pull-mode-for-amazon-eks/).
+    start = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=True, compile_cached=m.compile_cache,
+                                      image_present=False, parallel_pull=True,
+                                      weights_source=weights)  # type: ignore[arg-type]
+    return scaling.scale_out_estimate(
+        node_launch_s=start.node_launch, node_launch_source=phases.ASSUMPTION,
+        image_s=start.image_pull, image_source=phases.SOCI_BLOG,
+        weights_s=start.weights, weights_source=phases.EKS_GUIDE if weights == "s3" else phases.HYPERPOD,
+        compile_s=start.pod_start + start.process_start + start.engine_init_seconds, compile_source=phases.BLOG)
+
+
+def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
+    """How long an autoscaled model's scale-out takes until the new replica serves on a new
+    node (and on a warm spare, where the pool keeps some), phase by phase, from the sourced
+    constants of warmstart/decisions/phases.py. A new node has no staged copy yet, so its pod
+    streams from S3; a warm spare has the image and, for a staged model, the weights."""
+    cold = _scale_out(m, "s3")
+    steps = " + ".join(f"{p.name} {p.seconds:.0f}s" for p in cold.phases)
+    spare = ""
+    if warm_nodes:
+        warm = _scale_out(m, "node-cache" if m.staged else "s3")
+        spare = (f"; on one of the pool's {warm_nodes} warm spare node(s) ~{warm.warm_spare_seconds:.0f}s (no node "
+                 f"launch or pull{', weights from its NVMe' if m.staged else ''})")
+    return (f"scale-out {m.name}: a new replica on a new node serves after ~{cold.cold_seconds:.0f}s ({steps}; "
+            f"SOCI parallel pull, weights streamed from S3, compile cache "
+            f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
+
+
+def table(stack_plan: AnyPlan) -> str:
     """One row per model: the decisions a reviewer checks first."""
     head = ("model", "instance", "gpus/node", "TP", "weights GiB", "concurrency", "distributed",
-            "compile cache", "startup budget")
+            "compile cache", "startup budget", "replicas", "routing", "weights load S3 / NVMe", "node cache")
     rows = [head]
     for m in stack_plan.models:
+        a = m.autoscaling
         rows.append((m.name, m.instance.instance_type, str(m.instance.gpu_count), str(m.tensor_parallel_size),
                      f"{m.weights_bytes / 2**30:.1f}", str(m.concurrency), "yes" if m.distributed else "no",
                      m.compile_cache_host_path if m.compile_cache else "off (eager)" if m.eager else "off",
-                     f"{m.startup_budget_seconds}s"))
+                     f"{m.startup_budget_seconds}s",
+                     f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas), m.routing_policy,
+                     f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
+                     ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if isinstance(stack_plan, platform_mod.ModelStackPlan):
+        m = stack_plan.model
+        lines.append(f"model stack {stack_plan.stack!r} on platform {stack_plan.config.platform!r} "
+                     f"(contract v{platform_mod.CONTRACT_VERSION}, {stack_plan.contract.cluster_mode} mode, namespace "
+                     f"{stack_plan.contract.namespace}, pool {m.pool})")
+        if m.autoscaling is not None:
+            lines.append(scale_out_line(m))
+        return "\n".join(lines)
+    for m in stack_plan.models:
+        if m.autoscaling is not None:
+            pool = next((p for p in stack_plan.cluster.pools if p.name == m.pool), None)
+            lines.append(scale_out_line(m, pool.warm_nodes if pool else 0))
+    for p in stack_plan.cluster.pools:
+        if p.warm_nodes and p.warm_instance is not None:
+            cost = p.warm_cost_per_hour
+            kept = "its models' images and staged weights" if p.staged_models else "its models' images"
+            lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
+                         + (f"${cost:,.2f}/hour" if cost is not None else
+                            f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")

@@ -13,6 +13,16 @@ from datetime import date
 # https://github.com/vllm-project/vllm/pull/27230). Stacks should pin their image by digest.
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 
+# SMG (Shepherd Model Gateway) 1.13.0, the prefix-aware router in front of a model's replicas
+# (warmstart/decisions/routing.py). Source: https://github.com/smg-project/smg (formerly
+# lightseekorg/smg); its release workflow (.github/workflows/release-docker.yml) pushes
+# docker/Dockerfile to Docker Hub as `lightseekorg/smg:<version of bindings/python/pyproject.toml>`,
+# the same build as PyPI `smg==1.13.0` (the wheel the routing tests run). Tag only: the published
+# digest of 1.13.0 is not known here (flagged by `warmstart render`); ModelRouterArgs.image takes
+# `...@sha256:<digest>`.
+SMG_VERSION = "1.13.0"
+SMG_IMAGE = f"docker.io/lightseekorg/smg:{SMG_VERSION}"
+
 # Karpenter 1.14.1, published chart, installed as in
 # https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/
 KARPENTER_CHART = "oci://public.ecr.aws/karpenter/karpenter"
@@ -50,6 +60,14 @@ KARPENTER_AMI_ALIAS = "al2023@v20260903"
 NVIDIA_DEVICE_PLUGIN_REPO = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_DEVICE_PLUGIN_CHART = "nvidia-device-plugin"
 NVIDIA_DEVICE_PLUGIN_VERSION = "0.20.1"
+
+# KEDA, the autoscaler of `models[].autoscaling`, from its official chart repository. Chart
+# 2.20.2 installs KEDA 2.20.2 (kedacore/charts tag v2.20.2 = cbb9bb8c, keda/Chart.yaml:
+# `version: 2.20.2`, `appVersion: 2.20.2`); the chart renders its CRDs as templates, so they
+# are upgraded with the release. The vendored CRDs in tests/schemas/keda/ are that tag's.
+KEDA_CHART_REPO = "https://kedacore.github.io/charts"
+KEDA_CHART = "keda"
+KEDA_CHART_VERSION = "2.20.2"
 
 
 # --------------------------------------------------------------------------------------
@@ -113,3 +131,23 @@ def eks_support(version: str, on: date) -> tuple[str, EksVersion | None]:
     if minor < (_minor(oldest.version) or (0, 0)):
         return END_OF_SUPPORT, None
     return UNKNOWN, None
+
+
+# --------------------------------------------------------------------------------------
+# Node-local model cache (warmstart/manifests/node_cache.py).
+
+# s5cmd, the S3 -> NVMe copier of the weights-staging DaemonSet: the official image of
+# https://github.com/peak/s5cmd (release v2.3.0, the newest release), used only to copy its
+# static binary into the pod (the model image runs it). No upstream digest recorded here yet:
+# tag-only, flagged in the render table; pin `@sha256:` when mirroring it.
+S5CMD_IMAGE = "peakcom/s5cmd:v2.3.0"
+S5CMD_BINARY_IN_IMAGE = "/s5cmd"
+
+# Node Feature Discovery: only nfd-master runs (it turns the staging pods' NodeFeature objects
+# into node labels). OCI chart as published by the project
+# (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
+NFD_CHART = "oci://registry.k8s.io/nfd/charts/node-feature-discovery"
+NFD_VERSION = "0.19.0"
+
+# Warm-spare placeholder pods (they only hold a node's GPUs). Kubernetes' own pause image.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"

@@ -20,10 +20,10 @@ STATE = GOLDEN / "state"
 
 def update() -> None:
     """Rewrite render/<stack>/ for every stack in stacks/."""
-    from tests.conftest import STACK_NAMES, STACKS_DIR
+    from tests.conftest import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
 
-    for stack in STACK_NAMES:
+    for stack in ALL_STACK_NAMES:
         out = RENDER / stack
         shutil.rmtree(out, ignore_errors=True)
         render.write(render.run_program(STACKS_DIR, stack), out)

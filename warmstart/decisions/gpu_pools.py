@@ -161,6 +161,8 @@ class PoolModel:
     name: str = ""
     compile_cache: bool = False
     """Whether the model keeps a compile cache on the node's NVMe."""
+    staged_bytes: int = 0
+    """Bytes of weights the model stages on the node's NVMe (the node cache); 0: none."""
 
 
 def nodes_for(m: PoolModel, pods: int) -> int:

@@ -118,12 +118,28 @@ def _model_buckets(resources: Sequence[Resource]) -> set[str]:
         c = vllm_container(dep)
         if c is None:
             continue
-        for a in [*as_list(c.get("args")), *as_list(c.get("command"))]:
-            if isinstance(a, str):
-                m = re.match(r"^(?:--model=)?s3://([^/]+)/", a)
-                if m:
-                    out.add(m.group(1))
+        uri = model_uri(c)
+        if uri is not None:
+            out.add(uri[0])
     return out
+
+
+_S3_MODEL = r"s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/([^\s\"')]+?)/?"
+
+
+def model_uri(container: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(bucket, prefix) of the model a vLLM container streams: its first `s3://` argument, or,
+    for a node-cached model, the S3 fallback named in its start-up shell line
+    (manifests/node_cache.py `serving_command`)."""
+    for a in as_list(container.get("args")):
+        m = re.fullmatch(r"(?:--model=)?" + _S3_MODEL, a) if isinstance(a, str) else None
+        if m:
+            return m.group(1), m.group(2)
+    for a in as_list(container.get("command")):
+        m = re.search(r"echo " + _S3_MODEL + r"\)", a) if isinstance(a, str) else None
+        if m:
+            return m.group(1), m.group(2)
+    return None
 
 
 def _may_match_under(pattern: str, prefix: str) -> bool:
@@ -186,11 +202,9 @@ def _model_sources(resources: Sequence[Resource]) -> dict[tuple[str, str], tuple
         meta = dep.props.get("metadata")
         if c is None or not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
             continue
-        for a in [*as_list(c.get("args")), *as_list(c.get("command"))]:
-            m = re.match(r"^(?:--model=)?s3://([^/]+)/(.+?)/?$", a) if isinstance(a, str) else None
-            if m:
-                out[(str(meta.get("namespace") or "default"), meta["name"])] = (m.group(1), m.group(2))
-                break
+        uri = model_uri(c)
+        if uri is not None:
+            out[(str(meta.get("namespace") or "default"), meta["name"])] = uri
     return out
 
 
