@@ -21,6 +21,7 @@ from warmstart import config
 from warmstart.config import StackConfig
 from warmstart.manifests import compile_cache, first_token, nvme_check
 from warmstart import versions
+from warmstart.decisions import iam, image_cache
 from warmstart.decisions import weights_import as imports
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
@@ -161,6 +162,7 @@ class WarmstartStack(pulumi.ComponentResource):
             system_node_group=c.system_node_group.model_dump() if c.system_node_group else None,
             tags=stack_tags(plan))
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
+        self.image_cache = self._image_cache(name, plan, aws_opts)
         # 3. storage and identity: the buckets, then one IRSA role per model.
         mb, cb = cfg.model_bucket, cfg.compile_cache_bucket
         cached = plan.aws.buckets.compile_cache_bucket is not None
@@ -213,7 +215,7 @@ class WarmstartStack(pulumi.ComponentResource):
             kubernetes_provider=self.cluster.kubernetes_provider, managed_scraper=plan_has_managed_scraper(plan),
             monitoring_server=self.monitoring.server_address if self.monitoring else None,
             monitoring_region=cfg.region if self.monitoring and not cfg.monitoring.prometheus_url else None,
-            k8s_after=[namespace, *scripts, *self.cluster.ready], import_after=[self.storage],
+            k8s_after=[namespace, *scripts, *self.cluster.ready, *self.image_cache], import_after=[self.storage],
             autoscaling_after=[self.monitoring] if self.monitoring else [],
             hugging_face_token=hf_token, aliases=_aliased)
         self.roles, self.import_roles, self.staging_roles = {}, {}, {}
@@ -259,6 +261,22 @@ class WarmstartStack(pulumi.ComponentResource):
             subnet_ids=None if url else self.network.private_subnet_ids,
             security_group_ids=None if url else [self.cluster.security_group_id],
             prometheus_url=url, tags=stack_tags(plan)), opts=aws_opts)
+
+    def _image_cache(self, name: str, plan: StackPlan, aws_opts: pulumi.ResourceOptions) -> list[pulumi.Resource]:
+        """The ECR pull-through cache of Docker Hub, and the GPU nodes' right to fill it on a first
+        pull (warmstart/decisions/image_cache.py); nothing without `imageCache.ecrPullThrough`."""
+        cfg, ecr = plan.config, plan.config.image_cache.ecr_pull_through
+        if ecr is None:
+            return []
+        assert cfg.account_id is not None  # plan_stack requires it
+        rule = aws.ecr.PullThroughCacheRule(
+            f"{name}-docker-hub-cache", ecr_repository_prefix=image_cache.DOCKER_HUB_PREFIX,
+            upstream_registry_url=image_cache.DOCKER_HUB_URL, credential_arn=ecr.credential_arn, opts=aws_opts)
+        access = aws.iam.RolePolicy(
+            f"{name}-gpu-node-pull-through", role=self.cluster.gpu_node_role_name, name="warmstart-pull-through",
+            policy=iam.to_json(image_cache.node_pull_through_policy(plan.cluster.partition, cfg.region, cfg.account_id)),
+            opts=aws_opts)
+        return [rule, access]
 
     def _node_cache_platform(self, name: str, plan: StackPlan, k8s_opts: pulumi.ResourceOptions,
                              namespace: k8s.core.v1.Namespace) -> list[pulumi.Resource]:

@@ -409,6 +409,23 @@ class ClusterConfig(_Strict):
     the pod with the reason, so it never silently runs from EBS."""
 
 
+class EcrPullThroughConfig(_Strict):
+    """Pull Docker Hub images through an ECR pull-through cache in the stack's account."""
+
+    credential_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:ecr-pullthroughcache/[\w/+=.@-]+$")]
+    """Secrets Manager secret (name `ecr-pullthroughcache/...`, in the stack's account and region)
+    holding the Docker Hub `username` and `accessToken` ECR authenticates upstream with."""
+
+
+class ImageCacheConfig(_Strict):
+    """Where the nodes pull the models' images from."""
+
+    ecr_pull_through: EcrPullThroughConfig | None = None
+    """Docker Hub images (the default vLLM image is one) through an ECR pull-through cache rule:
+    the first pull of a tag imports it into ECR in the stack's region, later pulls come from there,
+    out of Docker Hub's rate limits. Needs `accountId`. Default: pull from Docker Hub."""
+
+
 class MonitoringConfig(_Strict):
     """Where vLLM's metrics go, for `models[].autoscaling`."""
 
@@ -471,6 +488,8 @@ class StackConfig(_Strict):
     """EKS cluster settings: admins, control-plane logs, the system node group, the NVMe check."""
     monitoring: MonitoringConfig = MonitoringConfig()
     """Metrics for autoscaling: a managed Prometheus workspace, or an endpoint of your own."""
+    image_cache: ImageCacheConfig = ImageCacheConfig()
+    """Pulling the models' images through an ECR pull-through cache (off by default)."""
     model_stacks: ModelStacksConfig = ModelStacksConfig()
     """What the environment provides to its model stacks (`stacks/Pulumi.<env>-<model>.yaml`)."""
     hugging_face_token: str | dict[str, str] | None = None

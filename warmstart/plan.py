@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import plan_aws, plan_cluster
 from .config import NAMESPACE, GpuPool, ModelConfig, StackConfig
+from .decisions import image_cache
 from .errors import ConfigError, Problems
 from .plan_model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
 
@@ -95,6 +96,15 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     prefix = cfg.name_prefix or f"ws-{stack}"
     cfg = plan_aws.resolve_sources(cfg, stack, prefix)
     problems = Problems()
+    if cfg.image_cache.ecr_pull_through is not None:
+        if cfg.account_id is None:
+            problems.add(f"{NAMESPACE}:imageCache.ecrPullThrough", "the cached images' references name the "
+                         "account's registry, and warmstart:accountId is not set",
+                         "set warmstart:accountId (`warmstart preview` records it on a stack with no resources yet)")
+        else:
+            cfg = cfg.model_copy(update={"models": [
+                m.model_copy(update={"image": image_cache.cached_image(m.image, cfg.account_id, cfg.region)})
+                for m in cfg.models]})
     names = [m.name for m in cfg.models]
     for i, name in enumerate(names):
         if names.index(name) != i:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
-from .decisions import gpu_pools, instances
+from .decisions import gpu_pools, image_cache, instances
 from .decisions import node_cache as staging
 from .errors import ConfigError, Problems
 from .plan import StackPlan, _pool_instance_type
@@ -73,6 +73,8 @@ def facts(plan: StackPlan) -> dict[str, Any]:
         "models": sorted(m.name for m in plan.models),
         "pools": pools,
         "nodeCache": plan_stages(plan),
+        # The account whose ECR pull-through cache serves Docker Hub images; None: no cache.
+        "imageCacheAccount": cfg.account_id if cfg.image_cache.ecr_pull_through else None,
     }
 
 
@@ -127,6 +129,8 @@ class Contract:
     oidc_issuer: str
     monitoring: Mapping[str, Any] | None
     """`{"serverAddress": ..., "region": ...}` when the platform runs KEDA; None otherwise."""
+    image_cache_account: str | None = None
+    """The account of the platform's ECR pull-through cache for Docker Hub images, if any."""
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
@@ -157,7 +161,8 @@ def parse(doc: Any, platform: str, model_stack: str) -> Contract:
                                   int(p["compileCacheModels"])) for p in doc["pools"]),
             node_cache=bool(doc["nodeCache"]), oidc_provider_arn=str(doc["oidcProviderArn"]),
             oidc_issuer=str(doc["oidcIssuer"]),
-            monitoring=dict(doc["monitoring"]) if doc.get("monitoring") else None)
+            monitoring=dict(doc["monitoring"]) if doc.get("monitoring") else None,
+            image_cache_account=str(doc["imageCacheAccount"]) if doc.get("imageCacheAccount") else None)
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r}'s {OUTPUT} is not a "
                           f"version-{CONTRACT_VERSION} contract ({type(err).__name__}: {err})",
@@ -219,6 +224,9 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                    capacity_types=list(facts_.capacity_types), max_gpus=facts_.max_gpus)
     if m.relative:
         m = m.in_bucket(contract.model_bucket)
+    if contract.image_cache_account:
+        m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
+                                                                    contract.region)})
     plan = plan_model(
         m, key=key, instance_type=_pool_instance_type(key, m, pool), pool=pool.name, loader=m.loader or contract.loader,
         compile_cache=(not m.eager and contract.compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
