@@ -585,8 +585,8 @@ def parse_config(values: dict[str, Any]) -> StackConfig:
         raise _from_validation_error(err) from None
 
 
-def from_pulumi_config(config: dict[str, str]) -> StackConfig:
-    """From Pulumi's flat config map (`{"warmstart:models": "<json>", ...}`).
+def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
+    """`{field: value}` of Pulumi's flat config map (`{"warmstart:models": "<json>", ...}`).
 
     Pulumi hands an object or a list as its JSON text and a scalar as its string: only the
     former are decoded, so a string that reads as a number (`accountId: "123456789012"`,
@@ -601,7 +601,12 @@ def from_pulumi_config(config: dict[str, str]) -> StackConfig:
         except (TypeError, json.JSONDecodeError):
             decoded = raw
         values[key] = decoded if isinstance(decoded, (dict, list)) else raw
-    return parse_config(values)
+    return values
+
+
+def from_pulumi_config(config: dict[str, str]) -> StackConfig:
+    """An environment stack's config from Pulumi's flat config map (see `_config_values`)."""
+    return parse_config(_config_values(config))
 
 
 PLATFORM_KEY = f"{NAMESPACE}:platform"
@@ -613,19 +618,9 @@ def is_model_stack(config: Mapping[str, str]) -> bool:
 
 
 def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
-    """A model stack's config from Pulumi's flat config map (as `from_pulumi_config`)."""
-    values: dict[str, Any] = {}
-    for full_key, raw in config.items():
-        ns, _, key = full_key.partition(":")
-        if ns != NAMESPACE:
-            continue
-        try:
-            decoded = json.loads(raw)
-        except (TypeError, json.JSONDecodeError):
-            decoded = raw
-        values[key] = decoded if isinstance(decoded, (dict, list)) else raw
+    """A model stack's config from Pulumi's flat config map (see `_config_values`)."""
     try:
-        return ModelStackConfig.model_validate(values)
+        return ModelStackConfig.model_validate(_config_values(config))
     except ValidationError as err:
         raise _from_validation_error(err) from None
 
