@@ -16,7 +16,6 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
-from pulumi.runtime import config as runtime_config
 from pulumi.runtime.sync_await import _sync_await
 
 from warmstart import config
@@ -25,6 +24,7 @@ from warmstart.config import ModelStackConfig
 from warmstart.platform import Contract, ModelStackPlan, plan_model_stack
 
 from .model_layer import ModelPlatform, ModelResources, deploy_model
+from .stack import program_config
 
 # The environment stack's outputs its model stacks read (warmstart/platform.py).
 PLATFORM_OUTPUT = contract_mod.OUTPUT
@@ -33,14 +33,12 @@ KUBECONFIG_OUTPUT = contract_mod.KUBECONFIG_OUTPUT
 
 def model_stack_config() -> ModelStackConfig:
     """The model stack config Pulumi handed this program (engine environment or mocks)."""
-    raw = dict(runtime_config.get_config_env()) | dict(runtime_config.CONFIG.get())
-    return config.model_stack_from_pulumi_config(raw)
+    return config.model_stack_from_pulumi_config(program_config())
 
 
 def is_model_stack() -> bool:
     """Whether this program runs a model stack (its config names a platform)."""
-    raw = dict(runtime_config.get_config_env()) | dict(runtime_config.CONFIG.get())
-    return config.is_model_stack(raw)
+    return config.is_model_stack(program_config())
 
 
 def reference_name(platform: str) -> str:

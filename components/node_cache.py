@@ -130,19 +130,27 @@ class ModelNodeCache(pulumi.ComponentResource):
                     depends_on=before,
                     custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s")))))
         for pool, spare in sorted((args.get("warm_spares") or {}).items()):
-            if spare["warm_nodes"] <= 0:
-                continue
-            dep = manifests.placeholder_spec(pool=pool, namespace=ns, warm_nodes=spare["warm_nodes"],
-                                             instance_type=spare["instance_type"], gpus=spare["gpus"])
-            spare_before = list(before)
-            if policies:
-                pol = manifests.placeholder_network_policy(pool, ns)
-                spare_before.append(k8s.networking.v1.NetworkPolicy(
-                    f"{name}-{pool}-warm-spare-netpol", metadata=pol["metadata"], spec=pol["spec"], opts=child))
-            k8s.apps.v1.Deployment(f"{name}-{pool}-warm-spare", metadata=dep["metadata"], spec=dep["spec"],
-                                   opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=spare_before)))
+            register_warm_spares(name, pool, ns, spare, child, after=before, network_policy=policies)
         self.label_key = manifests.label_key(model)
         self.register_outputs({"labelKey": self.label_key})
 
 
-__all__ = ["ModelNodeCache", "ModelNodeCacheArgs", "WarmSpareArgs"]
+def register_warm_spares(name: str, pool: str, namespace: str, spare: WarmSpareArgs, opts: pulumi.ResourceOptions,
+                         after: list[pulumi.Resource], network_policy: bool = True) -> None:
+    """A pool's placeholder Deployment (and its deny-all NetworkPolicy, first), which keeps
+    `spare["warm_nodes"]` spare nodes up; nothing for zero."""
+    if spare["warm_nodes"] <= 0:
+        return
+    dep = manifests.placeholder_spec(pool=pool, namespace=namespace, warm_nodes=spare["warm_nodes"],
+                                     instance_type=spare["instance_type"], gpus=spare["gpus"])
+    before = list(after)
+    if network_policy:
+        pol = manifests.placeholder_network_policy(pool, namespace)
+        before.append(k8s.networking.v1.NetworkPolicy(
+            f"{name}-{pool}-warm-spare-netpol", metadata=pol["metadata"], spec=pol["spec"],
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=list(after)))))
+    k8s.apps.v1.Deployment(f"{name}-{pool}-warm-spare", metadata=dep["metadata"], spec=dep["spec"],
+                           opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=before)))
+
+
+__all__ = ["ModelNodeCache", "ModelNodeCacheArgs", "WarmSpareArgs", "register_warm_spares"]

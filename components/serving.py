@@ -232,10 +232,7 @@ class VllmModel(pulumi.ComponentResource):
             if bucket is not None:
                 scripts.append(PodScript(f"{name}-compile-cache", ns, cache_map, compile_cache.SCRIPT_KEY,
                                          opts=child))
-        # The NVMe check runs first: no restore onto a cache path that is not NVMe.
-        # The first-token sidecar times the pod's first answer and keeps its cold-start record
-        # in the compile-cache bucket (`warmstart coldstart --history`), past the Events' expiry.
-        # A staged model's picker comes next: it writes the choice the compile-cache restore keys on.
+        # A staged model's picker writes the choice the compile-cache restore keys on.
         picker = staging_objects.serving_extras(
             model=m.name, source=m.source, digest=m.weights_digest, image=m.image,
             nvme_mount=placement.NVME_MOUNT[mode_value(args.get("cluster_mode", ClusterMode.AUTO))],
@@ -243,6 +240,10 @@ class VllmModel(pulumi.ComponentResource):
             pause_seconds=math.ceil(2 * m.load.s3_seconds) + 60,
             script_config_map=(f"{m.name}-weights-select" if args.get("ship_pod_scripts", True)
                                else staging_objects.SELECT_CONFIGMAP)) if m.staged and m.load else PodExtras()
+        # In this order: the NVMe check (no write onto a cache path that is not NVMe), the picker,
+        # the compile cache's restore and publish, and the first-token sidecar, which times the
+        # pod's first answer and keeps its cold-start record in the compile-cache bucket
+        # (`warmstart coldstart --history`), past the Events' expiry.
         extras = merge_extras(
             nvme_check.nvme_check_extras(m, mode_value(args.get("nvme_check", NvmeCheckMode.WARN)), nvme_map),
             picker,

@@ -10,7 +10,6 @@ namespace, the pod-side scripts shared by the namespace's models, and the order 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -32,9 +31,10 @@ from .autoscaling import ModelAutoscaling
 from .cluster import Cluster, ClusterArgs
 from .identity import ModelImportRole, ModelRole
 from .monitoring import Monitoring
+from .node_cache import register_warm_spares
 from .network import Network
 from .pod_scripts import PodScript
-from .model_layer import ModelPlatform, deploy_model
+from .model_layer import ModelPlatform, _args, deploy_model
 from .routing import ModelRouter
 from .serving import VllmModel
 from .storage import ModelStorage
@@ -57,10 +57,14 @@ NFD_NAMESPACE = "node-feature-discovery"
 LEGACY_NVME_SCRIPT_NAME = "nvme-guard"
 
 
+def program_config() -> dict[str, str]:
+    """The flat config map Pulumi handed this program (engine environment or mocks)."""
+    return dict(runtime_config.get_config_env()) | dict(runtime_config.CONFIG.get())
+
+
 def stack_config() -> StackConfig:
-    """The stack config Pulumi handed this program (engine environment or mocks)."""
-    raw = dict(runtime_config.get_config_env()) | dict(runtime_config.CONFIG.get())
-    return config.from_pulumi_config(raw)
+    """The environment stack config Pulumi handed this program."""
+    return config.from_pulumi_config(program_config())
 
 
 def stack_tags(plan: StackPlan) -> dict[str, str]:
@@ -72,11 +76,6 @@ def plan_has_managed_scraper(plan: StackPlan) -> bool:
     """Whether the stack creates the AMP managed collector (a model, or a model stack, may
     autoscale and the stack names no Prometheus of its own)."""
     return platform_contract.plan_runs_autoscaling(plan) and not plan.config.monitoring.prometheus_url
-
-
-def _args(**values: Any) -> dict[str, Any]:
-    """Component Args without the keys the config leaves unset (the component's defaults apply)."""
-    return {k: v for k, v in values.items() if v is not None}
 
 
 def _aliased(opts: pulumi.ResourceOptions, layer: str) -> pulumi.ResourceOptions:
@@ -293,7 +292,7 @@ class WarmstartStack(pulumi.ComponentResource):
                 f"{name}-{pc['metadata']['name']}", metadata=pc["metadata"], value=pc["value"],
                 global_default=pc["globalDefault"], preemption_policy=pc["preemptionPolicy"],
                 description=pc["description"], opts=k8s_opts))
-        if cfg.model_stacks.node_cache or any(m.staged for m in plan.models):
+        if platform_contract.plan_stages(plan):
             # Only the master and its garbage collector, on non-GPU nodes
             # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
             values = staging_objects.nfd_values()
@@ -307,15 +306,7 @@ class WarmstartStack(pulumi.ComponentResource):
                     depends_on=list(self.cluster.ready)))))
         for p in pools:
             assert p.warm_instance is not None
-            dep = staging_objects.placeholder_spec(pool=p.name, namespace=cfg.namespace, warm_nodes=p.warm_nodes,
-                                                   instance_type=p.warm_instance.instance_type,
-                                                   gpus=p.warm_instance.gpu_count)
-            fence = staging_objects.placeholder_network_policy(p.name, cfg.namespace)
-            fence_res = k8s.networking.v1.NetworkPolicy(f"{name}-{p.name}-warm-spare-netpol",
-                                                        metadata=fence["metadata"], spec=fence["spec"],
-                                                        opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
-                                                            depends_on=[namespace])))
-            k8s.apps.v1.Deployment(f"{name}-{p.name}-warm-spare", metadata=dep["metadata"], spec=dep["spec"],
-                                   opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(
-                                       depends_on=[namespace, fence_res, *out])))
+            register_warm_spares(name, p.name, cfg.namespace, {
+                "warm_nodes": p.warm_nodes, "instance_type": p.warm_instance.instance_type,
+                "gpus": p.warm_instance.gpu_count}, k8s_opts, after=[namespace, *out])
         return out

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shutil
 from pathlib import Path
 
 import kubernetes_validate
@@ -112,8 +111,10 @@ def test_the_platform_exports_a_versioned_contract():
     assert doc["oidcProviderArn"].startswith("arn:aws:iam::") and doc["oidcIssuer"]
     assert doc["monitoring"]["serverAddress"].startswith("https://aps-workspaces.") and doc["nodeCache"] is True
     assert platform.KUBECONFIG_OUTPUT in outputs and doc["models"] == []
+    # prod's inline models (and its warm spare) take GPUs of its pool, which a model stack cannot use.
     prod = render.platform_outputs(STACKS_DIR, "prod", "test")[platform.OUTPUT]
-    assert prod["models"] == ["llama-4-scout", "qwen-67b"] and prod["inlineGpus" if False else "pools"][0]["inlineGpus"] > 0
+    (h100,) = prod["pools"]
+    assert prod["models"] == ["llama-4-scout", "qwen-67b"] and 0 < h100["inlineGpus"] <= h100["maxGpus"]
 
 
 def _model_stack(platform_name: str = "prod", **model_overrides) -> dict:
@@ -185,9 +186,14 @@ def test_a_contract_of_another_version_or_shape_is_refused(doc, rule):
 
 
 def test_the_reference_names_the_platform_in_this_project():
-    assert mocks.run(lambda: None, region="us-east-1", stack="s") == []
     from components.model_stack import reference_name
-    assert reference_name("acme/other/prod") == "acme/other/prod"
+    names = {}
+    # A self-managed backend has no organization: Pulumi names it `organization`.
+    mocks.run(lambda: names.update(bare=reference_name("prod"), qualified=reference_name("acme/other/prod")),
+              region="us-east-1", stack="s", project="warmstart")
+    assert names == {"bare": "organization/warmstart/prod", "qualified": "acme/other/prod"}
+    refs = [x for x in render_stack("staging-llama-3-1-8b").resources if x.typ == mocks.STACK_REFERENCE_TYPE]
+    assert [x.inputs["name"] for x in refs] == ["organization/warmstart/staging"]
 
 
 def test_a_model_stack_config_is_strict():
@@ -198,9 +204,10 @@ def test_a_model_stack_config_is_strict():
     assert any("bogus" in e.key for e in err.value.errors)
 
 
-def test_the_golden_renders_are_shared_with_the_platform(tmp_path):
-    """`warmstart render` of a model stack writes its own folder, and leaves the platform's alone."""
+def test_a_model_stack_render_writes_its_own_plan(tmp_path):
+    """`warmstart render` of a model stack writes its plan: the platform it runs on and its one model."""
     out = tmp_path / "out"
     render.write(render_stack("staging-llama-3-1-8b"), out)
-    assert (out / "plan.json").is_file() and json.loads((out / "plan.json").read_text())["platform"] == "staging"
-    shutil.rmtree(out)
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["platform"] == "staging" and [m["name"] for m in plan["models"]] == ["llama-3-1-8b"]
+    assert plan["models"][0]["nodeCache"]["staged"] is True and plan["models"][0]["routing"] == "prefix_hash"

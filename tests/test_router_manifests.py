@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warmstart import mocks, render, versions
+from warmstart import config, mocks, render, versions
 from warmstart.decisions import routing
 from warmstart.decisions import weights_import as imports
 from warmstart.errors import ConfigErrors
@@ -70,8 +70,10 @@ def test_one_replica_without_autoscaling_gets_no_router_unless_asked():
     assert routing.wanted("auto", 1, 4) and routing.wanted("auto", 3, None)
     with pytest.raises(ValueError, match="unknown routing mode"):
         routing.wanted("prefix", 3)
-    with pytest.raises(Exception, match="models\\[0\\].routing"):
-        routing.check_mode("least_load", "models[0].routing")
+    # A policy outside warmstart's set is refused by the config, with its key.
+    with pytest.raises(ConfigErrors) as err:
+        config.parse_spec(config.RoutingConfig, {"policy": "least_load"}, "warmstart:models[0].routing.")
+    assert [e.key for e in err.value.errors] == ["warmstart:models[0].routing.policy"]
 
 
 @given(st.integers(0, 500), st.integers(1, 16))

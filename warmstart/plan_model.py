@@ -242,7 +242,7 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         replicas = m.replicas if explicit else scaling.initial_replicas(spec)
     load = digest = None
     try:
-        load = staging.predict(inst, weights, node_cache, loader.chunk_bytes)
+        load = staging.predict(inst, weights, node_cache)
         if load.staged:
             digest = staging.model_version_digest(
                 m.source, import_source=weights_import.source if weights_import else None,

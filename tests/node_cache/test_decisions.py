@@ -41,10 +41,8 @@ def test_load_times_grow_with_size_and_staging_is_decided_by_the_saving(t: str, 
     small, large = sorted((a, b))
     p, q = nc.predict(inst, small * GIB), nc.predict(inst, large * GIB)
     assert p.nvme_seconds <= q.nvme_seconds
-    # S3 time grows with size at a given worker count (one worker per 4 GiB chunk: a model just
-    # past a chunk boundary gets one more worker and can load faster, as the streamer does).
-    if -(-small // 4) == -(-large // 4):
-        assert p.s3_seconds <= q.s3_seconds * (1 + 1e-9)
+    # S3 time grows with size: the tuned rate of an instance is one figure.
+    assert p.s3_seconds <= q.s3_seconds * (1 + 1e-9)
     # Never faster than the NIC allows, never faster than the measured tuned ceiling.
     assert p.s3_bytes_per_second <= inst.network_baseline_gbps * 1e9 / 8
     assert p.s3_bytes_per_second <= phases.TUNED_STREAMER_BYTES_PER_S

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from . import gpu_pools, phases, tuning
-from .instances import GB, GIB, GpuInstance
+from .instances import GIB, GpuInstance
 
 NodeCacheMode = Literal["auto", "on", "off"]
 
@@ -109,22 +109,13 @@ class LoadPrediction:
                 "reason": self.reason}
 
 
-def s3_stream_bytes_per_second(instance: GpuInstance, weights_bytes: int,
-                               chunk_bytes: int = tuning.DEFAULT_CHUNK_BYTES) -> float:
-    """Tuned streaming rate from S3 on `instance`: the cold-start predictions' own figure
-    (phases.s3_weights_bytes_per_s: the tuned streamer's published rate, capped by the
-    instance's network), so the plan, the render's scale-out line and `warmstart coldstart`
-    predict the same load. `weights_bytes` and `chunk_bytes` are kept for callers; with the
-    tuned concurrency (one worker per chunk) the rate does not depend on them."""
-    return phases.s3_weights_bytes_per_s(instance, tuned=True)
-
-
-def predict(instance: GpuInstance, weights_bytes: int, mode: NodeCacheMode = "auto",
-            chunk_bytes: int = tuning.DEFAULT_CHUNK_BYTES) -> LoadPrediction:
-    """Weight-load time from S3 and from NVMe, and whether to stage (`on`/`off` override)."""
+def predict(instance: GpuInstance, weights_bytes: int, mode: NodeCacheMode = "auto") -> LoadPrediction:
+    """Weight-load time from S3 (tuned streaming, capped by the instance's network: the same
+    figure as the cold-start predictions, `phases.s3_weights_bytes_per_s`) and from NVMe, and
+    whether to stage (`on`/`off` override)."""
     if weights_bytes <= 0:
         raise NodeCacheError("weights size must be positive", "set the model's weightsGiB")
-    s3_rate = s3_stream_bytes_per_second(instance, weights_bytes, chunk_bytes)
+    s3_rate = phases.s3_weights_bytes_per_s(instance, tuned=True)
     s3_s = weights_bytes / s3_rate
     nvme_s = weights_bytes / NVME_READ_BYTES_PER_SECOND
     saving = s3_s - nvme_s

@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
-from ..errors import ConfigError, Problems
+from ..errors import Problems
 from . import placement
 from .weights_import import node_selector
 
@@ -236,12 +236,3 @@ def flags(p: RoutingPlan, worker_selector: Mapping[str, str]) -> list[str]:
         "--shutdown-grace-period-secs", str(SHUTDOWN_GRACE_SECONDS),
         "--log-json",
     ]
-
-
-def check_mode(mode: object, key: str) -> str:
-    """A routing mode from config, or a ConfigError naming the allowed ones."""
-    if mode not in MODES:
-        raise ConfigError(key, f"must be one of {list(MODES)}",
-                          "auto (prefix-aware when the model can have more than one replica), prefix_hash, "
-                          "round_robin or none", mode)
-    return str(mode)
