@@ -55,7 +55,8 @@ class ModelRouterArgs(TypedDict):
     `maxExcessRequests` more than the mean (default 1.25, SMG's)."""
     max_excess_requests: NotRequired[int]
     """In-flight requests a replica may carry above the mean, across all routers, before requests
-    for its prefixes go elsewhere (default 10, SMG's); each router applies its share."""
+    for its prefixes go elsewhere (default 4, below SMG's 10: see docs/routing.md); each router
+    applies its share."""
     prefix_tokens: NotRequired[int]
     """Leading tokens hashed to choose a replica (default 256; text counts 4 characters a token)."""
     waiting_requests: NotRequired[int]

@@ -156,10 +156,11 @@ class RoutingConfig(_Strict):
     """Load bound, relative: a replica with more requests in flight than this multiple of the
     replicas' mean (and more than `maxExcessRequests` over it) is skipped for the least-loaded
     one."""
-    max_excess_requests: Annotated[int, Field(ge=0)] = 6
+    max_excess_requests: Annotated[int, Field(ge=0)] = 4
     """Load bound, absolute: requests in flight a replica may carry over the mean, across the
     whole fleet, before it is skipped (each of the two routers applies its share). Below SMG's
-    10, which left one replica in seven 12-17 % off the mean share in warmstart's benchmark."""
+    10, which left one replica in seven up to 17 % off the mean share in warmstart's benchmark
+    (docs/routing.md)."""
     internal_load_balancer: bool = False
     """Also expose the router through an internal Network Load Balancer (reachable from the
     VPC only), for clients outside the cluster."""

@@ -54,12 +54,13 @@ POLICY_OF: dict[str, str] = {"auto": "prefix_hash", "prefix_hash": "prefix_hash"
 ROUTER_REPLICAS = 2
 # SMG's defaults for prefix_hash (`smg launch --help`, 1.13.0).
 DEFAULT_LOAD_FACTOR = 1.25
-# Fleet-wide excess over the mean before a replica is skipped: 6 (3 per router), below SMG's
+# Fleet-wide excess over the mean before a replica is skipped: 4 (2 per router), below SMG's
 # 10. SMG places each worker 150 times on its ring, so one replica's slice is ~7.6 % off on
-# average and often 12-15 % for one of seven; only the bound corrects that. Measured with
-# bench/routing.py (7 replicas, 2 routers, 112 in flight): 10 gave ~90 % KV hits but 12-17 %
-# share spread depending on the ring; 6 gave 86-87 % hits and 8-11 % on every ring measured.
-DEFAULT_MAX_EXCESS_REQUESTS = 6
+# average and often 12-19 % for one of seven; only the bound corrects that. Measured with
+# bench/routing.py (7 replicas, 2 routers, 112 in flight), on rings of different pod addresses:
+# 10 gave ~90 % KV hits but 12-17 % share spread; 6 gave 86-87 % hits but 18-20 % on two rings
+# of six; 4 gave 82-83 % hits and 4-14 % on every ring measured.
+DEFAULT_MAX_EXCESS_REQUESTS = 4
 DEFAULT_PREFIX_TOKENS = 256
 DEFAULT_WAITING_REQUESTS = 8
 
