@@ -128,6 +128,10 @@ class ClusterArgs(TypedDict):
     """Control-plane log types sent to CloudWatch Logs (default api, audit, authenticator)."""
     log_retention_days: NotRequired[int]
     """Days CloudWatch keeps the control-plane logs (default 90)."""
+    service_cidr: NotRequired[str]
+    """The Kubernetes Service range (`serviceIpv4Cidr`, create-only: another value replaces the
+    cluster). Default: unset, EKS picks 10.100.0.0/16 or 172.20.0.0/16; give it (the warmstart
+    stack does) when NetworkPolicies must name the API server's ClusterIP."""
     system_node_group: NotRequired[SystemNodeGroupArgs]
     """Karpenter mode: the system node group (ignored in Auto Mode)."""
     tags: NotRequired[dict[str, str]]
@@ -193,6 +197,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-eks",
             name=p.name,
             version=p.kubernetes_version,
+            kubernetes_service_ip_address_range=args.get("service_cidr"),
             vpc_id=args["vpc_id"],
             private_subnet_ids=private_subnet_ids,
             public_subnet_ids=args.get("public_subnet_ids", []),
@@ -225,6 +230,7 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_issuer = self.eks.oidc_issuer
         self.security_group_id = self.eks.cluster_security_group_id
         self.cluster_name = pulumi.Output.from_input(p.name)
+        self.service_cidr = args.get("service_cidr")
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
 
@@ -278,6 +284,11 @@ class Cluster(pulumi.ComponentResource):
             security_group_selector_terms=groups, tags=args.get("tags") or {}),
             opts=pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=pool_deps)))
         self.gpu_node_role_name = self.gpu_node_role.name
+        # Every role whose nodes pull images: the GPU nodes', and the non-GPU nodes' (Auto Mode's
+        # built-in pools run as the cluster's Auto Mode node role, which pulumi-eks creates; the
+        # Karpenter-mode system node group as its own role).
+        self.node_role_names: list[pulumi.Output[str]] = [
+            self.gpu_node_role_name, self.eks.auto_mode_node_role_name if auto else self.system_node_role_name]
         self.ready = [self.gpu_pools] + ([self.karpenter.device_plugin] if self.karpenter else [])
         self.register_outputs({
             "clusterName": self.cluster_name,
@@ -355,6 +366,7 @@ class Cluster(pulumi.ComponentResource):
         role = aws.iam.Role(
             f"{name}-system-node", name=role_name, assume_role_policy=iam.to_json(karpenter.ec2_trust_policy()),
             description=f"warmstart: system nodes of cluster {p.name}", tags={"Name": role_name}, opts=child)
+        self.system_node_role_name = role.name
         attachments = [aws.iam.RolePolicyAttachment(
             f"{name}-system-node-{policy}", role=role.name,
             policy_arn=karpenter.managed_policy_arn(p.partition, policy), opts=child)

@@ -11,13 +11,15 @@ must exist first.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
 
+from warmstart import versions
 from warmstart.config import ModelConfig
+from warmstart.decisions import image_cache
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
@@ -52,7 +54,11 @@ class ModelPlatform:
     name_prefix: str
     """Prefix of the AWS names (IAM roles)."""
     nvme_check: str
-    vpc_cidr: str
+    vpc_cidrs: Sequence[str]
+    """Every IPv4 block of the VPC: where pod addresses, the API server's endpoint ENIs and the
+    internal load balancer's clients are."""
+    service_cidr: str
+    """The cluster's Service range: the `kubernetes` ClusterIP the routers call is in it."""
     oidc_provider_arn: pulumi.Input[str]
     oidc_issuer: pulumi.Input[str]
     compile_cache_bucket: pulumi.Input[str] | None
@@ -60,6 +66,12 @@ class ModelPlatform:
     kubernetes_provider: pulumi.ProviderResource
     managed_scraper: bool
     """The AMP managed collector scrapes the pods (from the VPC), so it may reach vLLM's port."""
+    image_cache_account: str | None = None
+    """The account whose ECR pull-through cache serves Docker Hub images (the models' images are
+    rewritten by the plan; the router's here); None: pull from Docker Hub."""
+    scraper_pods: Sequence[tuple[str, Mapping[str, str]]] = ()
+    """A Prometheus of the stack's own, by namespace and pod labels (`monitoring.scraper`): admitted
+    to the metrics ports."""
     monitoring_server: pulumi.Input[str] | None = None
     """The Prometheus endpoint KEDA queries; None: no autoscaling on this platform."""
     monitoring_region: str | None = None
@@ -129,7 +141,10 @@ def deploy_model(parent: pulumi.Resource, p: ModelPlatform, spec: ModelConfig, m
         import_role_arn=import_role.role_arn if import_role else None,
         hugging_face_token=p.hugging_face_token if imp and imp.kind == "huggingFace" else None,
         router_pod_labels=network_policy.router_selector(m.name) if router is not None else None,
-        metrics_scraper_cidrs=[p.vpc_cidr] if p.managed_scraper else None,
+        # Scrapers reach vLLM's metrics-only port, never its serving port: the managed collector
+        # from its ENIs in the VPC's subnets, a Prometheus of the stack's own by its pods.
+        metrics_scraper_cidrs=list(p.vpc_cidrs) if p.managed_scraper else None,
+        metrics_scrapers=[{"namespace": ns, "pod_labels": dict(labels)} for ns, labels in p.scraper_pods] or None,
         autoscaled=True if m.autoscaling is not None else None)
     # An import writes into the model bucket, which this same `up` may be creating.
     after = [*k8s_after, *(p.import_after if imp else [])]
@@ -158,7 +173,7 @@ def _router(parent: pulumi.Resource, p: ModelPlatform, m: ModelPlan,
     for the model, which waits for it (its pods are Ready once one vLLM pod is)."""
     if not m.routed:
         return None
-    vpc = [p.vpc_cidr]
+    vpc = list(p.vpc_cidrs)
     wait = m.startup_budget_seconds + serving_objects.NODE_LAUNCH_SECONDS + (
         m.weights_import.deadline_seconds if m.weights_import else 0)
     return ModelRouter(f"{p.name}-{m.name}-router", _args(
@@ -166,8 +181,16 @@ def _router(parent: pulumi.Resource, p: ModelPlatform, m: ModelPlan,
         cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,
         max_excess_requests=m.routing.max_excess_requests,
         client_cidrs=vpc if m.routing.internal_load_balancer else None,
-        metrics_cidrs=vpc if p.managed_scraper else None, api_server_cidrs=vpc,
+        # The routers' metrics listener serves only metrics: the managed collector's ENIs are in
+        # the VPC's subnets, a Prometheus of your own is named by its pods.
+        metrics_cidrs=vpc if p.managed_scraper else None,
+        metrics_scrapers=[{"namespace": ns, "pod_labels": dict(labels)} for ns, labels in p.scraper_pods] or None,
+        # Pods reach the API at the `kubernetes` ClusterIP (judged before DNAT), its endpoints are
+        # ENIs in the VPC (warmstart/decisions/network.py).
+        api_server_cidrs=[p.service_cidr, *vpc],
         expose=m.routing.internal_load_balancer, ready_timeout_seconds=wait,
+        image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
+        if p.image_cache_account else None,
         # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
         fence_vllm=False, create_service=False),
         opts=pulumi.ResourceOptions(parent=parent, provider=p.kubernetes_provider, depends_on=after))

@@ -99,7 +99,9 @@ class ModelStack(pulumi.ComponentResource):
                     if m.weights_import and m.weights_import.kind == "huggingFace" else None)
         self.platform = ModelPlatform(
             name=name, namespace=contract.namespace, region=contract.region, cluster_mode=contract.cluster_mode,
-            name_prefix=contract.name_prefix, nvme_check=contract.nvme_check, vpc_cidr=contract.vpc_cidr,
+            name_prefix=contract.name_prefix, nvme_check=contract.nvme_check, vpc_cidrs=contract.vpc_cidrs,
+            service_cidr=contract.service_cidr, image_cache_account=contract.image_cache_account,
+            scraper_pods=[(str(s["namespace"]), dict(s["podLabels"])) for s in monitoring.get("scraperPods") or []],
             oidc_provider_arn=contract.oidc_provider_arn, oidc_issuer=contract.oidc_issuer,
             compile_cache_bucket=contract.compile_cache_bucket, aws_provider=self.aws_provider,
             kubernetes_provider=self.kubernetes_provider, managed_scraper=bool(monitoring.get("managedScraper")),

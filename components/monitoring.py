@@ -12,10 +12,8 @@ The collector's access to the cluster: the cluster authenticates with EKS access
 (`authenticationMode: API`), and for such clusters AMP creates the collector's access entry
 itself when the scraper is created ("Configure Amazon EKS for scraper access with access
 entries", https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-eks-setup);
-EKS keeps one access entry per principal, so a second one from here would fail the `up`. With
-`scraperAccessEntry: true` this component manages the entry instead (user `aps-collector-user`)
-with RBAC cut to what the scrape configuration reads (`get/list/watch pods` in the scraped
-namespaces): for clusters where AMP does not create one.
+EKS keeps one access entry per principal, so a second one from here would fail the `up`: this
+component creates none (`scraperAccessEntry: true` is refused).
 """
 
 from typing import NotRequired, Optional, TypedDict
@@ -70,8 +68,9 @@ class MonitoringArgs(TypedDict):
     """An existing Prometheus-compatible endpoint (base URL, without `/api/v1/query`) that
     already scrapes the pods; then no workspace, no collector and no AWS identity for KEDA."""
     scraper_access_entry: NotRequired[bool]
-    """Manage the collector's EKS access entry and its RBAC here (default false: AMP creates the
-    entry itself on clusters that use access entries, and a second one would fail)."""
+    """Refused when true: AMP creates the collector's access entry itself on every cluster that
+    uses access entries (`API` or `API_AND_CONFIG_MAP`), and a second entry for the same
+    principal fails; a cluster without access entries cannot take one at all."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig of the cluster; without it the Kubernetes objects use the provider of the
     resource options (or the ambient one)."""
@@ -94,6 +93,12 @@ class Monitoring(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: MonitoringArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:Monitoring", name, None, opts)
+        if args.get("scraper_access_entry"):
+            raise ConfigError("MonitoringArgs.scraperAccessEntry", "AMP creates the collector's EKS access entry "
+                              "itself when the cluster uses access entries (API or API_AND_CONFIG_MAP), and EKS keeps "
+                              "one entry per principal, so a second one always fails the `up` "
+                              "(https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html)",
+                              "remove scraperAccessEntry", True)
         mode = mode_value(args["cluster_mode"])
         if mode not in ("auto", "karpenter"):
             raise ConfigError("MonitoringArgs.clusterMode", "must be auto or karpenter", "use ClusterMode", mode)
@@ -146,8 +151,8 @@ class Monitoring(pulumi.ComponentResource):
 
     def _amp(self, name: str, args: MonitoringArgs, namespaces: list[str], tags: dict[str, str],
              child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
-        """Workspace, collector, (optionally) its access entry and RBAC, and the KEDA operator's
-        role; returns the role's ARN, resolved once its policy is attached."""
+        """Workspace, collector and the KEDA operator's role; returns the role's ARN, resolved once
+        its policy is attached."""
         prefix, region = args["name_prefix"], args["region"]
         workspace = aws.amp.Workspace(
             f"{name}-workspace", alias=f"{prefix}-metrics",
@@ -160,19 +165,6 @@ class Monitoring(pulumi.ComponentResource):
             destination={"amp": {"workspace_arn": workspace.arn}},
             scrape_configuration=objects.scrape_configuration_yaml(namespaces, router=bool(args.get("router"))),
             tags=tags, opts=child)
-        if args.get("scraper_access_entry"):
-            aws.eks.AccessEntry(
-                f"{name}-scraper-access", cluster_name=args["cluster_name"],
-                principal_arn=scraper.role_arn.apply(objects.scraper_principal_arn),
-                user_name=objects.COLLECTOR_USER, type="STANDARD", opts=child)
-            for obj in objects.collector_rbac(namespaces):
-                suffix = f"{obj['kind'].lower()}-{obj['metadata']['namespace']}"
-                if obj["kind"] == "Role":
-                    k8s.rbac.v1.Role(f"{name}-{suffix}", metadata=obj["metadata"], rules=obj["rules"], opts=k8s_opts)
-                else:
-                    k8s.rbac.v1.RoleBinding(f"{name}-{suffix}", metadata=obj["metadata"], subjects=obj["subjects"],
-                                            role_ref=obj["roleRef"], opts=k8s_opts)
-
         # The KEDA operator's role: IRSA for exactly keda/keda-operator, query actions on this
         # one workspace.
         role_name = decide.keda_operator_role_name(prefix)

@@ -54,6 +54,15 @@ class NetworkArgs(TypedDict):
     (`karpenter.sh/discovery`), so its EC2NodeClasses find them."""
 
 
+def existing_vpc_cidrs(vpc_id: str, opts: pulumi.InvokeOptions) -> list[str]:
+    """The IPv4 CIDR blocks associated with an existing VPC, secondary ones included
+    (https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html): policies that name
+    "the VPC" must cover every block pods may get an address from."""
+    vpc = aws.ec2.get_vpc(id=vpc_id, opts=opts)
+    blocks = [a.cidr_block for a in (vpc.cidr_block_associations or []) if a.state in (None, "", "associated")]
+    return sorted(set(blocks) | {vpc.cidr_block})
+
+
 def _sorted_ids(*ids: pulumi.Input[str]) -> pulumi.Output[list[str]]:
     return pulumi.Output.all(*ids).apply(lambda v: sorted(v))
 
@@ -70,6 +79,10 @@ class Network(pulumi.ComponentResource):
     that names none."""
     private_route_table_ids: pulumi.Output[list[str]]
     """Route tables of the private subnets (sorted); each carries the S3 endpoint's route."""
+    vpc_cidrs: list[str]
+    """Every IPv4 CIDR block of the VPC (primary and secondary), the range pod addresses come from:
+    the created VPC's `cidr`, or what AWS reports for an existing one (a plain invoke, so it is
+    known while the program runs, in a preview as in an `up`)."""
     s3_endpoint_id: pulumi.Output[Optional[str]]
     """The S3 Gateway endpoint's id (`vpce-...`, the `aws:SourceVpce` value); unset when
     `s3GatewayEndpoint` is false."""
@@ -83,8 +96,12 @@ class Network(pulumi.ComponentResource):
         p = self.plan
         region, name_prefix = args["region"], args["name_prefix"]
         if p.create:
+            assert p.cidr is not None
+            self.vpc_cidrs = [p.cidr]
             self._create(name, p, region, name_prefix)
         else:
+            assert p.vpc_id is not None
+            self.vpc_cidrs = existing_vpc_cidrs(p.vpc_id, pulumi.InvokeOptions(parent=self))
             self.vpc_id = pulumi.Output.from_input(p.vpc_id)
             self.private_subnet_ids = pulumi.Output.from_input(list(p.private_subnet_ids))
             self.public_subnet_ids = pulumi.Output.from_input(list(p.public_subnet_ids))
@@ -117,6 +134,7 @@ class Network(pulumi.ComponentResource):
 
         self.register_outputs({
             "vpcId": self.vpc_id,
+            "vpcCidrs": self.vpc_cidrs,
             "privateSubnetIds": self.private_subnet_ids,
             "publicSubnetIds": self.public_subnet_ids,
             "privateRouteTableIds": self.private_route_table_ids,

@@ -21,6 +21,7 @@ from warmstart.manifests import router as objects
 from warmstart.manifests.router import SERVICE_PORT
 
 from .enums import ClusterMode, mode_value
+from .serving import ScraperPodsArgs
 
 DEFAULT_NAMESPACE = "default"
 
@@ -68,12 +69,16 @@ class ModelRouterArgs(TypedDict):
     metrics_cidrs: NotRequired[list[str]]
     """CIDRs that may scrape the routers' Prometheus metrics on port 29000 (default none: the
     listener is bound to 127.0.0.1)."""
+    metrics_scrapers: NotRequired[list[ScraperPodsArgs]]
+    """Pods that may scrape the routers' metrics (a Prometheus in the cluster), by namespace and
+    labels; like `metricsCidrs`, they bind the listener for them."""
     vllm_scrape_cidrs: NotRequired[list[str]]
     """CIDRs that may still reach the vLLM pods' port 8000 besides the routers, such as a metrics
     scraper (vLLM serves /metrics on its serving port)."""
     api_server_cidrs: NotRequired[list[str]]
-    """Where the Kubernetes API's endpoints are, for the routers' egress policy (default any
-    address; the VPC CIDR is tighter)."""
+    """Where the routers reach the Kubernetes API, for their egress policy (default any address).
+    Tighter: the cluster's Service CIDR (pods call the `kubernetes` Service's ClusterIP, which the
+    AWS network policy agent judges before DNAT) plus the VPC CIDRs (its endpoint ENIs)."""
     expose: NotRequired[bool]
     """Also put an internal Network Load Balancer in front of the routers (default false). Auto
     Mode provisions it itself; in karpenter mode the cluster's cloud provider does, with the
@@ -117,6 +122,7 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         prefix_tokens=args.get("prefix_tokens", routing.DEFAULT_PREFIX_TOKENS),
         waiting_requests=args.get("waiting_requests", routing.DEFAULT_WAITING_REQUESTS),
         client_cidrs=args.get("client_cidrs") or (), metrics_cidrs=args.get("metrics_cidrs") or (),
+        metrics_pods=[(s["namespace"], s["pod_labels"]) for s in args.get("metrics_scrapers") or []],
         vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
         api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
         expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800))
@@ -185,4 +191,4 @@ class ModelRouter(pulumi.ComponentResource):
         self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
 
 
-__all__ = ["ModelRouter", "ModelRouterArgs", "RoutingPolicy", "plan"]
+__all__ = ["ModelRouter", "ModelRouterArgs", "RoutingPolicy", "ScraperPodsArgs", "plan"]

@@ -73,6 +73,15 @@ class WeightsImportArgs(TypedDict):
     """From another `s3://bucket/prefix`, which the import role may read."""
 
 
+class ScraperPodsArgs(TypedDict):
+    """Pods of a Prometheus that scrapes the metrics ports."""
+
+    namespace: str
+    """Their namespace."""
+    pod_labels: dict[str, str]
+    """Labels that select exactly them."""
+
+
 class VllmModelArgs(TypedDict):
     """Inputs of the VllmModel component."""
 
@@ -151,7 +160,11 @@ class VllmModelArgs(TypedDict):
     always may)."""
     metrics_scraper_cidrs: NotRequired[list[str]]
     """CIDRs a metrics scraper outside the cluster reads `/metrics` from (e.g. the subnets of an
-    Amazon Managed Service for Prometheus collector); default none."""
+    Amazon Managed Service for Prometheus collector); default none. They reach the pods'
+    metrics-only port (8001, `metrics`), never the serving port."""
+    metrics_scrapers: NotRequired[list[ScraperPodsArgs]]
+    """Pods of a Prometheus in the cluster that read `/metrics`, by namespace and labels; like
+    `metricsScraperCidrs`, admitted to the metrics-only port alone."""
     node_cache: NotRequired[str]
     """`auto`, `on` or `off` (default off): stage the weights on the NVMe of `nodePool`'s nodes (a
     DaemonSet running the model's image, which also pre-pulls it), prefer the nodes that hold
@@ -207,8 +220,11 @@ class VllmModel(pulumi.ComponentResource):
     def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
                  router: Sequence[pulumi.Resource] = ()) -> None:
         """`router` (Python programs): the model's router resources (ModelRouter), with
-        `routerPodLabels` given; the Service and the NetworkPolicy switch to the routers only once
-        those are up, so turning routing on never leaves the endpoint without a backend."""
+        `routerPodLabels` given; the Service switches to the routers only once they are up, so
+        turning routing on never leaves the endpoint without a backend. The NetworkPolicy comes
+        before any pod and admits only the routers from the start: while routing is turned on
+        for a running model, clients that call its Service are refused until the routers are
+        Ready (seconds, as the vLLM pods are already Ready)."""
         super().__init__("warmstart:index:VllmModel", name, None, opts)
         # Every decision is made here, from the Args alone, by the pure planner.
         self.plan: ModelPlan = plan(args)
@@ -257,8 +273,14 @@ class VllmModel(pulumi.ComponentResource):
         # The IRSA webhook injects credentials when it admits a pod whose ServiceAccount it
         # finds; a pod admitted before the ServiceAccount exists never gets them.
         before_pods: list[pulumi.Resource] = [*scripts, service_account]
+        if args.get("network_policies", True):
+            # Before any pod (the import Job's included): a pod started before the policy that
+            # selects it runs unfenced; a routed model's policy admits only its routers from the
+            # start, without waiting for them to be Ready.
+            before_pods.extend(self._network_policies(name, args, ns, child))
         if m.weights_import is not None:
-            before_pods.append(self._weights_import(name, args, ns, child))
+            before_pods.append(self._weights_import(name, args, ns, pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=list(before_pods)))))
         if m.staged:
             # Weights in S3 (the import, if any) -> staged on every node of the pool, with the
             # model's image pulled there (Pulumi awaits the DaemonSet's rollout) -> pods roll.
@@ -292,8 +314,6 @@ class VllmModel(pulumi.ComponentResource):
                                       opts=after_router if routed else child)
         pdb = pdb_spec(m, ns)
         k8s.policy.v1.PodDisruptionBudget(f"{name}-pdb", metadata=pdb["metadata"], spec=pdb["spec"], opts=child)
-        if args.get("network_policies", True):
-            self._network_policies(name, args, ns, after_router if routed else child)
         self.service_name = service.metadata.apply(lambda md: md["name"] if isinstance(md, dict) else md.name)
         self.endpoint = pulumi.Output.all(self.service_name, ns).apply(
             lambda v: f"http://{v[0]}.{v[1]}.svc:{HTTP_PORT}/v1")
@@ -331,22 +351,26 @@ class VllmModel(pulumi.ComponentResource):
                                      opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
                                          custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s"))))
 
-    def _network_policies(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions) -> None:
+    def _network_policies(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions
+                          ) -> list[pulumi.Resource]:
         """The serving pods' NetworkPolicy, and the import Job's when there is one."""
         m = self.plan
         try:
             policies = [network_policy.serving_network_policy(
                 m.name, ns, router=args.get("router_pod_labels"), client_namespaces=args.get("client_namespaces") or (),
-                metrics_cidrs=args.get("metrics_scraper_cidrs") or ())]
+                metrics_cidrs=args.get("metrics_scraper_cidrs") or (),
+                metrics_pods=[(sc["namespace"], tuple(sc["pod_labels"].items()))
+                              for sc in args.get("metrics_scrapers") or []])]
         except ValueError as exc:
-            key = "metricsScraperCidrs" if "CIDR" in str(exc) else "routerPodLabels"
+            key = ("metricsScraperCidrs" if "CIDR" in str(exc) else
+                   "metricsScrapers" if "scraper pod" in str(exc) else "routerPodLabels")
             raise ConfigError(f"VllmModelArgs.{key}", str(exc), "give CIDR networks such as 10.0.32.0/19 and "
                               "the router pods' non-empty labels") from None
         if m.weights_import is not None:
             policies.append(network_policy.weights_import_network_policy(m.name, ns))
-        for suffix, policy in zip(("netpol", "import-netpol"), policies):
-            k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=policy["metadata"], spec=policy["spec"],
-                                            opts=child)
+        return [k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=policy["metadata"], spec=policy["spec"],
+                                                opts=child)
+                for suffix, policy in zip(("netpol", "import-netpol"), policies)]
 
     def _weights_import(self, name: str, args: VllmModelArgs, ns: str, child: pulumi.ResourceOptions
                         ) -> k8s.batch.v1.Job:

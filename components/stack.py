@@ -21,6 +21,8 @@ from warmstart.config import StackConfig
 from warmstart.manifests import compile_cache, first_token, nvme_check
 from warmstart import versions
 from warmstart.decisions import iam, image_cache
+from warmstart.decisions import network as network_rules
+from warmstart.errors import ConfigError
 from warmstart.decisions import weights_import as imports
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
@@ -76,6 +78,12 @@ def plan_has_managed_scraper(plan: StackPlan) -> bool:
     """Whether the stack creates the AMP managed collector (a model, or a model stack, may
     autoscale and the stack names no Prometheus of its own)."""
     return platform_contract.plan_runs_autoscaling(plan) and not plan.config.monitoring.prometheus_url
+
+
+def scraper_pods(cfg: StackConfig) -> list[tuple[str, dict[str, str]]]:
+    """The stack's own Prometheus pods (`monitoring.scraper`), which the metrics ports admit."""
+    sc = cfg.monitoring.scraper
+    return [(sc.namespace, dict(sc.pod_labels))] if sc is not None else []
 
 
 def _aliased(opts: pulumi.ResourceOptions, layer: str) -> pulumi.ResourceOptions:
@@ -152,8 +160,15 @@ class WarmstartStack(pulumi.ComponentResource):
                                      staged_bytes=m.weights_bytes if m.staged else None)
                                for m in plan.models if m.pool == p.name])
                  for p in cfg.gpu_pools]
+        # The Service range, explicit so the routers' policy can name the API server's ClusterIP:
+        # the stack's, or the one EKS would pick for this VPC (decisions/network.py).
+        service_cidr = c.service_cidr or network_rules.default_service_cidr(self.network.vpc_cidrs)
+        why = network_rules.service_cidr_problem(service_cidr, self.network.vpc_cidrs)
+        if why:
+            raise ConfigError(f"{config.NAMESPACE}:cluster.serviceCidr", f"{service_cidr} {why}",
+                              "set cluster.serviceCidr to a /16 outside every CIDR block of the VPC", service_cidr)
         cluster_args: ClusterArgs = _args(  # type: ignore[assignment]
-            cluster_name=plan.cluster.name, mode=cfg.cluster_mode, region=cfg.region,
+            cluster_name=plan.cluster.name, mode=cfg.cluster_mode, region=cfg.region, service_cidr=service_cidr,
             vpc_id=self.network.vpc_id, private_subnet_ids=self.network.private_subnet_ids,
             public_subnet_ids=self.network.public_subnet_ids, gpu_pools=pools, name_prefix=plan.name_prefix,
             kubernetes_version=cfg.kubernetes_version, admins=c.admins, viewers=c.viewers, log_types=c.log_types,
@@ -208,7 +223,9 @@ class WarmstartStack(pulumi.ComponentResource):
         self._autoscaling(name, plan, namespace)
         self.platform = ModelPlatform(
             name=name, namespace=cfg.namespace, region=cfg.region, cluster_mode=cfg.cluster_mode,
-            name_prefix=plan.name_prefix, nvme_check=c.nvme_check, vpc_cidr=cfg.network.cidr,
+            name_prefix=plan.name_prefix, nvme_check=c.nvme_check, vpc_cidrs=self.network.vpc_cidrs,
+            image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None,
+            service_cidr=service_cidr, scraper_pods=scraper_pods(cfg),
             oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
             compile_cache_bucket=self.storage.compile_cache_bucket, aws_provider=self.aws_provider,
             kubernetes_provider=self.cluster.kubernetes_provider, managed_scraper=plan_has_managed_scraper(plan),
@@ -228,10 +245,13 @@ class WarmstartStack(pulumi.ComponentResource):
                     table[m.name] = value
         # What this environment's model stacks read through their StackReference.
         self.platform_contract = platform_contract.facts(plan) | {
+            "vpcCidrs": list(self.network.vpc_cidrs), "serviceCidr": service_cidr,
             "oidcProviderArn": self.cluster.oidc_provider_arn, "oidcIssuer": self.cluster.oidc_issuer,
             "monitoring": {"serverAddress": self.monitoring.server_address,
                            "region": self.platform.monitoring_region,
-                           "managedScraper": plan_has_managed_scraper(plan)} if self.monitoring else None}
+                           "managedScraper": plan_has_managed_scraper(plan),
+                           "scraperPods": [{"namespace": ns, "podLabels": dict(labels)}
+                                           for ns, labels in self.platform.scraper_pods]} if self.monitoring else None}
         self.register_outputs({})
 
     def _autoscaling(self, name: str, plan: StackPlan, namespace: k8s.core.v1.Namespace) -> None:
@@ -271,11 +291,14 @@ class WarmstartStack(pulumi.ComponentResource):
         rule = aws.ecr.PullThroughCacheRule(
             f"{name}-docker-hub-cache", ecr_repository_prefix=image_cache.DOCKER_HUB_PREFIX,
             upstream_registry_url=image_cache.DOCKER_HUB_URL, credential_arn=ecr.credential_arn, opts=aws_opts)
-        access = aws.iam.RolePolicy(
-            f"{name}-gpu-node-pull-through", role=self.cluster.gpu_node_role_name, name="warmstart-pull-through",
-            policy=iam.to_json(image_cache.node_pull_through_policy(plan.cluster.partition, cfg.region, cfg.account_id)),
-            opts=aws_opts)
-        return [rule, access]
+        policy = iam.to_json(image_cache.node_pull_through_policy(plan.cluster.partition, cfg.region, cfg.account_id))
+        # Each node role that can be the first to pull a cached image: the GPU nodes', and the
+        # non-GPU nodes', where the weights import Job runs the model's image before any GPU node
+        # has pulled it (https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache-iam.html).
+        access = [aws.iam.RolePolicy(f"{name}-{which}-node-pull-through", role=role, name="warmstart-pull-through",
+                                     policy=policy, opts=aws_opts)
+                  for which, role in zip(("gpu", "system"), self.cluster.node_role_names)]
+        return [rule, *access]
 
     def _node_cache_platform(self, name: str, plan: StackPlan, k8s_opts: pulumi.ResourceOptions,
                              namespace: k8s.core.v1.Namespace) -> list[pulumi.Resource]:

@@ -176,8 +176,9 @@ def test_autoscaling_needs_keda_on_the_platform(tmp_path):
 
 @pytest.mark.parametrize("doc, rule", [
     ({}, "exports no warmstartPlatform"),
-    ({"contractVersion": platform.CONTRACT_VERSION + 1}, "reads platform contract version 1"),
-    ({"contractVersion": platform.CONTRACT_VERSION, "stack": "prod"}, "is not a version-1 contract"),
+    ({"contractVersion": platform.CONTRACT_VERSION + 1}, f"reads platform contract version {platform.CONTRACT_VERSION}"),
+    ({"contractVersion": platform.CONTRACT_VERSION, "stack": "prod"},
+     f"is not a version-{platform.CONTRACT_VERSION} contract"),
 ])
 def test_a_contract_of_another_version_or_shape_is_refused(doc, rule):
     with pytest.raises(ConfigError) as err:

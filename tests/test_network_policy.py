@@ -52,23 +52,31 @@ def test_every_pod_is_selected_by_a_policy_with_ingress_and_egress(rendered):
         kubernetes_validate.validate(p, K8S_VERSION, strict=True)
 
 
+def _vpc_cidrs(rendered) -> list[str]:
+    """The VPC blocks the stack's render names (a model stack's come from its platform)."""
+    plan = rendered.stack_plan
+    return list(plan.contract.vpc_cidrs) if hasattr(plan, "contract") else [plan.config.network.cidr]
+
+
 def test_serving_pods_accept_only_the_vllm_port_and_send_only_dns_and_https(rendered):
     plans = {m.name: m for m in rendered.stack_plan.models}
     scraped = any(m.autoscaling for m in plans.values())
     for dep in _vllm_deployments(rendered):
         ns, labels = dep["metadata"]["namespace"], dep["spec"]["template"]["metadata"]["labels"]
         (policy,) = [p for p in rendered.kind("NetworkPolicy") if _selects(p, ns, labels)]
-        (rule,) = policy["spec"]["ingress"]
+        rule, *scrape = policy["spec"]["ingress"]
         assert rule["ports"] == [{"protocol": "TCP", "port": serving.HTTP_PORT}]
         ports = sorted((p["protocol"], p["port"]) for r in policy["spec"]["egress"] for p in r["ports"])
         assert ports == [("TCP", 53), ("TCP", 443), ("UDP", 53)]
         # A routed model's pods take requests from its routers only; an unrouted one's from its
-        # own namespace; the managed Prometheus collector scrapes from the VPC when a model autoscales.
+        # own namespace. The managed Prometheus collector, when a model autoscales, reaches only
+        # the metrics-only port: an ipBlock of the VPC would admit every pod.
         m = plans[dep["metadata"]["name"]]
         peer = ({"podSelector": {"matchLabels": network_policy.router_selector(m.name)}} if m.routed
                 else {"podSelector": {}})
-        scraper = [{"ipBlock": {"cidr": rendered.stack_plan.config.network.cidr}}] if scraped else []
-        assert rule["from"] == [peer, *scraper]
+        assert rule["from"] == [peer]
+        assert scrape == ([{"from": [{"ipBlock": {"cidr": c}} for c in _vpc_cidrs(rendered)],
+                            "ports": [{"protocol": "TCP", "port": serving.METRICS_PORT}]}] if scraped else [])
 
 
 def test_import_pods_accept_nothing(stack_name):
@@ -199,9 +207,10 @@ def test_with_a_router_only_its_pods_and_the_scrapers_reach_vllm():
     p = network_policy.serving_network_policy("m", "ns", router=router, client_namespaces=["apps"],
                                               metrics_cidrs=["10.0.64.0/19", "10.0.32.0/19", "10.0.64.0/19"])
     kubernetes_validate.validate(p, K8S_VERSION, strict=True)
-    (rule,) = p["spec"]["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": router}},
-                            {"ipBlock": {"cidr": "10.0.32.0/19"}}, {"ipBlock": {"cidr": "10.0.64.0/19"}}]
+    rule, scrape = p["spec"]["ingress"]
+    assert rule == {"from": [{"podSelector": {"matchLabels": router}}], "ports": [{"protocol": "TCP", "port": 8000}]}
+    assert scrape == {"from": [{"ipBlock": {"cidr": "10.0.32.0/19"}}, {"ipBlock": {"cidr": "10.0.64.0/19"}}],
+                      "ports": [{"protocol": "TCP", "port": serving.METRICS_PORT}]}
     # The policy selects the vLLM pods, not the router's.
     assert p["spec"]["podSelector"]["matchLabels"] == serving.selector("m")
     assert not router.items() <= serving.labels("m").items()

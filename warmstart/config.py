@@ -404,6 +404,10 @@ class ClusterConfig(_Strict):
     system_node_group: SystemNodeGroupConfig | None = SystemNodeGroupConfig()
     """`clusterMode: karpenter` only (ignored in auto mode, whose built-in `system` pool runs
     the add-ons): the managed node group for the controller and add-ons. Required there."""
+    service_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")] | None = None
+    """The cluster's Kubernetes Service range (`serviceIpv4Cidr`), create-only. Default: the one
+    EKS would pick, 172.20.0.0/16 when a VPC CIDR block is in 10.0.0.0/8, else 10.100.0.0/16; set
+    explicitly, so the routers' NetworkPolicy can name the API server's ClusterIP."""
     nvme_check: Literal["warn", "fail"] = "warn"
     """What the serving pod's start-up NVMe check does when the compile-cache path is not on
     the node's local NVMe: `warn` logs it and starts anyway (slower, on EBS); `fail` stops
@@ -427,6 +431,16 @@ class ImageCacheConfig(_Strict):
     out of Docker Hub's rate limits. Needs `accountId`. Default: pull from Docker Hub."""
 
 
+class ScraperPodsConfig(_Strict):
+    """The pods of your own Prometheus, which the NetworkPolicies admit to the metrics ports."""
+
+    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    """Namespace of the Prometheus pods (e.g. `monitoring`)."""
+    pod_labels: Annotated[dict[str, str], Field(min_length=1)]
+    """Labels that select exactly the Prometheus server pods (e.g.
+    `{app.kubernetes.io/name: prometheus}`, as prometheus-operator labels them)."""
+
+
 class MonitoringConfig(_Strict):
     """Where vLLM's metrics go, for `models[].autoscaling`."""
 
@@ -435,6 +449,11 @@ class MonitoringConfig(_Strict):
     (e.g. `http://prometheus-operated.monitoring.svc:9090`); KEDA queries it without AWS
     signing. Default: warmstart creates an Amazon Managed Service for Prometheus workspace and
     its managed collector when a model autoscales."""
+    scraper: ScraperPodsConfig | None = None
+    """With `prometheusUrl`: the Prometheus pods that scrape the vLLM pods and the routers. Every
+    warmstart pod sits behind a NetworkPolicy, so only the pods named here may read the metrics
+    ports (vLLM's metrics-only port and the routers' metrics listener); required when a model
+    autoscales on your Prometheus."""
 
 
 class ModelStacksConfig(_Strict):

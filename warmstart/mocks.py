@@ -158,6 +158,13 @@ class Registered:
     its children) and the resources its inputs come from."""
 
 
+# What the mocks answer for an existing VPC (`network.vpcId`): its CIDR blocks by id, which tests
+# set; any other id gets the range of a default VPC (https://docs.aws.amazon.com/vpc/latest/userguide/default-vpc-components.html),
+# which is outside the created VPCs' default 10.0.0.0/16 on purpose.
+EXISTING_VPC_CIDR = "172.31.0.0/16"
+EXISTING_VPCS: dict[str, list[str]] = {}
+
+
 @dataclass
 class FakeCloud(pulumi.runtime.Mocks):
     """Pulumi mocks that answer like a provider would."""
@@ -195,6 +202,14 @@ class FakeCloud(pulumi.runtime.Mocks):
                 return {"arn": arn, "issuerArn": f"arn:{parts[1]}:iam::{parts[4]}:role/{role}",
                         "issuerId": "AROA" + _digest(role), "issuerName": role, "sessionName": session}
             return {"arn": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": ""}
+        if args.token == "aws:ec2/getVpc:getVpc":
+            # An existing VPC's blocks: the offline render cannot ask AWS, so a table the caller
+            # gives (tests), else the default VPC's range, which `warmstart render` notes.
+            vpc_id = str(args.args.get("id", ""))
+            blocks = list(EXISTING_VPCS.get(vpc_id, [EXISTING_VPC_CIDR]))
+            return {"id": vpc_id, "cidrBlock": blocks[0], "state": "available",
+                    "cidrBlockAssociations": [{"associationId": f"vpc-cidr-assoc-{i}", "cidrBlock": c,
+                                               "state": "associated"} for i, c in enumerate(blocks)]}
         if args.token == "aws:eks/getClusters:getClusters":
             # A fresh account: no cluster exists yet, so the program is the one creating them.
             return {"id": self.region, "names": []}

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from . import plan_aws, plan_cluster
 from .config import NAMESPACE, GpuPool, ModelConfig, StackConfig
-from .decisions import image_cache
+from .decisions import image_cache, naming
+from .decisions import network as network_rules
 from .errors import ConfigError, Problems
 from .plan_model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
 
@@ -110,6 +111,12 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
         if names.index(name) != i:
             problems.add(f"{NAMESPACE}:models[{i}].name", "duplicate model name",
                          "give every model a unique name", name)
+    for i, why in naming.model_name_clashes(names, [p.name for p in cfg.gpu_pools]):
+        problems.add(f"{NAMESPACE}:models[{i}].name", why, "rename the model so that no name warmstart derives "
+                     "(<model>-router, -weights, -import, ...) is another model's", names[i])
+    _check_monitoring(cfg, problems)
+    _check_image_cache(cfg, problems)
+    _check_service_cidr(cfg, problems)
     pool_names = [p.name for p in cfg.gpu_pools]
     for i, name in enumerate(pool_names):
         if pool_names.index(name) != i:
@@ -127,3 +134,51 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
         cluster = plan_cluster.plan_cluster(cfg, prefix, models)
     problems.raise_if_any()
     return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(models), aws=aws, cluster=cluster)
+
+
+def _check_monitoring(cfg: StackConfig, problems: Problems) -> None:
+    """A Prometheus of the user's own must be named to the NetworkPolicies, or it scrapes nothing
+    and KEDA's trigger has no data (every warmstart pod is behind a policy)."""
+    mon, key = cfg.monitoring, f"{NAMESPACE}:monitoring"
+    autoscales = cfg.model_stacks.autoscaling or any(m.autoscaling for m in cfg.models)
+    if mon.prometheus_url and autoscales and mon.scraper is None:
+        problems.add(f"{key}.scraper", "prometheusUrl names your own Prometheus, but not its pods: the "
+                     "NetworkPolicies admit only named scrapers to the metrics ports, so nothing would be scraped "
+                     "and autoscaling would never act",
+                     "add monitoring.scraper: {namespace: monitoring, podLabels: {app.kubernetes.io/name: prometheus}} "
+                     "(your Prometheus server pods' namespace and labels)")
+    if mon.scraper is not None and not mon.prometheus_url:
+        problems.add(f"{key}.scraper", "names scraper pods, but without prometheusUrl warmstart runs the AMP "
+                     "managed collector, which is admitted by itself", "remove monitoring.scraper, or set "
+                     "monitoring.prometheusUrl to that Prometheus", mon.scraper.namespace)
+
+
+def _check_image_cache(cfg: StackConfig, problems: Problems) -> None:
+    """ECR pull-through rules read their upstream credentials from a secret in the rule's own
+    account and region (https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache-creating-secret.html)."""
+    ecr = cfg.image_cache.ecr_pull_through
+    if ecr is None:
+        return
+    _, _, _, region, account, *_ = ecr.credential_arn.split(":")
+    where = []
+    if region != cfg.region:
+        where.append(f"region {region} (the stack's is {cfg.region})")
+    if cfg.account_id is not None and account != cfg.account_id:
+        where.append(f"account {account} (the stack's is {cfg.account_id})")
+    if where:
+        problems.add(f"{NAMESPACE}:imageCache.ecrPullThrough.credentialArn", f"the secret is in {' and '.join(where)}; "
+                     "ECR reads a pull-through cache rule's credentials only from a secret in the rule's account and "
+                     "region", f"create the ecr-pullthroughcache/ secret in account {cfg.account_id or account}, region "
+                     f"{cfg.region}, and give its ARN", ecr.credential_arn)
+
+
+def _check_service_cidr(cfg: StackConfig, problems: Problems) -> None:
+    """A Service range EKS would refuse fails the cluster's creation; check it against a created
+    VPC's CIDR now (an existing VPC's blocks are read from AWS when the program runs)."""
+    cidr = cfg.cluster.service_cidr
+    if cidr is None:
+        return
+    why = network_rules.service_cidr_problem(cidr, [] if cfg.network.vpc_id else [cfg.network.cidr])
+    if why:
+        problems.add(f"{NAMESPACE}:cluster.serviceCidr", why, "use a /16 in 10.0.0.0/8, 172.16.0.0/12 or "
+                     "192.168.0.0/16 outside the VPC, or leave it unset for EKS's default", cidr)

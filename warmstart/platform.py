@@ -26,7 +26,7 @@ from .plan import StackPlan, _pool_instance_type
 from .plan_cluster import pool_model
 from .plan_model import ModelPlan, compile_cache_host_path, plan_model
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 """Bump on any change a model stack of the previous version would misread."""
 OUTPUT = "warmstartPlatform"
 """The platform's output that holds the contract."""
@@ -64,7 +64,6 @@ def facts(plan: StackPlan) -> dict[str, Any]:
         "kubernetesVersion": cfg.kubernetes_version,
         "namePrefix": plan.name_prefix,
         "namespace": cfg.namespace,
-        "vpcCidr": cfg.network.cidr,
         "modelBucket": plan.aws.buckets.model_bucket,
         "compileCacheBucket": plan.aws.buckets.compile_cache_bucket,
         "loader": cfg.loader.model_dump(by_alias=True),
@@ -116,7 +115,8 @@ class Contract:
     kubernetes_version: str
     name_prefix: str
     namespace: str
-    vpc_cidr: str
+    vpc_cidrs: tuple[str, ...]
+    service_cidr: str
     model_bucket: str
     compile_cache_bucket: str | None
     loader: LoaderTuning
@@ -150,7 +150,8 @@ def parse(doc: Any, platform: str, model_stack: str) -> Contract:
         return Contract(
             stack=str(doc["stack"]), region=str(doc["region"]), cluster_mode=str(doc["clusterMode"]),
             cluster_name=str(doc["clusterName"]), kubernetes_version=str(doc["kubernetesVersion"]),
-            name_prefix=str(doc["namePrefix"]), namespace=str(doc["namespace"]), vpc_cidr=str(doc["vpcCidr"]),
+            name_prefix=str(doc["namePrefix"]), namespace=str(doc["namespace"]),
+            vpc_cidrs=tuple(str(c) for c in doc["vpcCidrs"]), service_cidr=str(doc["serviceCidr"]),
             model_bucket=str(doc["modelBucket"]),
             compile_cache_bucket=str(doc["compileCacheBucket"]) if doc.get("compileCacheBucket") else None,
             loader=LoaderTuning.model_validate(_ints(doc["loader"])),

@@ -126,3 +126,45 @@ def s3_service_name(region: str) -> str:
     """The S3 endpoint service of a region
     (https://docs.aws.amazon.com/vpc/latest/privatelink/vpc-endpoints-s3.html)."""
     return f"com.amazonaws.{region}.s3"
+
+
+# Kubernetes object names warmstart derives from a model's name (its router, import Job, staging
+# pods, load balancer, KEDA authentication, scripts) and from a pool's (its warm spares). Two
+# models whose names and derived names meet would own one object, or one IAM role
+# (`<prefix>-<name>-irsa`), and the `up` fails with a conflict or EntityAlreadyExists.
+# tests/test_naming_iam.py checks this list against every object name of every render.
+MODEL_NAME_SUFFIXES = ("-router", "-router-control-plane", "-vllm", "-internal", "-import", "-hf-token",
+                       "-keda-aws", "-weights", "-first-token", "-nvme-check", "-compile-cache", "-weights-import",
+                       "-weights-select", "-weights-stage", "-bench-loader")
+# Suffixes followed by a pool name or a digest.
+MODEL_NAME_FAMILIES = ("-import-", "-image-", "-weights-")
+POOL_NAME_SUFFIXES = ("-warm-spare",)
+
+
+def derived_from(name: str, owner: str) -> str | None:
+    """How `name` is one of the names warmstart derives from model `owner` (the suffix), or None."""
+    if not name.startswith(f"{owner}-"):
+        return None
+    rest = name[len(owner):]
+    if rest in MODEL_NAME_SUFFIXES:
+        return rest
+    return next((f"{f}..." for f in MODEL_NAME_FAMILIES if rest.startswith(f) and len(rest) > len(f)), None)
+
+
+def model_name_clashes(models: "list[str] | tuple[str, ...]", pools: "list[str] | tuple[str, ...]" = ()
+                       ) -> list[tuple[int, str]]:
+    """(index, why) for each model whose name is a name warmstart derives for another model or a
+    pool (`foo-weights` beside a staged `foo`, `foo-router` beside a routed `foo`)."""
+    out = []
+    for i, name in enumerate(models):
+        for other in models:
+            if other != name and (suffix := derived_from(name, other)) is not None:
+                out.append((i, f"is also the name of model {other!r}'s `{suffix}` objects (and its IAM role "
+                               f"`...-{name}-irsa`)"))
+                break
+        else:
+            for pool in pools:
+                if any(name == f"{pool}{s}" for s in POOL_NAME_SUFFIXES):
+                    out.append((i, f"is also the name of pool {pool!r}'s warm-spare placeholders"))
+                    break
+    return out

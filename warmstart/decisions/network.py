@@ -44,3 +44,52 @@ def subnet_layout(vpc_cidr: str, az_count: int) -> SubnetLayout:
         private=tuple(str(b) for b in blocks[:az_count]),
         public=tuple(str(b) for b in public_blocks[:az_count]),
     )
+
+
+# The Kubernetes Service range of an EKS cluster. Pods reach the API server at the ClusterIP of
+# `default/kubernetes`, the first host of this range; the AWS network policy agent judges egress
+# before kube-proxy's DNAT, so a policy must name this address, not the API server's ENIs
+# (aws/aws-network-policy-agent `pkg/ebpf/c/tc.v4egress.bpf.c`; aws/amazon-network-policy-controller-k8s
+# `pkg/resolvers/endpoints.go`, `getMatchingServiceClusterIPs`: only Services with a selector are
+# added, and `kubernetes` has none).
+#
+# Without `serviceIpv4Cidr` EKS assigns 10.100.0.0/16 or 172.20.0.0/16
+# (https://docs.aws.amazon.com/eks/latest/APIReference/API_KubernetesNetworkConfigRequest.html);
+# which one follows the VPC: 172.20.0.0/16 when any of its CIDR blocks is in 10.0.0.0/8, as the
+# EKS AMI's bootstrap.sh mirrored it for the cluster DNS address
+# (https://github.com/awslabs/amazon-eks-ami/blob/v20231116/files/bootstrap.sh, `TEN_RANGE`).
+# warmstart sets that same range explicitly, so a cluster EKS already numbered keeps its range
+# (the field is create-only: another value would replace the cluster).
+EKS_SERVICE_CIDR_TEN = "172.20.0.0/16"
+EKS_SERVICE_CIDR_OTHER = "10.100.0.0/16"
+_TEN = ipaddress.IPv4Network("10.0.0.0/8")
+# The blocks EKS accepts a custom service range from, /24 to /12 (the API reference above).
+SERVICE_CIDR_BLOCKS = tuple(ipaddress.IPv4Network(c) for c in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
+
+
+def default_service_cidr(vpc_cidrs: "list[str] | tuple[str, ...]") -> str:
+    """The Service range EKS gives a cluster in a VPC with these CIDR blocks."""
+    nets = [ipaddress.IPv4Network(c) for c in vpc_cidrs]
+    return EKS_SERVICE_CIDR_TEN if any(n.subnet_of(_TEN) for n in nets) else EKS_SERVICE_CIDR_OTHER
+
+
+def service_cidr_problem(service_cidr: str, vpc_cidrs: "list[str] | tuple[str, ...]") -> str | None:
+    """Why EKS would refuse `service_cidr` for a VPC with `vpc_cidrs`, or None."""
+    try:
+        net = ipaddress.IPv4Network(service_cidr)
+    except ValueError as err:
+        return f"is not a network address ({err})"
+    if not 12 <= net.prefixlen <= 24:
+        return "must be between /12 and /24"
+    if not any(net.subnet_of(b) for b in SERVICE_CIDR_BLOCKS):
+        return "must lie in 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16"
+    for c in vpc_cidrs:
+        if net.overlaps(ipaddress.IPv4Network(c)):
+            return f"overlaps the VPC's CIDR block {c}"
+    return None
+
+
+def kubernetes_service_ip(service_cidr: str) -> str:
+    """The ClusterIP of `default/kubernetes`: the range's first host
+    (https://kubernetes.io/docs/concepts/services-networking/cluster-ip-allocation/)."""
+    return str(next(ipaddress.IPv4Network(service_cidr).hosts()))

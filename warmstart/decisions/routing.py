@@ -38,7 +38,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
 from ..errors import Problems
 from . import placement
@@ -115,8 +115,10 @@ class RoutingPlan:
     # Who may call the serving port besides pods of the model's namespace (CIDRs); an exposed
     # router needs the load balancer's clients here.
     client_cidrs: tuple[str, ...] = ()
-    # Who may scrape the router's metrics listener (CIDRs); none binds it to 127.0.0.1.
+    # Who may scrape the router's metrics listener (CIDRs, and pods by namespace and labels);
+    # none binds it to 127.0.0.1.
     metrics_cidrs: tuple[str, ...] = ()
+    metrics_pods: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     # Who else may reach vLLM's port once only the router may (a metrics scraper: vLLM serves
     # /metrics on its serving port).
     vllm_scrape_cidrs: tuple[str, ...] = ()
@@ -141,7 +143,12 @@ class RoutingPlan:
 
     @property
     def metrics_host(self) -> str:
-        return "0.0.0.0" if self.metrics_cidrs else "127.0.0.1"
+        return "0.0.0.0" if self.scraped else "127.0.0.1"
+
+    @property
+    def scraped(self) -> bool:
+        """Whether anything may scrape the metrics listener (then it is bound for them)."""
+        return bool(self.metrics_cidrs or self.metrics_pods)
 
 
 def _cidrs(problems: Problems, key: str, values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
@@ -158,7 +165,8 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          key: str = "routing", router_replicas: int = ROUTER_REPLICAS, load_factor: float = DEFAULT_LOAD_FACTOR,
          max_excess_requests: int = DEFAULT_MAX_EXCESS_REQUESTS, prefix_tokens: int = DEFAULT_PREFIX_TOKENS,
          waiting_requests: int = DEFAULT_WAITING_REQUESTS, client_cidrs: tuple[str, ...] | list[str] = (),
-         metrics_cidrs: tuple[str, ...] | list[str] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
+         metrics_cidrs: tuple[str, ...] | list[str] = (),
+         metrics_pods: Sequence[tuple[str, Mapping[str, str]]] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
          ready_timeout_seconds: int = 1800) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
@@ -186,7 +194,14 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
     api = _cidrs(p, f"{key}.apiServerCidrs", api_server_cidrs)
     if not api_server_cidrs:
         p.add(f"{key}.apiServerCidrs", "is empty, so the router could never reach the Kubernetes API to discover "
-              "the vLLM pods", "give the VPC CIDR (the API server's endpoints are ENIs in the cluster's subnets)")
+              "the vLLM pods", "give the cluster's Service CIDR (pods reach the API at the `kubernetes` Service's "
+              "ClusterIP, which the network policy agent judges before DNAT) and the VPC CIDRs")
+    pods = []
+    for i, (ns, labels) in enumerate(metrics_pods):
+        if not ns or not labels:
+            p.add(f"{key}.metricsScrapers[{i}]", "needs a namespace and at least one pod label: an empty selector "
+                  "would admit every pod", "name the scraper's namespace and its pods' labels", {"namespace": ns})
+        pods.append((ns, tuple(sorted(labels.items()))))
     if expose and not client_cidrs:
         p.add(f"{key}.clientCidrs", "is empty but expose is on: the NetworkPolicy would let no load-balancer "
               "client in", "give the CIDRs the internal load balancer's clients (and its nodes) come from, "
@@ -199,6 +214,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         model=model, namespace=namespace, policy=POLICY_OF[mode], cluster_mode=cluster_mode, image=image,
         router_replicas=router_replicas, load_factor=float(load_factor), max_excess_requests=max_excess_requests,
         prefix_tokens=prefix_tokens, waiting_requests=waiting_requests, client_cidrs=clients, metrics_cidrs=metrics,
+        metrics_pods=tuple(sorted(set(pods))),
         vllm_scrape_cidrs=scrape, api_server_cidrs=api, expose=expose, ready_timeout_seconds=ready_timeout_seconds,
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
         node_selector=node_selector(cluster_mode))

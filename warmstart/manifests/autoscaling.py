@@ -17,7 +17,7 @@ import yaml
 from ..decisions import autoscaling as decide
 from ..decisions import placement
 from ..decisions import weights_import
-from .serving import HTTP_PORT
+from .serving import METRICS_PORT, METRICS_PORT_NAME
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 KEDA_NAMESPACE = "keda"
@@ -30,20 +30,11 @@ KEDA_OPERATOR_SERVICE_ACCOUNT = "keda-operator"
 ROUTER_NAME = "router"
 ROUTER_METRICS_PORT_NAME = "metrics"
 ROUTER_METRICS_PORT = 29000
-# The serving pods' `app.kubernetes.io/name` and container port name (manifests/serving.py).
+# The serving pods' `app.kubernetes.io/name`, and their metrics-only port (manifests/serving.py).
 VLLM_NAME = "vllm"
-VLLM_PORT_NAME = "http"
-VLLM_PORT = HTTP_PORT
+VLLM_PORT_NAME = METRICS_PORT_NAME
+VLLM_PORT = METRICS_PORT
 
-# The Kubernetes user the AWS docs bind the collector's RBAC to, and the names they use
-# ("Manually configuring Amazon EKS for scraper access",
-# https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-eks-setup).
-COLLECTOR_USER = "aps-collector-user"
-COLLECTOR_ROLE = "aps-collector-role"
-COLLECTOR_BINDING = "aps-collector-user-role-binding"
-# DescribeScraper returns the service-linked role WITH its path; EKS wants it without (same page:
-# "Amazon EKS requires a different format for this ARN").
-_SCRAPER_ROLE_PATH = "role/aws-service-role/scraper.aps.amazonaws.com/"
 
 # Labels the scrape adds to every series: the pod's namespace (the triggers select on it), its
 # name, and which workload and model it belongs to.
@@ -144,15 +135,11 @@ def scaled_object(p: decide.ScalingPlan, server: Any, *, region: str | None, aut
     }
 
 
-def scraper_principal_arn(role_arn: str) -> str:
-    """The scraper's role ARN in the form EKS expects (no `aws-service-role/...` path)."""
-    return role_arn.replace(_SCRAPER_ROLE_PATH, "role/", 1)
-
-
 def scrape_configuration(namespaces: Sequence[str], *, router: bool,
                          scrape_interval_seconds: int = decide.SCRAPE_INTERVAL_SECONDS) -> dict[str, Any]:
     """The managed collector's Prometheus configuration: pods of `namespaces` only, vLLM's
-    `http` port (8000) `/metrics`, and, with routing, the router's `metrics` port.
+    metrics-only port (`metrics`, 8001: the pod's metrics proxy) `/metrics`, and, with routing,
+    the router's `metrics` port.
 
     The collector supports `kubernetes_sd_configs` and `relabel_configs` and scrapes no more
     often than every 30 s (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-configuration).
@@ -192,28 +179,15 @@ def scrape_configuration(namespaces: Sequence[str], *, router: bool,
 def scrape_configuration_yaml(namespaces: Sequence[str], *, router: bool) -> str:
     """What `aws.amp.Scraper(scrape_configuration=...)` takes: the YAML text (sorted, so two
     renders never diff)."""
-    return yaml.safe_dump(scrape_configuration(namespaces, router=router), sort_keys=True)
+    return yaml.dump(scrape_configuration(namespaces, router=router), Dumper=_PlainDumper, sort_keys=True)
 
 
-def collector_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """What the collector needs to discover its targets, and nothing more: `get/list/watch pods`
-    in the scraped namespaces (pod discovery limited to `namespaces` lists and watches only
-    there), bound to the user its access entry maps to. The scrapes themselves go straight to
-    the pod IPs and need no Kubernetes permission. The AWS page's ClusterRole also reads nodes,
-    services, endpoints, ingresses and configmaps cluster-wide, for its other jobs (cAdvisor,
-    API server, kube-proxy), which warmstart does not scrape."""
-    out: list[dict[str, Any]] = []
-    for ns in sorted(set(namespaces)):
-        meta = {"namespace": ns, "labels": {"app.kubernetes.io/part-of": "warmstart",
-                                            "app.kubernetes.io/managed-by": "pulumi"}}
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                    "metadata": {"name": COLLECTOR_ROLE} | meta,
-                    "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})
-        out.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                    "metadata": {"name": COLLECTOR_BINDING} | meta,
-                    "subjects": [{"kind": "User", "name": COLLECTOR_USER, "apiGroup": "rbac.authorization.k8s.io"}],
-                    "roleRef": {"kind": "Role", "name": COLLECTOR_ROLE, "apiGroup": "rbac.authorization.k8s.io"}})
-    return out
+class _PlainDumper(yaml.SafeDumper):
+    """Writes every repeated value out in full: no `&id001` anchors or `*id001` aliases, which not
+    every consumer of a Prometheus configuration is known to accept."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 # KEDA's own defaults (https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml

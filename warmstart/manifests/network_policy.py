@@ -34,7 +34,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .serving import HTTP_PORT, selector
+from .serving import HTTP_PORT, METRICS_PORT, selector
 from .weights_import import labels as import_labels
 
 API_VERSION = "networking.k8s.io/v1"
@@ -78,32 +78,50 @@ def _cidr_peers(cidrs: Sequence[str]) -> list[dict[str, Any]]:
     return [{"ipBlock": {"cidr": c}} for c in cidrs]
 
 
+def scraper_peers(cidrs: Sequence[str] = (),
+                  pods: Sequence[tuple[str, Sequence[tuple[str, str]]]] = ()) -> list[dict[str, Any]]:
+    """The peers a metrics port admits: scrapers outside the cluster by CIDR (the AMP managed
+    collector's ENIs), and scraper pods by namespace and labels (a Prometheus of your own)."""
+    peers = _cidr_peers(sorted(set(cidrs)))
+    for ns, labels in sorted({(ns, tuple(sorted(labels))) for ns, labels in pods}):
+        if not ns or not labels:
+            raise ValueError("a metrics scraper pod selector needs a namespace and at least one label")
+        peers.append({"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}},
+                      "podSelector": {"matchLabels": dict(labels)}})
+    return peers
+
+
 def serving_ingress_peers(model: str, *, router: Mapping[str, str] | None = None,
-                          client_namespaces: Sequence[str] = (),
-                          metrics_cidrs: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """Who may open a connection to the vLLM port: the router pods (selected by `router`, in
-    the model's namespace) when there is a router, else every pod of the model's namespace and
-    of `client_namespaces`; plus `metrics_cidrs` either way."""
+                          client_namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Who may open a connection to the vLLM serving port: the router pods (selected by `router`,
+    in the model's namespace) when there is a router, else every pod of the model's namespace
+    and of `client_namespaces`. Scrapers never: they get the metrics-only port."""
     if router is not None:
         if not router:
             raise ValueError(f"model {model}: an empty router selector would admit every pod of the namespace")
-        peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": dict(router)}}]
-    else:
-        peers = [{"podSelector": {}}]
-        peers += [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
-                  for ns in sorted(set(client_namespaces))]
-    return peers + _cidr_peers(sorted(set(metrics_cidrs)))
+        return [{"podSelector": {"matchLabels": dict(router)}}]
+    return [{"podSelector": {}}] + [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
+                                    for ns in sorted(set(client_namespaces))]
 
 
 def serving_network_policy(model: str, namespace: Any, *, router: Mapping[str, str] | None = None,
-                           client_namespaces: Sequence[str] = (),
-                           metrics_cidrs: Sequence[str] = ()) -> dict[str, Any]:
+                           client_namespaces: Sequence[str] = (), metrics_cidrs: Sequence[str] = (),
+                           metrics_pods: Sequence[tuple[str, Sequence[tuple[str, str]]]] = ()) -> dict[str, Any]:
     """The NetworkPolicy of one model's vLLM pods (named after the model).
 
     `router`: the labels of the model's router pods (`router_selector(model)`) when requests
     reach the pods through a router, None when clients call the Service directly.
     `client_namespaces`: other namespaces whose pods may call the Service (without a router).
-    `metrics_cidrs`: CIDRs a scraper outside the cluster reads /metrics (port 8000) from."""
+    `metrics_cidrs` / `metrics_pods`: the scrapers, admitted to the metrics-only port alone. An
+    ipBlock on the serving port would admit every pod: with the VPC CNI every pod address is a
+    VPC address (https://docs.aws.amazon.com/eks/latest/userguide/managing-vpc-cni.html)."""
+    ingress: list[dict[str, Any]] = [{
+        "from": serving_ingress_peers(model, router=router, client_namespaces=client_namespaces),
+        "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
+    }]
+    scrapers = scraper_peers(metrics_cidrs, metrics_pods)
+    if scrapers:
+        ingress.append({"from": scrapers, "ports": [{"protocol": "TCP", "port": METRICS_PORT}]})
     return {
         "apiVersion": API_VERSION,
         "kind": "NetworkPolicy",
@@ -111,11 +129,7 @@ def serving_network_policy(model: str, namespace: Any, *, router: Mapping[str, s
         "spec": {
             "podSelector": {"matchLabels": selector(model)},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{
-                "from": serving_ingress_peers(model, router=router, client_namespaces=client_namespaces,
-                                              metrics_cidrs=metrics_cidrs),
-                "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
-            }],
+            "ingress": ingress,
             "egress": egress_rules(),
         },
     }

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..decisions import routing
 from ..decisions.routing import METRICS_PORT, PROBE_PORT, ROUTER_PORT, RoutingPlan
-from . import serving
+from . import network_policy, serving
 
 # The image's user (docker/Dockerfile of smg-project/smg: `useradd --uid 65532 smg`).
 RUN_AS_USER = 65532
@@ -129,7 +129,7 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
     probe_get = {"port": "probe"}
     ports = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
              {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}]
-    if p.metrics_cidrs:
+    if p.scraped:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
     container = {
         "name": CONTAINER,
@@ -239,14 +239,17 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
         # The probe listener serves only /liveness, /readiness and /health; the kubelet calls it.
         {"ports": [_tcp(PROBE_PORT)]},
     ]
-    if p.metrics_cidrs:
-        ingress.append({"from": [{"ipBlock": {"cidr": c}} for c in p.metrics_cidrs], "ports": [_tcp(METRICS_PORT)]})
+    if p.scraped:
+        ingress.append({"from": network_policy.scraper_peers(p.metrics_cidrs, p.metrics_pods),
+                        "ports": [_tcp(METRICS_PORT)]})
     egress: list[dict[str, Any]] = [
         {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(routing.VLLM_PORT)]},
-        {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
-                 "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-         "ports": [{"port": 53, "protocol": "UDP"}, _tcp(53)]},
-        # The Kubernetes API (the pod watch); policies see the API server's endpoint addresses.
+        # DNS on port 53 to any address, as every warmstart pod: in Auto Mode the resolver is on
+        # the node, not kube-dns pods (network_policy.egress_rules).
+        network_policy.egress_rules()[0],
+        # The Kubernetes API (the pod watch): the pod calls the `kubernetes` Service's ClusterIP,
+        # which the AWS network policy agent judges before DNAT, so the Service CIDR; the VPC's
+        # blocks hold the API server's endpoint ENIs (decisions/network.py).
         {"to": [{"ipBlock": {"cidr": c}} for c in p.api_server_cidrs], "ports": [_tcp(443)]},
     ]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(p),

@@ -15,6 +15,11 @@ from ..decisions import placement, tuning
 from ..plan_model import ModelPlan
 
 HTTP_PORT = 8000
+# vLLM serves /metrics on its serving port; scrapers get this metrics-only port of the pod's
+# metrics proxy instead (warmstart/podside/metrics_proxy.py), so a scraper's admission never
+# opens the OpenAI API to it.
+METRICS_PORT = 8001
+METRICS_PORT_NAME = "metrics"
 # Pod volume of the node's compile-cache directory (other pod wiring mounts it by this name).
 COMPILE_CACHE_VOLUME = "compile-cache"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
