@@ -35,3 +35,23 @@ def test_malformed_quantities_are_value_errors(bad):
         parse_memory(bad)
     with pytest.raises(ValueError):
         parse_cpu(bad)
+
+
+def test_pod_requests_sum_containers_and_take_the_largest_init_container():
+    from warmstart.decisions.capacity import pod_requests
+
+    # aws-node as the VPC CNI manifest has it: init 25m, two containers 25m each -> 50m.
+    aws_node = {"initContainers": [{"name": "init", "resources": {"requests": {"cpu": "25m"}}}],
+                "containers": [{"name": "aws-node", "resources": {"requests": {"cpu": "25m"}}},
+                               {"name": "aws-eks-nodeagent", "resources": {"requests": {"cpu": "25m"}}}]}
+    assert pod_requests(aws_node) == (50, 0)
+    # A big init container wins over the app containers, per resource.
+    spec = {"initContainers": [{"resources": {"requests": {"cpu": "2", "memory": "10Mi"}}}],
+            "containers": [{"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}, {"name": "no-requests"}]}
+    assert pod_requests(spec) == (2000, 1024)
+    # A sidecar (restartPolicy Always) adds to the app containers and to later init containers.
+    spec = {"initContainers": [{"restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+                               {"resources": {"requests": {"cpu": "1", "memory": "64Mi"}}}],
+            "containers": [{"resources": {"requests": {"cpu": "200m", "memory": "256Mi"}}}]}
+    assert pod_requests(spec) == (1100, 320)
+    assert pod_requests({}) == (0, 0)

@@ -27,8 +27,11 @@ e.g. m7i.large: 1930m CPU, 6903Mi, 29 pods.
 The packer models what kube-scheduler enforces as hard constraints: requests (CPU, memory), the
 kubelet's max pods (every pod counts, daemons included), required pod anti-affinity on hostname
 (`PodDemand.max_per_node`) and hostname topology spread with `maxSkew: 1, whenUnsatisfiable:
-DoNotSchedule` (`PodDemand.spread`, modelled as at most `ceil(pods in the group / nodes)` per node).
-Preferred (soft) rules are not constraints and are not modelled.
+DoNotSchedule` (`PodDemand.spread`, modelled as at most `ceil(pods in the group / nodes)` per node;
+kube-scheduler's rule, count on the node minus the least on any node of the group at most 1, is
+stricter when some node has no room for the group at all). Preferred (soft) rules are not
+constraints and are not modelled. Because a spread group's cap falls as nodes are added, more
+nodes can leave more of a spread group unplaced; without spread groups they never do.
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from __future__ import annotations
 import csv
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from functools import cache
 from importlib import resources
+from typing import Any
 
 # --- Instance tables --------------------------------------------------------------------------
 
@@ -188,6 +192,35 @@ def parse_memory(value: str | int | float) -> int:
     """Memory quantity to MiB, rounded up (`"512Mi"` -> 512, `"1Gi"` -> 1024, `"100M"` -> 96,
     a bare number is bytes)."""
     return _ceil(_quantity(value, "memory") / 2**20)
+
+
+def _container_requests(container: Mapping[str, Any]) -> tuple[int, int]:
+    requests = (container.get("resources") or {}).get("requests") or {}
+    return parse_cpu(requests.get("cpu", 0)), parse_memory(requests.get("memory", 0))
+
+
+def pod_requests(spec: Mapping[str, Any]) -> tuple[int, int]:
+    """A PodSpec's effective requests (CPU millicores, MiB) as the scheduler counts them
+    (https://kubernetes.io/docs/concepts/workloads/pods/init-containers/#resource-sharing-within-containers):
+    per resource, the larger of the app containers' sum (plus sidecars, init containers with
+    `restartPolicy: Always`) and each regular init container's request plus the sidecars started
+    before it. Only requests count; a container without one asks for 0."""
+    cpu_sidecars = mem_sidecars = 0
+    cpu_init = mem_init = 0
+    for c in spec.get("initContainers") or []:
+        cpu, mem = _container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            cpu_sidecars += cpu
+            mem_sidecars += mem
+        else:
+            cpu_init = max(cpu_init, cpu + cpu_sidecars)
+            mem_init = max(mem_init, mem + mem_sidecars)
+    cpu_app = mem_app = 0
+    for c in spec.get("containers") or []:
+        cpu, mem = _container_requests(c)
+        cpu_app += cpu
+        mem_app += mem
+    return max(cpu_app + cpu_sidecars, cpu_init), max(mem_app + mem_sidecars, mem_init)
 
 
 # --- Demands -----------------------------------------------------------------------------------
@@ -391,10 +424,11 @@ def explain(result: PackResult, group: NodeGroup) -> str:
 # Each figure with its public source. "Unverified" marks a figure that no EKS-published manifest
 # confirmed; the value then is the conservative (larger) one.
 
-# kube-proxy, EKS add-on DaemonSet: cpu 100m, no memory request. UNVERIFIED against an EKS-published
-# manifest (EKS does not publish the add-on's manifest); 100m is the upstream add-on's request
-# (https://github.com/kubernetes/kubernetes/blob/4a0608cb77f6a53af41cb4a453af104a4d4a0610/cluster/addons/kube-proxy/kube-proxy-ds.yaml
-# templates it; the GCE manifest it names sets 100m). Memory 0: no request known.
+# kube-proxy, EKS add-on DaemonSet: cpu 100m, no memory request. UNVERIFIED: EKS publishes no
+# manifest of the add-on and none was found to confirm the figure; 100m is the figure warmstart was
+# given for the add-on and the larger of the values in circulation. The upstream DaemonSet leaves
+# it to a template
+# (https://github.com/kubernetes/kubernetes/blob/4a0608cb77f6a53af41cb4a453af104a4d4a0610/cluster/addons/kube-proxy/kube-proxy-ds.yaml).
 KUBE_PROXY = DaemonDemand("kube-proxy", cpu_millis=100, memory_mib=0)
 
 # aws-node, the VPC CNI DaemonSet (the EKS add-on is built from this manifest), with the network
