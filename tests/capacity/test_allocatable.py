@@ -95,3 +95,14 @@ def test_unknown_instance_type_is_a_value_error_naming_it():
         capacity.allocatable("m7i.metal-48xl")
     text = str(err.value)
     assert "'m7i.metal-48xl'" in text and "list only" in text and "m7i.large" in text and "p5.48xlarge" in text
+
+
+def test_managed_node_groups_cap_max_pods():
+    # EKS managed node groups: at most 110 pods below 30 vCPUs, 250 above.
+    plain, managed = capacity.allocatable("m7i.4xlarge"), capacity.allocatable("m7i.4xlarge", managed=True)
+    assert (plain.pods, managed.pods) == (234, 110)
+    assert (managed.cpu_millis, managed.memory_mib) == (plain.cpu_millis, plain.memory_mib)
+    assert capacity.allocatable("m7i.large", managed=True) == capacity.allocatable("m7i.large")
+    assert capacity.allocatable("p5.48xlarge", managed=True).pods == 100  # under the 250 ceiling
+    assert capacity.allocatable("g6e.48xlarge", managed=True).pods == 250  # 10 x 49 + 2 = 492 capped
+    assert capacity.managed_node_group_max_pods(29) == 110 and capacity.managed_node_group_max_pods(30) == 250

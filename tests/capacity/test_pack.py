@@ -265,3 +265,11 @@ def test_randomised_packings_are_reproducible():
     first = pack(NodeGroup("g", "m7i.xlarge", 3), [capacity.AWS_NODE], pods)
     second = pack(NodeGroup("g", "m7i.xlarge", 3), [capacity.AWS_NODE], pods)
     assert first == second
+
+
+def test_a_managed_group_packs_against_the_capped_max_pods():
+    pods = [PodDemand("tiny", 1, 1, count=120)]
+    assert pack(NodeGroup("g", "m7i.4xlarge", 1), [], pods).fits
+    capped = pack(NodeGroup("g", "m7i.4xlarge", 1, managed=True), [], pods)
+    assert capped.unplaced == [f"tiny#{i}" for i in range(111, 121)]
+    assert nodes_needed("m7i.4xlarge", [], pods, minimum=1, managed=True) == 2

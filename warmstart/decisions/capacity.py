@@ -136,14 +136,27 @@ def node_memory_mib(memory_gib: int) -> int:
     return ec2_mib - overhead
 
 
-def allocatable(instance_type: str) -> Allocatable:
-    """Node allocatable of `instance_type` on an AL2023 EKS node (see the module docstring)."""
+def managed_node_group_max_pods(vcpu: int) -> int:
+    """The ceiling EKS managed node groups put on max pods: 110 below 30 vCPUs, else 250
+    (https://docs.aws.amazon.com/eks/latest/userguide/create-managed-node-group.html)."""
+    return 110 if vcpu < 30 else 250
+
+
+def allocatable(instance_type: str, *, managed: bool = False) -> Allocatable:
+    """Node allocatable of `instance_type` on an AL2023 EKS node (see the module docstring).
+
+    `managed`: the node belongs to an EKS managed node group, whose max pods EKS caps
+    (`managed_node_group_max_pods`; of the system types only the 4xlarge sizes, 234 -> 110). The
+    kube-reserved memory stays the one nodeadm computes from the ENI figure: nodeadm derives it
+    before a NodeConfig's kubelet settings override `maxPods` (`config.go`,
+    `withDefaultReservedResources` then the `40-nodeadm.conf` drop-in), and the larger reservation
+    is the conservative reading should EKS pass its own."""
     nt = node_type(instance_type)
     pods = max_pods(nt)
     return Allocatable(
         cpu_millis=nt.vcpu * 1000 - kube_reserved_cpu_millis(nt.vcpu),
         memory_mib=node_memory_mib(nt.memory_gib) - kube_reserved_memory_mib(pods) - EVICTION_HARD_MEMORY_MIB,
-        pods=pods,
+        pods=min(pods, managed_node_group_max_pods(nt.vcpu)) if managed else pods,
     )
 
 
@@ -264,11 +277,13 @@ class DaemonDemand:
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """A fixed-size group of identical nodes."""
+    """A fixed-size group of identical nodes; `managed`: an EKS managed node group (the
+    Karpenter-mode system group), whose max pods EKS caps (see `allocatable`)."""
 
     name: str
     instance_type: str
     nodes: int
+    managed: bool = False
 
 
 # --- Packing -----------------------------------------------------------------------------------
@@ -328,7 +343,7 @@ def pack(group: NodeGroup, daemons: Sequence[DaemonDemand], pods: Sequence[PodDe
     and `spread` group allow."""
     if group.nodes < 0:
         raise ValueError(f"node group {group.name!r}: nodes must not be negative, got {group.nodes}")
-    alloc = allocatable(group.instance_type)
+    alloc = allocatable(group.instance_type, managed=group.managed)
     n = group.nodes
     cpu = [alloc.cpu_millis] * n
     mem = [alloc.memory_mib] * n
@@ -387,13 +402,13 @@ def pack(group: NodeGroup, daemons: Sequence[DaemonDemand], pods: Sequence[PodDe
 
 
 def nodes_needed(instance_type: str, daemons: Sequence[DaemonDemand], pods: Sequence[PodDemand], *,
-                 minimum: int, limit: int = 20) -> int | None:
+                 minimum: int, limit: int = 20, managed: bool = False) -> int | None:
     """The smallest node count in [minimum, limit] at which `pack()` leaves nothing unplaced, or
     None if even `limit` nodes do not hold it (a pod bigger than one node never fits)."""
     if minimum < 1:
         raise ValueError(f"minimum node count must be at least 1, got {minimum}")
     for n in range(minimum, limit + 1):
-        if pack(NodeGroup("probe", instance_type, n), daemons, pods).fits:
+        if pack(NodeGroup("probe", instance_type, n, managed), daemons, pods).fits:
             return n
     return None
 
@@ -439,11 +454,13 @@ KUBE_PROXY = DaemonDemand("kube-proxy", cpu_millis=100, memory_mib=0)
 AWS_NODE = DaemonDemand("aws-node", cpu_millis=25 + 25, memory_mib=0)
 
 # CoreDNS, EKS add-on: 2 replicas (https://docs.aws.amazon.com/eks/latest/userguide/managing-coredns.html,
-# "two replicas of the CoreDNS image are deployed by default"). Requests cpu 100m, memory 70Mi as in
-# the upstream manifest
-# (https://github.com/kubernetes/kubernetes/blob/eac438fcd83c5e36cb4ad91fd3ad7364fb0a2dff/cluster/addons/dns/coredns/coredns.yaml.base);
-# the EKS add-on's own figures UNVERIFIED. Its pod anti-affinity on hostname is preferred (soft), as
-# in coredns/deployment (https://github.com/coredns/deployment/pull/221): not a constraint here.
+# "two replicas of the CoreDNS image are deployed by default"), requests cpu 100m / memory 70Mi, pod
+# anti-affinity on hostname *preferred* (weight 100) and zone spread `ScheduleAnyway`: both soft, so
+# no constraint here. Verified against eksctl's copy of the Deployment EKS installs for Kubernetes
+# 1.34 (eks/coredns:v1.13.2-eksbuild.1):
+# https://github.com/eksctl-io/eksctl/blob/be29848c93d1b82493b7a3d392a09412817bb39b/pkg/addons/default/assets/coredns-1.34.json
+# (the same requests as upstream's manifest,
+# https://github.com/kubernetes/kubernetes/blob/eac438fcd83c5e36cb4ad91fd3ad7364fb0a2dff/cluster/addons/dns/coredns/coredns.yaml.base).
 COREDNS = PodDemand("coredns", cpu_millis=100, memory_mib=70, count=2)
 
 # Karpenter controller: warmstart's own requests (warmstart/decisions/karpenter.py
