@@ -16,6 +16,8 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
+from warmstart import versions
+from warmstart.decisions import image_cache
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions import placement
 from warmstart.manifests import node_cache as manifests
@@ -122,7 +124,8 @@ class ModelNodeCache(pulumi.ComponentResource):
             ds = manifests.daemonset_spec(model=model, pool=pool, namespace=ns, image=args["image"],
                                           source=args["source"], digest=args["digest"],
                                           nvme_mount=placement.NVME_MOUNT[mode], region=args["region"],
-                                          deadline_seconds=deadline, script_config_map=stage_map)
+                                          deadline_seconds=deadline, script_config_map=stage_map,
+                                          copier_image=image_cache.same_cache(versions.S5CMD_IMAGE, args["image"]))
             wait = ds["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
             self.daemon_sets.append(k8s.apps.v1.DaemonSet(
                 f"{name}-{pool}", metadata=ds["metadata"], spec=ds["spec"],

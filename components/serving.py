@@ -20,7 +20,7 @@ from warmstart import versions
 from warmstart.decisions import placement
 from warmstart.config import LoaderTuning, ModelSpec, spec_from_args
 from warmstart.errors import ConfigError
-from warmstart.manifests import compile_cache, first_token, network_policy, nvme_check
+from warmstart.manifests import compile_cache, first_token, metrics_proxy, network_policy, nvme_check
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
@@ -242,6 +242,12 @@ class VllmModel(pulumi.ComponentResource):
         if args.get("ship_pod_scripts", True):
             probe_map = f"{m.name}-first-token"
             scripts.append(PodScript(f"{name}-first-token", ns, probe_map, first_token.SCRIPT_KEY, opts=child))
+        # Scrapers read vLLM's metrics through the pod's metrics-only port (never its serving port).
+        scraped = bool(args.get("metrics_scraper_cidrs") or args.get("metrics_scrapers"))
+        proxy_map = metrics_proxy.CONFIGMAP_NAME
+        if scraped and args.get("ship_pod_scripts", True):
+            proxy_map = f"{m.name}-metrics-proxy"
+            scripts.append(PodScript(f"{name}-metrics-proxy", ns, proxy_map, metrics_proxy.SCRIPT_KEY, opts=child))
         if args.get("ship_pod_scripts", True) and m.compile_cache:
             nvme_map, cache_map = f"{m.name}-nvme-check", f"{m.name}-compile-cache"
             scripts.append(PodScript(f"{name}-nvme-check", ns, nvme_map, nvme_check.SCRIPT_KEY, opts=child))
@@ -265,7 +271,8 @@ class VllmModel(pulumi.ComponentResource):
             picker,
             compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map, weights_choice=m.staged),
             first_token.first_token_extras(m, bucket, args["region"], probe_map,
-                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None))
+                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None),
+            metrics_proxy.metrics_proxy_extras(m.image, proxy_map) if scraped else PodExtras())
 
         sa = service_account_spec(m, ns, args.get("role_arn"))
         service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],

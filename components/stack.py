@@ -18,7 +18,7 @@ from pulumi.runtime import config as runtime_config
 
 from warmstart import config
 from warmstart.config import StackConfig
-from warmstart.manifests import compile_cache, first_token, nvme_check
+from warmstart.manifests import compile_cache, first_token, metrics_proxy, nvme_check
 from warmstart import versions
 from warmstart.decisions import iam, image_cache
 from warmstart.decisions import network as network_rules
@@ -173,7 +173,10 @@ class WarmstartStack(pulumi.ComponentResource):
             public_subnet_ids=self.network.public_subnet_ids, gpu_pools=pools, name_prefix=plan.name_prefix,
             kubernetes_version=cfg.kubernetes_version, admins=c.admins, viewers=c.viewers, log_types=c.log_types,
             log_retention_days=c.log_retention_days,
-            system_node_group=c.system_node_group.model_dump() if c.system_node_group else None,
+            # The size the plan derived from what runs there (plan_cluster.plan_system_group).
+            system_node_group=_args(instance_types=list(plan.cluster.system_node_group.instance_types),
+                                    size=plan.cluster.system_node_group.size)
+            if plan.cluster.system_node_group else None,
             tags=stack_tags(plan))
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
         self.image_cache = self._image_cache(name, plan, aws_opts)
@@ -214,6 +217,8 @@ class WarmstartStack(pulumi.ComponentResource):
                       staging_objects.STAGE_SCRIPT, opts=script_opts),
             PodScript(f"{name}-weights-select", cfg.namespace, staging_objects.SELECT_CONFIGMAP,
                       staging_objects.SELECT_SCRIPT, opts=script_opts),
+            PodScript(f"{name}-metrics-proxy", cfg.namespace, metrics_proxy.CONFIGMAP_NAME, metrics_proxy.SCRIPT_KEY,
+                      opts=script_opts),
         ]
         scripts += self._node_cache_platform(name, plan, k8s_opts, namespace)
         # The token is read as a secret, so it stays encrypted in the state and never reaches

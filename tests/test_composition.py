@@ -14,6 +14,7 @@ import ipaddress
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import mocks, render, versions
@@ -162,7 +163,7 @@ def test_every_node_role_may_fill_the_pull_through_cache(tmp_path):
     images = {c["image"] for o in r.kubernetes_objects if o["kind"] in ("Deployment", "Job", "DaemonSet")
               for c in o["spec"]["template"]["spec"].get("containers", [])}
     assert image_cache.cached_image(versions.SMG_IMAGE, ACCOUNT, "us-east-1") in images
-    assert not [i for i in images if image_cache.is_docker_hub(i) and i != versions.S5CMD_IMAGE]
+    assert not [i for i in images if image_cache.is_docker_hub(i)]
 
 
 def test_docker_hub_written_out_is_docker_hub():
@@ -184,3 +185,20 @@ def test_the_serving_policy_comes_before_the_pods_and_does_not_wait_for_the_rout
     assert policy.urn in dep.dependencies
     router_urns = {res.urn for res in r.resources if "-qwen-67b-router" in res.name}
     assert not router_urns & set(policy.dependencies)
+
+
+def test_the_collector_scrapes_a_port_the_vllm_pods_serve_metrics_on_and_nothing_else():
+    r = render_stack("prod")
+    (scraper,) = r.of_type("aws:amp/scraper:Scraper")
+    jobs = {j["job_name"]: j for j in yaml.safe_load(scraper.inputs["scrapeConfiguration"])["scrape_configs"]}
+    name, port_name = jobs["vllm"]["relabel_configs"][0]["regex"].split(";")
+    for dep in r.kind("Deployment"):
+        pod = dep["spec"]["template"]
+        if pod["metadata"]["labels"].get("app.kubernetes.io/name") != name:
+            continue
+        ports = {p["name"]: (c["name"], p["containerPort"]) for c in pod["spec"]["containers"] + pod["spec"].get(
+            "initContainers", []) for p in c.get("ports", [])}
+        assert ports[port_name] == ("metrics-proxy", serving.METRICS_PORT)
+        (policy,) = [p for p in r.kind("NetworkPolicy") if p["metadata"]["name"] == dep["metadata"]["name"]]
+        scrape_rule = policy["spec"]["ingress"][1]
+        assert scrape_rule["ports"] == [{"protocol": "TCP", "port": serving.METRICS_PORT}]

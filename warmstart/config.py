@@ -381,8 +381,12 @@ class SystemNodeGroupConfig(_Strict):
 
     instance_types: Annotated[list[str], Field(min_length=1)] = ["m7i.large"]
     """On-demand x86_64 instance types of the group (no GPU needed)."""
-    size: Annotated[int, Field(ge=1)] = 2
-    """Nodes in the group, spread over the private subnets' AZs; at least 2."""
+    size: Annotated[int, Field(ge=1)] | None = None
+    """Nodes in the group, spread over the private subnets' AZs; at least 2. Default: the fewest
+    (at least 2) that hold what warmstart pins to the group: the Karpenter controller, CoreDNS,
+    each routed model's routers, KEDA, node-feature-discovery and the weights-import Jobs, with
+    the nodes' kubelet reservation (`warmstart render` shows the count; a set size that cannot
+    hold them is refused with the numbers)."""
 
 
 class ClusterConfig(_Strict):

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from .config import NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from .decisions import autoscaling as scaling
+from .decisions import capacity, routing
+from .decisions import weights_import as imports
 from .decisions import gpu_pools, instances, naming, placement
 from .decisions import node_cache as staging
 from .decisions.gpu_pools import PoolModel
@@ -23,6 +25,8 @@ from .plan_model import ModelPlan, check_compile_cache_host_path
 # zone spread (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml),
 # on nodes Karpenter did not launch.
 MIN_SYSTEM_NODES = 2
+# The type a refused system group's message offers besides more nodes.
+LARGER_SYSTEM_TYPE = "m7i.xlarge"
 _DEFAULT_SYSTEM = SystemNodeGroupConfig()
 # Auto Mode's own NodePools and NodeClass: a GPU pool of the same name would collide with them
 # (and a custom NodeClass may not be called `default`;
@@ -249,9 +253,11 @@ def _warm_spare_instance(pool: GpuPool, insts: Sequence[GpuInstance], models: Se
 def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence[PoolModel]]], *,
                        mode: placement.ClusterMode, name: str, kubernetes_version: str, region: str,
                        key: str, pools_key: str, autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
-                       model_keys: Mapping[str, str] | None = None) -> ClusterPlan:
+                       model_keys: Mapping[str, str] | None = None,
+                       system_pods: Sequence[capacity.PodDemand] = ()) -> ClusterPlan:
     """The cluster's decisions: its settings `c` (keys `<key>.<field>`) and each pool with the
-    models on it (keys `<pools_key>[i].<field>`), or ConfigErrors."""
+    models on it (keys `<pools_key>[i].<field>`), or ConfigErrors. `system_pods`: what runs on the
+    Karpenter-mode system node group besides the controller and CoreDNS (`system_group_pods`)."""
     errors = Problems()
     system = None
     if mode == "karpenter":
@@ -262,15 +268,14 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
                 "nothing can launch the first node", "remove `systemNodeGroup: null` to get the "
                 f"default ({_DEFAULT_SYSTEM.size} x {', '.join(_DEFAULT_SYSTEM.instance_types)}), "
                 "or use clusterMode: auto")
-        elif c.system_node_group.size < MIN_SYSTEM_NODES:
+        elif c.system_node_group.size is not None and c.system_node_group.size < MIN_SYSTEM_NODES:
             errors.add(
                 f"{key}.systemNodeGroup.size", f"the Karpenter chart runs {MIN_SYSTEM_NODES} controller "
                 "replicas with required anti-affinity across hosts and zones; fewer nodes leave one Pending "
                 "and a single node is a single point of failure for all scaling",
                 f"set size >= {MIN_SYSTEM_NODES}", c.system_node_group.size)
         else:
-            system = SystemNodeGroupPlan(tuple(sorted(set(c.system_node_group.instance_types))),
-                                         c.system_node_group.size)
+            system = plan_system_group(c.system_node_group, system_pods, f"{key}.systemNodeGroup", errors)
         gpu_types = sorted(set(c.system_node_group.instance_types) & set(instances.catalog())
                            if c.system_node_group else set())
         if gpu_types:
@@ -296,6 +301,72 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         nvme_check=c.nvme_check,
         pools=tuple(planned),
     )
+
+
+def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[capacity.PodDemand], key: str,
+                      errors: Problems) -> SystemNodeGroupPlan | None:
+    """The system node group's size: the given one if every pod pinned to it fits (else a
+    ConfigError with the numbers), or the fewest nodes (at least two) that hold them all.
+
+    Packed onto the smallest listed type (a managed node group may launch any of them), with the
+    kubelet's reservation as the EKS AMI computes it and each node's DaemonSets first
+    (warmstart/decisions/capacity.py). Only DaemonSets, the controller and CoreDNS are not
+    warmstart's own: their requests are the published ones cited there."""
+    types = tuple(sorted(set(g.instance_types)))
+    load = [capacity.KARPENTER_CONTROLLER, capacity.COREDNS, *pods]
+    known = [t for t in types if t in capacity.node_types()]
+    if len(known) < len(types):
+        if g.size is None:
+            errors.add(f"{key}.size", f"warmstart has no allocatable figures for {sorted(set(types) - set(known))} "
+                       "to size the group from", f"set size explicitly, or use types warmstart knows "
+                       f"({', '.join(sorted(capacity.node_types()))[:200]}...)", None)
+            return None
+        return SystemNodeGroupPlan(types, g.size)  # the user's size, which warmstart cannot check
+
+    def room(t: str) -> tuple[int, int]:
+        a = capacity.allocatable(t, managed=True)
+        return a.cpu_millis, a.memory_mib
+    smallest = min(types, key=room)
+    need = capacity.nodes_needed(smallest, capacity.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES, managed=True)
+    if need is None:
+        one = capacity.pack(capacity.NodeGroup("system", smallest, 20, managed=True), capacity.NODE_DAEMONS, load)
+        errors.add(f"{key}.instanceTypes", capacity.explain(one, one.group), "use a larger instance type, e.g. "
+                   "m7i.xlarge", list(types))
+        return None
+    if g.size is not None:
+        result = capacity.pack(capacity.NodeGroup("system", smallest, g.size, managed=True), capacity.NODE_DAEMONS,
+                               load)
+        if not result.fits:
+            bigger = capacity.nodes_needed(LARGER_SYSTEM_TYPE, capacity.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES,
+                                           managed=True)
+            errors.add(f"{key}.size", capacity.explain(result, result.group),
+                       f"set systemNodeGroup.size: {need} (or leave it unset: warmstart sizes the group)"
+                       + (f", or instanceTypes: [{LARGER_SYSTEM_TYPE}] with size {bigger}"
+                          if bigger is not None and LARGER_SYSTEM_TYPE not in types else ""), g.size)
+        return SystemNodeGroupPlan(types, g.size)
+    return SystemNodeGroupPlan(types, need)
+
+
+def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[capacity.PodDemand]:
+    """What warmstart pins to the Karpenter-mode system node group besides the controller and
+    CoreDNS: KEDA (autoscaling), node-feature-discovery (a staged model), each routed model's
+    routers (its replicas plus a rollout's surge pod, spread over hosts) and each weights import
+    Job (they may all run in the same `up`). Model stacks' routers and imports are their own."""
+    pods: list[capacity.PodDemand] = []
+    if cfg.model_stacks.autoscaling or any(m.autoscaling for m in models):
+        pods += capacity.KEDA_PODS
+    if cfg.model_stacks.node_cache or any(m.staged for m in models):
+        pods += capacity.NFD_PODS
+    cpu, mem = capacity.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), capacity.parse_memory(routing.ROUTER_REQUESTS["memory"])
+    for m in models:
+        if m.routed:
+            pods.append(capacity.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
+                                           spread=f"{m.name}-router"))
+        if m.weights_import is not None:
+            pods.append(capacity.PodDemand(f"{m.name}-import",
+                                           capacity.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
+                                           capacity.parse_memory(imports.IMPORT_REQUESTS["memory"])))
+    return pods
 
 
 def check_access_principals(c: ClusterConfig, key: str, errors: Problems) -> None:
@@ -347,7 +418,8 @@ def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]
             mode=cfg.cluster_mode, name=naming.cluster_name(name_prefix), kubernetes_version=cfg.kubernetes_version,
             region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools",
             autoscaled={m.name: m.autoscaling_spec for m in models if m.autoscaling_spec is not None},
-            model_keys={m.name: f"{NAMESPACE}:models[{i}]" for i, m in enumerate(cfg.models)})
+            model_keys={m.name: f"{NAMESPACE}:models[{i}]" for i, m in enumerate(cfg.models)},
+            system_pods=system_group_pods(cfg, models))
     errors.raise_if_any()
     assert cluster is not None  # else raise_if_any raised
     return cluster

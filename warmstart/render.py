@@ -240,6 +240,19 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
                          + (f"${cost:,.2f}/hour" if cost is not None else
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
+    g = stack_plan.cluster.system_node_group
+    if g is not None:
+        routed = sum(1 for m in stack_plan.models if m.routed)
+        lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller, CoreDNS"
+                     + (f", {routed} routed model(s)' routers" if routed else "")
+                     + (", KEDA" if platform_mod.plan_runs_autoscaling(stack_plan) else "")
+                     + (", node-feature-discovery" if platform_mod.plan_stages(stack_plan) else "")
+                     + (", the weights-import Jobs" if any(m.weights_import for m in stack_plan.models) else "")
+                     + " (cluster.systemNodeGroup.size)")
+        if stack_plan.config.model_stacks.autoscaling or stack_plan.config.model_stacks.node_cache:
+            lines.append("note: the system nodes are sized for this stack's own models; model stacks' routers and "
+                         "import Jobs run there too: set cluster.systemNodeGroup.size above "
+                         f"{g.size} for them")
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")

@@ -60,6 +60,16 @@ def is_cached(image: str, account_id: str, region: str) -> bool:
     return image.startswith(f"{account_id}.dkr.ecr.{region}.amazonaws.com/{DOCKER_HUB_PREFIX}/")
 
 
+def same_cache(image: str, like: str) -> str:
+    """`image` through the pull-through cache that `like` comes through, or unchanged when `like`
+    is not a cached reference: a helper image (the node cache's copier) follows the model's."""
+    prefix, sep, _ = like.partition(f"/{DOCKER_HUB_PREFIX}/")
+    host = prefix.split(".")
+    if not sep or len(host) < 6 or host[1:3] != ["dkr", "ecr"]:
+        return image
+    return cached_image(image, host[0], host[3])
+
+
 def node_pull_through_policy(partition: str, region: str, account_id: str) -> dict[str, Any]:
     """What a node needs to pull an image through the cache for the first time: import it and
     create its repository, on the cached repositories only. Every node role whose nodes can be

@@ -98,6 +98,12 @@ def per_router_threshold(max_excess_requests: int, routers: int) -> int:
     return max(1, math.ceil(max_excess_requests / max(1, routers)))
 
 
+# What one router pod requests: SMG is a Rust proxy; the figure keeps two routers and the
+# Karpenter-mode system group's other pods placeable (warmstart/decisions/capacity.py sizes it).
+ROUTER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
+ROUTER_MEMORY_LIMIT = "1Gi"
+
+
 @dataclass(frozen=True)
 class RoutingPlan:
     """Everything the router of one model is rendered from."""

@@ -68,6 +68,11 @@ def token_secret_name(model: str) -> str:
     return f"{model}-hf-token"
 
 
+# What the import Job's pod requests (manifests/weights_import.py): it is placed on the non-GPU
+# nodes next to the routers and KEDA, which the system group is sized for (plan_cluster.py).
+IMPORT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
+
+
 def import_digest(source: str, revision: str | None, destination: str) -> str:
     """Short digest of what an import copies where: in the Job's name, so changing any of them
     replaces the Job (a Job's pod template is immutable) and an unchanged `up` keeps it."""

@@ -15,14 +15,15 @@ import re
 from typing import Any
 
 from . import pod_scripts
-from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
+from .serving import (ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, METRICS_PORT, METRICS_PORT_NAME, PodExtras,
+                      container_security_context)
 
 CONFIGMAP_NAME = "warmstart-metrics-proxy"
 SCRIPT_KEY = "metrics_proxy.py"
 SCRIPT_MOUNT = "/opt/warmstart-metrics-proxy"
 CONTAINER = "metrics-proxy"
-PORT = 8001
-PORT_NAME = "metrics"
+PORT = METRICS_PORT
+PORT_NAME = METRICS_PORT_NAME
 UPSTREAM = f"http://127.0.0.1:{HTTP_PORT}/metrics"
 # The whole upstream fetch, below Prometheus' default scrape_timeout of 10 s
 # (https://prometheus.io/docs/prometheus/latest/configuration/configuration/#scrape_config).

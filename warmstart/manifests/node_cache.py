@@ -196,8 +196,10 @@ def _weights_volume(nvme_mount: str, model: str) -> dict[str, Any]:
 
 def daemonset_spec(*, model: str, pool: str, namespace: Any, image: str, source: str, digest: str,
                    nvme_mount: str, region: str, deadline_seconds: int,
-                   script_config_map: str = STAGE_CONFIGMAP) -> dict[str, Any]:
-    """The staging DaemonSet of one model on one pool; `image` is the model's own image."""
+                   script_config_map: str = STAGE_CONFIGMAP, copier_image: str = versions.S5CMD_IMAGE
+                   ) -> dict[str, Any]:
+    """The staging DaemonSet of one model on one pool; `image` is the model's own image,
+    `copier_image` the s5cmd image (through the same pull-through cache as the model's, if any)."""
     name = daemonset_name(model, pool)
     env_values = _script_env(model, source, digest, region) | {
         "WARMSTART_S5CMD": f"{S5CMD_DIR}/s5cmd", "WARMSTART_STAGE_DEADLINE_S": str(deadline_seconds),
@@ -242,7 +244,7 @@ def daemonset_spec(*, model: str, pool: str, namespace: Any, image: str, source:
                     "initContainers": [
                         # First: nothing else writes the node directory before it is ours.
                         weights_owner_container(image),
-                        {"name": "s5cmd", "image": versions.S5CMD_IMAGE, "imagePullPolicy": IMAGE_PULL_POLICY,
+                        {"name": "s5cmd", "image": copier_image, "imagePullPolicy": IMAGE_PULL_POLICY,
                          # The image is alpine with the static binary at /s5cmd
                          # (https://github.com/peak/s5cmd/blob/master/Dockerfile); busybox `cp`
                          # runs as any UID and writes only the emptyDir.

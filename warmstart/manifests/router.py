@@ -148,7 +148,7 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
         "livenessProbe": {"httpGet": {"path": "/liveness", **probe_get}, "periodSeconds": 10, "timeoutSeconds": 5,
                           "failureThreshold": 6, "initialDelaySeconds": 10},
         # A Rust proxy: little CPU per request (AWS measured 1.3-1.9 ms routing overhead).
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        "resources": {"requests": dict(routing.ROUTER_REQUESTS), "limits": {"memory": routing.ROUTER_MEMORY_LIMIT}},
         "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
                          {"name": CONTROL_PLANE_VOLUME, "mountPath": CONTROL_PLANE_KEY_DIR, "readOnly": True}],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
