@@ -411,8 +411,8 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
             exposed.add((spec.get("selector") or {}).get(INSTANCE))
     sources = list(pods) + [Endpoint("a VPC client outside the cluster", net.pod_subnets[0].broadcast_address - 8,
                                      "vpc-client")]
-    if net.scraper_subnets:
-        sources.append(Endpoint("AMP managed collector ENI", net.scraper_subnets[0].broadcast_address - 4, "scraper"))
+    # The collector has an ENI in each subnet it is given; any of them may scrape.
+    sources += [Endpoint(f"AMP managed collector ENI in {s}", s.broadcast_address - 4, "scraper") for s in net.scraper_subnets]
     hub = {m.name for m in rendered.stack_plan.models
            if m.weights_import is not None and m.weights_import.source.startswith("hf://")}
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
