@@ -6,13 +6,16 @@ evaluator itself on tiny hand-written policies."""
 from __future__ import annotations
 
 import copy
+import functools
 import ipaddress
+
+import yaml
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
+from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
 from tests.support import reachability as R
-from warmstart import mocks
+from warmstart import config, mocks, render
 from warmstart.errors import ConfigError, ConfigErrors
 
 ROWS = {R.flow_id(row): row for row in R.FLOWS}
@@ -60,6 +63,38 @@ def shipped(name: str) -> R.Stack:
 @pytest.mark.parametrize(("stack", "flow"), _params(ALL_STACK_NAMES))
 def test_shipped_stack_flow(stack, flow):
     _assert_flow(shipped(stack), flow)
+
+
+class _Program:
+    """An example's registrations, shaped like a render (no stack plan)."""
+
+    def __init__(self, resources):
+        self.resources = resources
+        self.kubernetes_objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
+
+
+EXAMPLE_NAMES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/__main__.py"))
+
+
+@functools.cache
+def example(name: str) -> R.Stack:
+    """An example (components alone on a cluster the user has): its network is not in the
+    program, so it stands on a VPC like the shipped stacks' (10.0.0.0/16, two private subnets)."""
+    folder = ROOT / "examples" / name
+    raw = config.read_stack_file(folder / "Pulumi.example.yaml")
+    project = yaml.safe_load((folder / "Pulumi.yaml").read_text())["name"]
+    resources = mocks.run_program_file(folder, region=raw[f"{project}:region"], stack="example", config=raw,
+                                       project=project)
+    mode = next((v for k, v in raw.items() if k.endswith(":clusterMode")), "auto")
+    subnets = [ipaddress.ip_network(c) for c in ("10.0.0.0/19", "10.0.32.0/19")]
+    net = R.Network([ipaddress.ip_network("10.0.0.0/16")], subnets, [], ipaddress.ip_network("172.20.0.0/16"),
+                    mode == "auto")
+    return R.stack_model(f"examples/{name}", _Program(resources), network=net)
+
+
+@pytest.mark.parametrize(("name", "flow"), _params(EXAMPLE_NAMES))
+def test_example_flow(name, flow):
+    _assert_flow(example(name), flow)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,6 +326,18 @@ def test_a_selector_peer_adds_the_cluster_ip_of_a_service_it_matches():
                     [R.Endpoint("api", ipaddress.ip_address("10.0.0.5"), "api")])
     c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"namespaceSelector": {}, "podSelector": {
         "matchLabels": {"name": "b"}}}], "ports": [tcp(443)]}])], [A, B], [api])
+    assert c.reach(A, api, 443) != ""
+
+
+def test_a_namespace_peer_without_pod_selector_adds_a_selectorless_service():
+    # getMatchingServiceClusterIPs: an absent podSelector is the empty selector, which matches the
+    # empty label set of a Service without a selector, such as `default/kubernetes`
+    api = R.Service("kubernetes", "default", ipaddress.ip_address("172.20.0.1"), None, [("https", 443, 443, "TCP")],
+                    [R.Endpoint("api", ipaddress.ip_address("10.0.0.5"), "api")])
+    peer = {"namespaceSelector": {"matchLabels": {R.NAME_LABEL: "default"}}}
+    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [peer], "ports": [tcp(443)]}])], [A], [api])
+    assert c.reach(A, api, 443) == ""
+    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [peer], "ports": [tcp(8443)]}])], [A], [api])
     assert c.reach(A, api, 443) != ""
 
 

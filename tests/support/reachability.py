@@ -381,10 +381,13 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
     pods += [Endpoint(f"{ns}/another-pod", next(hosts), "client", ns, {NAME: "another-pod"})
              for ns in sorted({p.namespace for p in pods})]
     pods.append(Endpoint("elsewhere/another-pod", next(hosts), "foreign", "elsewhere", {NAME: "another-pod"}))
-    prometheus = prometheus or named_scraper(rendered.stack_plan)
+    plan = getattr(rendered, "stack_plan", None)  # None: a program of components alone (examples/)
+    prometheus = prometheus or (named_scraper(plan) if plan else None)
     if prometheus:
         ns, labels = prometheus
         pods.append(Endpoint(f"{ns}/prometheus", next(hosts), "scraper", ns, labels, [("web", 9090, "TCP")]))
+        # admitted by its labels, not its namespace: a neighbour of it is an outsider
+        pods.append(Endpoint(f"{ns}/another-pod", next(hosts), "foreign", ns, {NAME: "another-pod"}))
     svc_ip = net.service_cidr.network_address
     api = Service("kubernetes", "default", svc_ip + 1, None, [("https", 443, 443, "TCP")],
                   [Endpoint("EKS API endpoint ENI", net.pod_subnets[0].network_address + 5, "api")])
@@ -406,14 +409,15 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
                       spec.get("selector"), [(p.get("name", ""), p["port"], p.get("targetPort", p["port"]),
                                               p.get("protocol", "TCP")) for p in spec.get("ports") or []])
         services.append(svc)
-        by_model.setdefault((spec.get("selector") or {}).get(INSTANCE), svc)
+        if o["metadata"]["name"] == (spec.get("selector") or {}).get(INSTANCE):  # the model's own Service
+            by_model[o["metadata"]["name"]] = svc
         if spec.get("type") == "LoadBalancer":
             exposed.add((spec.get("selector") or {}).get(INSTANCE))
     sources = list(pods) + [Endpoint("a VPC client outside the cluster", net.pod_subnets[0].broadcast_address - 8,
                                      "vpc-client")]
     # The collector has an ENI in each subnet it is given; any of them may scrape.
     sources += [Endpoint(f"AMP managed collector ENI in {s}", s.broadcast_address - 4, "scraper") for s in net.scraper_subnets]
-    hub = {m.name for m in rendered.stack_plan.models
+    hub = {m.name for m in (plan.models if plan else ())
            if m.weights_import is not None and m.weights_import.source.startswith("hf://")}
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
     return Stack(name, cluster, sources, api, dns, by_model, exposed, hub)
