@@ -8,10 +8,10 @@ from __future__ import annotations
 import copy
 import functools
 import ipaddress
-
-import yaml
+import itertools
 
 import pytest
+import yaml
 
 from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
 from tests.support import reachability as R
@@ -48,16 +48,17 @@ def _assert_flow(stack: R.Stack, flow: str) -> None:
     assert not violations, "\n".join(map(str, violations))
 
 
-_models: dict[str, R.Stack] = {}
+def _platform(rendered):
+    """A model stack's platform render (its network, cluster and collector); None otherwise."""
+    platform = getattr(rendered.stack_plan.config, "platform", None)
+    return render_stack(platform.rsplit("/", 1)[-1]) if platform else None
 
 
+@functools.cache
 def shipped(name: str) -> R.Stack:
-    """A stack of stacks/ as endpoints (a model stack on its platform's network)."""
-    if name not in _models:
-        r = render_stack(name)
-        platform = getattr(r.stack_plan.config, "platform", None)
-        _models[name] = R.stack_model(name, r, render_stack(platform) if platform else None)
-    return _models[name]
+    """A stack of stacks/ as endpoints."""
+    r = render_stack(name)
+    return R.stack_model(name, r, _platform(r))
 
 
 @pytest.mark.parametrize(("stack", "flow"), _params(ALL_STACK_NAMES))
@@ -200,18 +201,16 @@ def _broken(stack_name: str, edit) -> list[R.Violation]:
     for o in objects:
         if o["kind"] == "NetworkPolicy":
             edit(o)
-    platform = getattr(r.stack_plan.config, "platform", None)
-    return R.check(R.stack_model(stack_name, r, render_stack(platform) if platform else None, objects=objects))
+    return R.check(R.stack_model(stack_name, r, _platform(r), objects=objects))
 
 
 def _selects(policy, name):
     return (policy["spec"]["podSelector"].get("matchLabels") or {}).get(R.NAME) == name
 
 
-def _vpc_cidr(stack_name):
+def _network(stack_name) -> R.Network:
     r = render_stack(stack_name)
-    platform = getattr(r.stack_plan.config, "platform", None)
-    return str(R.network_of(r, render_stack(platform) if platform else None).vpc_cidrs[0])
+    return R.network_of(r, _platform(r))
 
 
 def _replace_egress(policy, covers, rule):
@@ -228,26 +227,25 @@ def _found(violations, stack, flow, source, destination, port):
     return hits[0]
 
 
-@pytest.mark.parametrize("stack", ["prod", "staging-llama-3-1-8b"])
-def test_router_api_egress_to_the_vpc_cidr_only_fails(stack):
-    cidr = _vpc_cidr(stack)
-    model = shipped(stack).models[-1] if stack != "prod" else "qwen-67b"
+@pytest.mark.parametrize(("stack", "model"), [("prod", "qwen-67b"), ("staging-llama-3-1-8b", "llama-3-1-8b")])
+def test_router_api_egress_to_the_vpc_cidr_only_fails(stack, model):
+    net = _network(stack)
 
     def edit(p):
         if _selects(p, "router"):
-            _replace_egress(p, 443, {"to": [{"ipBlock": {"cidr": cidr}}], "ports": [{"port": 443, "protocol": "TCP"}]})
+            _replace_egress(p, 443, {"to": [{"ipBlock": {"cidr": str(net.vpc_cidrs[0])}}], "ports": [tcp(443)]})
     v = _found(_broken(stack, edit), stack, "routers -> api-server (https)", f"inference/{model}-router",
                "Service default/kubernetes", "443/TCP")
-    assert "egress to 172.20.0.1:443/TCP" in v.why and v.must == "allow"
+    assert f"egress to {net.service_cidr.network_address + 1}:443/TCP" in v.why and v.must == "allow"
 
 
 def test_vllm_port_admitting_the_vpc_cidr_fails():
-    cidr = _vpc_cidr("prod")
+    cidr = str(_network("prod").vpc_cidrs[0])
 
     def edit(p):
         if _selects(p, "vllm"):
             p["spec"].setdefault("ingress", []).append(
-                {"from": [{"ipBlock": {"cidr": cidr}}], "ports": [{"port": 8000, "protocol": "TCP"}]})
+                {"from": [{"ipBlock": {"cidr": cidr}}], "ports": [tcp(8000)]})
     violations = _broken("prod", edit)
     for source in ("elsewhere/another-pod", "inference/another-pod", "a VPC client outside the cluster"):
         v = _found(violations, "prod", "all-but-routers -> routed-vllm (http)", source, "inference/qwen-67b", "http/TCP")
@@ -278,9 +276,13 @@ def test_router_dns_to_kube_dns_pods_fails_on_auto_mode_only():
 NET = ipaddress.ip_network("10.0.0.0/16")
 
 
+_IPS: dict[tuple[str, str], ipaddress.IPv4Address] = {}
+_NEXT = itertools.count(10)
+
+
 def pod(name, ns="app", ports=(), **labels):
-    return R.Endpoint(f"{ns}/{name}", NET.network_address + 10 + len(name) * 7 + len(ns), name, ns,
-                      {"name": name, **labels}, list(ports))
+    ip = _IPS.setdefault((ns, name), NET.network_address + next(_NEXT))
+    return R.Endpoint(f"{ns}/{name}", ip, name, ns, {"name": name, **labels}, list(ports))
 
 
 def policy(selects, ns="app", types=("Ingress", "Egress"), ingress=None, egress=None, name=None):
