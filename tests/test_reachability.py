@@ -248,9 +248,11 @@ def test_vllm_port_admitting_the_vpc_cidr_fails():
                 {"from": [{"ipBlock": {"cidr": cidr}}], "ports": [tcp(8000)]})
     violations = _broken("prod", edit)
     for source in ("elsewhere/another-pod", "inference/another-pod", "a VPC client outside the cluster"):
-        v = _found(violations, "prod", "all-but-routers -> routed-vllm (http)", source, "inference/qwen-67b", "http/TCP")
+        v = _found(violations, "prod", "all-but-routers -> routed-vllm (http)", source, "inference/qwen-67b",
+                   "http/TCP")
         assert v.must == "deny" and v.why == ""
-    _found(violations, "prod", "outsiders -> vllm (http)", "elsewhere/another-pod", "inference/llama-4-scout", "http/TCP")
+    _found(violations, "prod", "outsiders -> vllm (http)", "elsewhere/another-pod", "inference/llama-4-scout",
+           "http/TCP")
 
 
 def _dns_to_kube_dns_pods(p):
@@ -274,8 +276,7 @@ def test_router_dns_to_kube_dns_pods_fails_on_auto_mode_only():
 # The evaluator on tiny hand-written policies
 
 NET = ipaddress.ip_network("10.0.0.0/16")
-
-
+PUBLIC = ipaddress.ip_address("198.51.100.1")
 _IPS: dict[tuple[str, str], ipaddress.IPv4Address] = {}
 _NEXT = itertools.count(10)
 
@@ -285,78 +286,85 @@ def pod(name, ns="app", ports=(), **labels):
     return R.Endpoint(f"{ns}/{name}", ip, name, ns, {"name": name, **labels}, list(ports))
 
 
-def policy(selects, ns="app", types=("Ingress", "Egress"), ingress=None, egress=None, name=None):
-    spec = {"podSelector": {"matchLabels": {"name": selects}}, "policyTypes": list(types)}
-    if ingress is not None:
-        spec["ingress"] = ingress
-    if egress is not None:
-        spec["egress"] = egress
-    return {"metadata": {"name": name or selects, "namespace": ns}, "spec": spec}
-
-
 def tcp(port):
     return {"port": port, "protocol": "TCP"}
 
 
+def to_pods(ports=(), **labels):
+    return {"to": [{"podSelector": {"matchLabels": labels}}], "ports": list(ports)}
+
+
+def egress(selects, *rules, ns="app"):
+    """A policy isolating `selects` for egress only, with `rules`."""
+    return {"metadata": {"name": f"{selects}-egress", "namespace": ns},
+            "spec": {"podSelector": {"matchLabels": {"name": selects}}, "policyTypes": ["Egress"],
+                     "egress": list(rules)}}
+
+
+def ingress(selects, *rules, ns="app", name=None):
+    """A policy isolating `selects` for ingress only, with `rules`."""
+    return {"metadata": {"name": name or f"{selects}-ingress", "namespace": ns},
+            "spec": {"podSelector": {"matchLabels": {"name": selects}}, "policyTypes": ["Ingress"],
+                     "ingress": list(rules)}}
+
+
 A, B = pod("a"), pod("b", ports=[("http", 8000, "TCP")], tier="x")
-SVC = R.Service("b", "app", ipaddress.ip_address("172.20.0.100"), {"name": "b", "tier": "x"}, [("http", 80, "http", "TCP")])
+SVC = R.Service("b", "app", ipaddress.ip_address("172.20.0.100"), {"name": "b", "tier": "x"},
+                [("http", 80, "http", "TCP")])
+API = R.Service("kubernetes", "default", ipaddress.ip_address("172.20.0.1"), None, [("https", 443, 443, "TCP")],
+                [R.Endpoint("api", ipaddress.ip_address("10.0.0.5"), "api")])
 
 
 def test_a_service_is_judged_on_its_cluster_ip_before_dnat():
-    to_b_ip = policy("a", types=["Egress"], egress=[{"to": [{"ipBlock": {"cidr": f"{B.ip}/32"}}], "ports": [tcp(8000)]}])
-    c = R.Cluster([to_b_ip], [A, B], [SVC])
-    assert c.reach(A, B, "http") == ""  # the pod IP itself is allowed ...
-    assert "egress to 172.20.0.100:80/TCP" in c.reach(A, SVC, "http")  # ... the ClusterIP is not
+    c = R.Cluster([egress("a", {"to": [{"ipBlock": {"cidr": f"{B.ip}/32"}}], "ports": [tcp(8000)]})], [A, B], [SVC])
+    assert c.reach(A, B, "http") == ""  # the pod's own address is allowed ...
+    assert "egress to 172.20.0.100:80/TCP" in c.reach(A, SVC, "http")  # ... its Service's ClusterIP is not
 
 
 def test_a_selector_peer_adds_the_cluster_ip_of_a_service_it_matches():
-    # the peer's selector matched against the Service's selector as labels: a subset peer matches,
-    # on the Service port whose targetPort is the rule's (named) port
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"podSelector": {"matchLabels": {"name": "b"}}}],
-                                                          "ports": [{"port": "http", "protocol": "TCP"}]}])], [A, B], [SVC])
-    assert c.reach(A, SVC, "http") == ""
-    # a numeric rule port reaches the ClusterIP too: the targetPort name resolves on B to 8000
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"podSelector": {"matchLabels": {"name": "b"}}}],
-                                                          "ports": [tcp(8000)]}])], [A, B], [SVC])
-    assert c.reach(A, SVC, "http") == ""
-    # a peer asking for a label the Service's selector lacks: the pods match, the Service does not
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"podSelector": {"matchLabels": {
-        "name": "b", "tier": "x", "extra": "y"}}}]}])], [A, pod("b", ports=B.ports, tier="x", extra="y")], [SVC])
-    assert c.reach(A, SVC, "http") != ""
-    # and a Service without a selector (like `default/kubernetes`) matches no labelled peer
-    api = R.Service("kubernetes", "default", ipaddress.ip_address("172.20.0.1"), None, [("https", 443, 443, "TCP")],
-                    [R.Endpoint("api", ipaddress.ip_address("10.0.0.5"), "api")])
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"namespaceSelector": {}, "podSelector": {
-        "matchLabels": {"name": "b"}}}], "ports": [tcp(443)]}])], [A, B], [api])
-    assert c.reach(A, api, 443) != ""
+    # the Service port whose targetPort is the rule's (named) port
+    assert R.Cluster([egress("a", to_pods([{"port": "http", "protocol": "TCP"}], name="b"))], [A, B], [SVC]).reach(
+        A, SVC, "http") == ""
+    # a numeric rule port: the Service's named targetPort resolves on B to it
+    assert R.Cluster([egress("a", to_pods([tcp(8000)], name="b"))], [A, B], [SVC]).reach(A, SVC, "http") == ""
+    # ... unless on another backend the name leads to a port the rule does not allow: then the
+    # ClusterIP is left out (hasTargetPortBypass), though the allowed pod itself stays reachable
+    odd = R.Endpoint("app/b-odd", NET.network_address + 250, "b", "app", B.labels, [("http", 9000, "TCP")])
+    c = R.Cluster([egress("a", to_pods([tcp(8000)], name="b"))], [A, B, odd], [SVC])
+    assert c.reach(A, SVC, "http") != "" and c.reach(A, B, "http") == ""
+    # the peer's selector is matched against the Service's selector as labels: a peer asking for a
+    # label the Service's selector lacks selects the pods, not the Service
+    extra = pod("b2", ports=B.ports, tier="x", extra="y")
+    svc = R.Service("b2", "app", ipaddress.ip_address("172.20.0.101"), {"name": "b2", "tier": "x"}, SVC.ports)
+    c = R.Cluster([egress("a", to_pods(name="b2", tier="x", extra="y"))], [A, extra], [svc])
+    assert c.reach(A, extra, "http") == "" and c.reach(A, svc, "http") != ""
+    # a Service without a selector (`default/kubernetes`) is matched by no labelled peer
+    c = R.Cluster([egress("a", {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"name": "b"}}}],
+                                "ports": [tcp(443)]})], [A, B], [API])
+    assert c.reach(A, API, 443) != ""
 
 
 def test_a_namespace_peer_without_pod_selector_adds_a_selectorless_service():
     # getMatchingServiceClusterIPs: an absent podSelector is the empty selector, which matches the
     # empty label set of a Service without a selector, such as `default/kubernetes`
-    api = R.Service("kubernetes", "default", ipaddress.ip_address("172.20.0.1"), None, [("https", 443, 443, "TCP")],
-                    [R.Endpoint("api", ipaddress.ip_address("10.0.0.5"), "api")])
     peer = {"namespaceSelector": {"matchLabels": {R.NAME_LABEL: "default"}}}
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [peer], "ports": [tcp(443)]}])], [A], [api])
-    assert c.reach(A, api, 443) == ""
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [peer], "ports": [tcp(8443)]}])], [A], [api])
-    assert c.reach(A, api, 443) != ""
+    assert R.Cluster([egress("a", {"to": [peer], "ports": [tcp(443)]})], [A], [API]).reach(A, API, 443) == ""
+    assert R.Cluster([egress("a", {"to": [peer], "ports": [tcp(8443)]})], [A], [API]).reach(A, API, 443) != ""
 
 
 def test_an_ip_block_matches_pods_of_every_namespace():
     other = pod("c", ns="elsewhere")
-    c = R.Cluster([policy("b", types=["Ingress"], ingress=[{"from": [{"ipBlock": {"cidr": str(NET)}}],
-                                                            "ports": [tcp(8000)]}])], [A, B, other])
+    c = R.Cluster([ingress("b", {"from": [{"ipBlock": {"cidr": str(NET)}}], "ports": [tcp(8000)]})], [A, B, other])
     assert c.reach(other, B, "http") == ""
-    c = R.Cluster([policy("b", types=["Ingress"], ingress=[{"from": [{"ipBlock": {"cidr": str(NET), "except": [
-        f"{other.ip}/32"]}}], "ports": [tcp(8000)]}])], [A, B, other])
+    block = {"cidr": str(NET), "except": [f"{other.ip}/32"]}
+    c = R.Cluster([ingress("b", {"from": [{"ipBlock": block}], "ports": [tcp(8000)]})], [A, B, other])
     assert c.reach(other, B, "http") != "" and c.reach(A, B, "http") == ""
 
 
 def test_default_deny_once_selected_per_direction():
-    ingress_only = policy("b", types=["Ingress"], ingress=[{"from": [{"podSelector": {"matchLabels": {"name": "a"}}}]}])
-    c = R.Cluster([ingress_only], [A, B, pod("c")])
-    assert c.reach(pod("c"), B, "http") != ""  # isolated for ingress
+    stranger = pod("c")
+    c = R.Cluster([ingress("b", {"from": [{"podSelector": {"matchLabels": {"name": "a"}}}]})], [A, B, stranger])
+    assert c.reach(stranger, B, "http") != ""  # isolated for ingress
     assert c.reach(A, B, "http") == ""
     assert c.reach(B, A, 1234) == ""  # B's egress and A's ingress are not isolated
     # policyTypes absent: Ingress, plus Egress only when the policy has egress rules
@@ -365,36 +373,37 @@ def test_default_deny_once_selected_per_direction():
 
 
 def test_policies_add_up():
-    allow = lambda who: policy("b", name=f"from-{who}", types=["Ingress"],  # noqa: E731
-                               ingress=[{"from": [{"podSelector": {"matchLabels": {"name": who}}}]}])
-    c_pod = pod("c")
-    c = R.Cluster([allow("a"), allow("c")], [A, B, c_pod])
-    assert c.reach(A, B, "http") == "" and c.reach(c_pod, B, "http") == ""
-    assert R.Cluster([allow("a")], [A, B, c_pod]).reach(c_pod, B, "http") != ""
+    stranger = pod("c")
+
+    def allow(who):
+        return ingress("b", {"from": [{"podSelector": {"matchLabels": {"name": who}}}]}, name=f"from-{who}")
+    c = R.Cluster([allow("a"), allow("c")], [A, B, stranger])
+    assert c.reach(A, B, "http") == "" and c.reach(stranger, B, "http") == ""
+    assert R.Cluster([allow("a")], [A, B, stranger]).reach(stranger, B, "http") != ""
 
 
 def test_no_to_is_every_destination_and_no_ports_every_port():
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"ports": [tcp(443)]}, {"to": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]}])], [A])
-    assert c.egress(A, ipaddress.ip_address("198.51.100.1"), 443, "TCP") == ""
-    assert c.egress(A, ipaddress.ip_address("198.51.100.1"), 80, "TCP") != ""
+    c = R.Cluster([egress("a", {"ports": [tcp(443)]}, {"to": [{"ipBlock": {"cidr": "192.0.2.0/24"}}]})], [A])
+    assert c.egress(A, PUBLIC, 443, "TCP") == ""
+    assert c.egress(A, PUBLIC, 80, "TCP") != ""
     assert c.egress(A, ipaddress.ip_address("192.0.2.9"), 80, "UDP") == ""
 
 
 def test_named_ports_resolve_against_the_pods_container_ports():
     router = pod("r", ports=[("http", 30000, "TCP"), ("metrics", 29000, "TCP")])
-    c = R.Cluster([policy("r", types=["Ingress"], ingress=[{"ports": [{"port": "http", "protocol": "TCP"}]}])], [A, router])
+    c = R.Cluster([ingress("r", {"ports": [{"port": "http", "protocol": "TCP"}]})], [A, router])
     assert c.reach(A, router, "http") == "" and c.reach(A, router, 30000) == ""
     assert c.reach(A, router, "metrics") != ""
     # egress: a named port resolves per destination pod, and never for a CIDR
-    c = R.Cluster([policy("a", types=["Egress"], egress=[{"to": [{"podSelector": {}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}],
-                                                          "ports": [{"port": "metrics", "protocol": "TCP"}]}])], [A, router])
+    c = R.Cluster([egress("a", {"to": [{"podSelector": {}}, {"ipBlock": {"cidr": "0.0.0.0/0"}}],
+                                "ports": [{"port": "metrics", "protocol": "TCP"}]})], [A, router])
     assert c.reach(A, router, "metrics") == "" and c.reach(A, router, "http") != ""
-    assert c.egress(A, ipaddress.ip_address("198.51.100.1"), 29000, "TCP") != ""
+    assert c.egress(A, PUBLIC, 29000, "TCP") != ""
 
 
 def test_the_service_cidr_default_follows_the_vpc():
-    assert str(R.default_service_cidr([ipaddress.ip_network("10.0.0.0/16")])) == "172.20.0.0/16"
-    assert str(R.default_service_cidr([ipaddress.ip_network("172.31.0.0/16")])) == "10.100.0.0/16"
-    assert str(R.default_service_cidr([ipaddress.ip_network("172.31.0.0/16"), ipaddress.ip_network("10.8.0.0/16")])) \
-        == "172.20.0.0/16"
-
+    def default(*cidrs):
+        return str(R.default_service_cidr([ipaddress.ip_network(c) for c in cidrs]))
+    assert default("10.0.0.0/16") == "172.20.0.0/16"
+    assert default("172.31.0.0/16") == "10.100.0.0/16"
+    assert default("172.31.0.0/16", "10.8.0.0/16") == "172.20.0.0/16"

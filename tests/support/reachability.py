@@ -416,7 +416,8 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
     sources = list(pods) + [Endpoint("a VPC client outside the cluster", net.pod_subnets[0].broadcast_address - 8,
                                      "vpc-client")]
     # The collector has an ENI in each subnet it is given; any of them may scrape.
-    sources += [Endpoint(f"AMP managed collector ENI in {s}", s.broadcast_address - 4, "scraper") for s in net.scraper_subnets]
+    sources += [Endpoint(f"AMP managed collector ENI in {s}", s.broadcast_address - 4, "scraper")
+                for s in net.scraper_subnets]
     hub = {m.name for m in (plan.models if plan else ())
            if m.weights_import is not None and m.weights_import.source.startswith("hf://")}
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
@@ -479,7 +480,8 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "warm-spares": [e for e in stack.sources if e.role == "warm-spare"],
         "scrapers": scrapers, "everyone": stack.sources,
         "non-scrapers": [e for e in stack.sources if e.role != "scraper"],
-        "all-but-routers": [e for e in stack.sources if e not in routers and not (e.role == "scraper" and metrics_on_http)],
+        "all-but-routers": [e for e in stack.sources
+                            if e not in routers and not (e.role == "scraper" and metrics_on_http)],
         "outsiders": [e for e in stack.sources if e.role in ("foreign", "vpc-client")],
         "clients": [e for e in stack.sources if e.role == "client" and any(v.namespace == e.namespace for v in vllm)],
         "vpc-client": [e for e in stack.sources if e.role == "vpc-client"],
@@ -530,8 +532,8 @@ def check(stack: Stack, rows: Sequence[tuple[str, str, str, str, str]] = FLOWS) 
                     for port, proto in ports(key, dst):
                         why = stack.cluster.reach(src, dst, port, proto)
                         if (must == "allow") == bool(why):
-                            v = Violation(stack.name, flow_id((must, srcs, dsts, key)), must, src.name,
-                                          dst.name if isinstance(dst, Endpoint) else f"Service {dst.namespace}/{dst.name}",
+                            name = dst.name if isinstance(dst, Endpoint) else f"Service {dst.namespace}/{dst.name}"
+                            v = Violation(stack.name, flow_id((must, srcs, dsts, key)), must, src.name, name,
                                           f"{port}/{proto}", why)
                             out[str(v)] = v
     return list(out.values())
