@@ -54,9 +54,19 @@ class Endpoint:
     ports: Sequence[tuple[str, int, str]] = ()
     """Container ports: (name, number, protocol)."""
     model: str | None = None
+    sidecar_ports: Sequence[tuple[str, int, str]] = ()
+    """Ports of native sidecars (init containers with restartPolicy Always)."""
 
     def named_port(self, name: str, proto: str = "TCP") -> int | None:
+        """A named port as a policy resolves it: in `containers` only (the controller's
+        LookupContainerPortAndName and firstNamedPort read pod.Spec.Containers, not the init
+        containers a native sidecar is)."""
         return next((n for nm, n, p in self.ports if nm == name and p == proto), None)
+
+    def listening(self, name: str, proto: str = "TCP") -> int | None:
+        """The number a named port listens on, in any container of the pod, sidecars included."""
+        return self.named_port(name, proto) or next(
+            (n for nm, n, p in self.sidecar_ports if nm == name and p == proto), None)
 
 
 @dataclass(eq=False)
@@ -264,7 +274,7 @@ class Cluster:
                 if why:
                     return f"at {b.name}: {why}"
             return ""
-        number = dst.named_port(port, proto) if isinstance(port, str) else port
+        number = dst.listening(port, proto) if isinstance(port, str) else port
         if number is None:
             raise KeyError(f"{dst.name} declares no container port named {port!r}")
         return self.egress(src, dst.ip, number, proto) or self.ingress(dst, src, number, proto)
@@ -373,10 +383,13 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
         tpl, ns = o["spec"]["template"], o["metadata"].get("namespace", "default")
         labels = tpl["metadata"].get("labels") or {}
         role = next((r for (k, v), r in ROLES.items() if labels.get(k) == v), "pod")
-        ports = [(p.get("name", ""), p["containerPort"], p.get("protocol", "TCP"))
-                 for c in tpl["spec"].get("containers") or [] for p in c.get("ports") or []]
-        pods.append(Endpoint(f"{ns}/{o['metadata']['name']}", next(hosts), role, ns, labels, ports,
-                             None if role == "warm-spare" else labels.get(INSTANCE)))
+        def ports(containers):
+            return [(p.get("name", ""), p["containerPort"], p.get("protocol", "TCP"))
+                    for c in containers for p in c.get("ports") or []]
+        sidecars = [c for c in tpl["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        pods.append(Endpoint(f"{ns}/{o['metadata']['name']}", next(hosts), role, ns, labels,
+                             ports(tpl["spec"].get("containers") or []),
+                             None if role == "warm-spare" else labels.get(INSTANCE), ports(sidecars)))
     # Stand-ins: any other pod of the models' namespaces, a pod of a foreign namespace.
     pods += [Endpoint(f"{ns}/another-pod", next(hosts), "client", ns, {NAME: "another-pod"})
              for ns in sorted({p.namespace for p in pods})]
@@ -462,7 +475,7 @@ def flow_id(row) -> str:
 
 def _metrics_port(pod: Endpoint) -> str:
     """vLLM serves /metrics on its API port unless a `metrics` port is declared."""
-    return "metrics" if pod.named_port("metrics") is not None else "http"
+    return "metrics" if pod.listening("metrics") is not None else "http"
 
 
 def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Service]:
@@ -474,7 +487,7 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
     sets = {
         "routers": routers, "vllm": vllm, "imports": of("import"), "staging": of("staging"),
         "routed-vllm": vllm if routers else [],
-        "scraped-routers": [r for r in routers if r.named_port("metrics") is not None],
+        "scraped-routers": [r for r in routers if r.listening("metrics") is not None],
         "hub-imports": of("import") if model in stack.hub_imports else [],
         "exposed-routers": routers if model in stack.exposed else [],
         "warm-spares": [e for e in stack.sources if e.role == "warm-spare"],
