@@ -102,7 +102,7 @@ VPC = "vpc-0a1b2c3d4e5f60718"
 VPC_CIDRS = ("172.31.0.0/16", "100.64.0.0/16")
 SUBNETS = {"subnet-0a1b2c3d4e5f60711": "172.31.0.0/19", "subnet-0a1b2c3d4e5f60712": "172.31.32.0/19",
            "subnet-0a1b2c3d4e5f60713": "100.64.0.0/19"}
-PROMETHEUS = ("monitoring", {"app.kubernetes.io/name": "prometheus"})
+PROMETHEUS = ("monitoring", {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"})
 
 
 def _existing_vpc(doc):
@@ -158,8 +158,7 @@ def variant(name: str, tmp_path_factory) -> R.Stack:
                     pytest.skip(f"monitoring.scraper is not a config key yet (issue 20 finding 6): {exc}")
                 raise
         net = R.network_of(r, vpc_cidrs=VPC_CIDRS, subnet_cidrs=SUBNETS) if name == "existing-vpc" else None
-        _variants[name] = R.stack_model(name, r, network=net,
-                                        prometheus=PROMETHEUS if name == "named-prometheus" else None)
+        _variants[name] = R.stack_model(name, r, network=net)
     return _variants[name]
 
 
@@ -177,6 +176,11 @@ def test_the_variants_are_what_they_claim(tmp_path_factory):
     two = variant("two-routed-karpenter", tmp_path_factory)
     assert len({e.model for e in two.sources if e.role == "router"}) == 2 and two.exposed
     assert not isinstance(two.dns, R.Endpoint)  # Karpenter mode: CoreDNS pods behind kube-dns
+
+
+def test_the_named_prometheus_is_read_from_the_config(tmp_path_factory):
+    prometheus = [e for e in variant("named-prometheus", tmp_path_factory).sources if e.role == "scraper"]
+    assert [(e.namespace, dict(e.labels)) for e in prometheus] == [PROMETHEUS]
 
 
 def test_every_flow_is_exercised_somewhere(tmp_path_factory):

@@ -342,13 +342,14 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
                    rendered.stack_plan.cluster_mode == "auto")
 
 
-def named_scraper(plan) -> tuple[str, Mapping[str, str]] | None:
-    """`monitoring.scraper` (namespace, pod labels) of the user's Prometheus, when configured."""
-    monitoring = getattr(getattr(plan, "config", None), "monitoring", None)
-    scraper = getattr(monitoring, "scraper", None)
-    if scraper is None:
-        return None
-    return scraper.namespace, dict(getattr(scraper, "pod_labels", None) or {})
+def named_scrapers(plan) -> list[tuple[str, Mapping[str, str]]]:
+    """(namespace, pod labels) of the user's Prometheus pods: `monitoring.scraper` of an
+    environment stack, the contract's `monitoring.scraperPods` for a model stack."""
+    contract = getattr(plan, "contract", None)
+    if contract is not None:
+        return [(s["namespace"], dict(s["podLabels"])) for s in (contract.monitoring or {}).get("scraperPods") or []]
+    scraper = getattr(getattr(getattr(plan, "config", None), "monitoring", None), "scraper", None)
+    return [] if scraper is None else [(scraper.namespace, dict(scraper.pod_labels))]
 
 
 @dataclass
@@ -369,7 +370,7 @@ class Stack:
 
 
 def stack_model(name: str, rendered, platform=None, *, network: Network | None = None,
-                prometheus: tuple[str, Mapping[str, str]] | None = None,
+                prometheus: Sequence[tuple[str, Mapping[str, str]]] | None = None,
                 objects: Sequence[Mapping[str, Any]] | None = None) -> Stack:
     """The stack as endpoints: one pod per pod template the render declares (`objects`, by
     default the render's Kubernetes objects), plus what the cluster and AWS put around them."""
@@ -395,9 +396,7 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
              for ns in sorted({p.namespace for p in pods})]
     pods.append(Endpoint("elsewhere/another-pod", next(hosts), "foreign", "elsewhere", {NAME: "another-pod"}))
     plan = getattr(rendered, "stack_plan", None)  # None: a program of components alone (examples/)
-    prometheus = prometheus or (named_scraper(plan) if plan else None)
-    if prometheus:
-        ns, labels = prometheus
+    for ns, labels in named_scrapers(plan) if prometheus is None else prometheus:
         pods.append(Endpoint(f"{ns}/prometheus", next(hosts), "scraper", ns, labels, [("web", 9090, "TCP")]))
         # admitted by its labels, not its namespace: a neighbour of it is an outsider
         pods.append(Endpoint(f"{ns}/another-pod", next(hosts), "foreign", ns, {NAME: "another-pod"}))
