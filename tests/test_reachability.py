@@ -142,10 +142,11 @@ def _aws_answers(real_call):
     return call
 
 
-_variants: dict[str, R.Stack] = {}
+_variants: dict[str, tuple] = {}
 
 
-def variant(name: str, tmp_path_factory) -> R.Stack:
+def variant(name: str, tmp_path_factory, objects=None) -> R.Stack:
+    """A variant as endpoints (with `objects` in place of its render's Kubernetes objects)."""
     if name not in _variants:
         doc = copy.deepcopy(load_stack_doc("prod"))
         VARIANTS[name](doc)
@@ -158,8 +159,9 @@ def variant(name: str, tmp_path_factory) -> R.Stack:
                     pytest.skip(f"monitoring.scraper is not a config key yet (issue 20 finding 6): {exc}")
                 raise
         net = R.network_of(r, vpc_cidrs=VPC_CIDRS, subnet_cidrs=SUBNETS) if name == "existing-vpc" else None
-        _variants[name] = R.stack_model(name, r, network=net)
-    return _variants[name]
+        _variants[name] = (r, net)
+    r, net = _variants[name]
+    return R.stack_model(name, r, network=net, objects=objects)
 
 
 @pytest.mark.parametrize(("name", "flow"), _params(VARIANTS))
@@ -253,6 +255,20 @@ def test_vllm_port_admitting_the_vpc_cidr_fails():
         assert v.must == "deny" and v.why == ""
     _found(violations, "prod", "outsiders -> vllm (http)", "elsewhere/another-pod", "inference/llama-4-scout",
            "http/TCP")
+
+
+def test_policies_naming_the_default_cidr_in_an_existing_vpc_fail(tmp_path_factory):
+    objects = copy.deepcopy(variant("existing-vpc", tmp_path_factory).cluster.policies)
+    for p in objects:  # finding 5: every ipBlock of the VPC's blocks back to the default 10.0.0.0/16
+        for rule in p["spec"].get("ingress", []) + p["spec"].get("egress", []):
+            for peer in rule.get("from", []) + rule.get("to", []):
+                if peer.get("ipBlock", {}).get("cidr") in VPC_CIDRS:
+                    peer["ipBlock"] = {"cidr": "10.0.0.0/16"}
+    others = [o for o in _variants["existing-vpc"][0].kubernetes_objects if o["kind"] != "NetworkPolicy"]
+    violations = R.check(variant("existing-vpc", tmp_path_factory, objects=others + objects))
+    v = _found(violations, "existing-vpc", "scrapers -> scraped-routers (metrics)",
+               "AMP managed collector ENI in 172.31.0.0/19", "inference/qwen-67b-router", "metrics/TCP")
+    assert "ingress from 172.31.31.251 on 29000/TCP" in v.why
 
 
 def _dns_to_kube_dns_pods(p):
