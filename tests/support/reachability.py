@@ -3,7 +3,7 @@ network-policy agent enforces it, and the flows every stack must allow and must 
 
 The semantics, as read in the sources (not copied):
 
-- aws/amazon-network-policy-controller-k8s `pkg/resolvers/endpoints.go` at ecc7e6a7939452
+- aws/amazon-network-policy-controller-k8s `pkg/resolvers/endpoints.go` at ecc7e6a79394
   (`computeEgressEndpoints`, `computeIngressEndpoints`, `getMatchingServiceClusterIPs`,
   `hasTargetPortBypass`) and `pkg/k8s/{pod_utils.go,service_utils.go}`: the controller turns a
   policy into address/port lists. An `ipBlock` peer is its CIDR minus `except`, nothing more; a
@@ -15,7 +15,8 @@ The semantics, as read in the sources (not copied):
   container ports); a numeric policy port is dropped for a Service whose named targetPort
   resolves on some backing pod to a port the rule does not allow. Egress named ports resolve
   per destination pod and never for a CIDR (a CIDR peer with only named ports is skipped);
-  ingress named ports resolve against every pod the policy selects.
+  ingress named ports resolve against every pod the policy selects; either way only against
+  `containers` (LookupContainerPortAndName), never a native sidecar's (init container) ports.
 - aws/aws-network-policy-agent `pkg/ebpf/c/tc.v4egress.bpf.c` at c8619c056b4c (`handle_egress`):
   egress is matched on the packet's destination address as the pod sent it, at the pod's veth,
   before kube-proxy's DNAT: traffic to a Service is judged on its ClusterIP and Service port.
@@ -329,7 +330,9 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
         if r.typ in ("aws:ec2/vpc:Vpc", "aws:ec2/vpcIpv4CidrBlockAssociation:VpcIpv4CidrBlockAssociation")]
     if not vpcs:  # an existing VPC without its CIDRs given: what the plan takes it to be
         plan = rendered.stack_plan
-        vpcs = [ipaddress.ip_network(plan.contract.vpc_cidr if hasattr(plan, "contract") else plan.config.network.cidr)]
+        contract = getattr(plan, "contract", None)
+        cidrs = getattr(contract, "vpc_cidrs", None) or [contract.vpc_cidr] if contract else [plan.config.network.cidr]
+        vpcs = [ipaddress.ip_network(c) for c in cidrs]
     cluster = next(r.inputs for r in res if r.typ == "eks:index:Cluster")
     pods = [subnets[i] for i in cluster.get("privateSubnetIds") or [] if i in subnets] or vpcs
     scraper = next((r.inputs for r in res if r.typ == "aws:amp/scraper:Scraper"), None)
