@@ -175,6 +175,10 @@ def test_the_variants_are_what_they_claim(tmp_path_factory):
     assert all(any(e.ip in b for b in blocks) for e in vpc.sources if e.namespace)
     assert {e.ip in blocks[1] for e in vpc.sources if e.role == "scraper"} == {True, False}
     assert not any(b.overlaps(ipaddress.ip_network("10.0.0.0/16")) for b in blocks)
+    # the render read the VPC's blocks from the answers above (finding 5's fix), both of them
+    named = {peer["ipBlock"]["cidr"] for p in vpc.cluster.policies for r in p["spec"].get("ingress", [])
+             for peer in r.get("from", []) if "ipBlock" in peer}
+    assert set(VPC_CIDRS) <= named
     two = variant("two-routed-karpenter", tmp_path_factory)
     assert len({e.model for e in two.sources if e.role == "router"}) == 2 and two.exposed
     assert not isinstance(two.dns, R.Endpoint)  # Karpenter mode: CoreDNS pods behind kube-dns
