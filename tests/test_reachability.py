@@ -20,18 +20,9 @@ from warmstart.errors import ConfigError, ConfigErrors
 
 ROWS = {R.flow_id(row): row for row in R.FLOWS}
 
-F4M = ("issue 20 finding 4: the router's metrics port admits ipBlock <VPC CIDR>, i.e. every pod, not the "
-       "scraper alone (the managed collector's own subnets, or a named Prometheus's labels)")
-F4S = ("issue 20 finding 4: vLLM's metrics-only port 8001 is admitted, but no container of the vLLM pods "
-       "declares it yet (the metrics sidecar is not wired into the Deployment)")
 # (stack, flow) pairs the render on main gets wrong, pending the lead's fixes: delete an entry
 # when its fix is merged (strict xfail turns a fixed pair into a failure until then).
-PENDING = {
-    **{(s, "non-scrapers -> scraped-routers (metrics)"): F4M
-       for s in ("prod", "staging-llama-3-1-8b", "existing-vpc", "two-routed-karpenter")},
-    **{(s, "scrapers -> vllm (metrics)"): F4S
-       for s in ("prod", "staging-llama-3-1-8b", "existing-vpc", "two-routed-karpenter", "named-prometheus")},
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _params(stacks):
@@ -191,8 +182,7 @@ def test_the_named_prometheus_is_read_from_the_config(tmp_path_factory):
 
 def test_every_flow_is_exercised_somewhere(tmp_path_factory):
     """No row of the table is vacuous over the shipped stacks and the variants."""
-    stacks = [shipped(s) for s in ALL_STACK_NAMES] + [variant(v, tmp_path_factory) for v in
-                                                      ("existing-vpc", "two-routed-karpenter")]
+    stacks = [shipped(s) for s in ALL_STACK_NAMES] + [variant(v, tmp_path_factory) for v in VARIANTS]
     for flow, (_, srcs, dsts, _, _) in ROWS.items():
         assert any(R.members(st, srcs, m) and R.members(st, dsts, m) for st in stacks for m in st.models), flow
 

@@ -467,7 +467,11 @@ FLOWS = (
     ("deny", "outsiders", "vllm", "http", "no foreign namespace or VPC address calls vLLM directly"),
     ("deny", "everyone", "imports", "any", "the import Job accepts nothing"),
     ("deny", "everyone", "warm-spares", "any", "warm-spare placeholders accept nothing"),
-    ("deny", "non-scrapers", "scraped-routers", "metrics", "only the scraper reads the router's metrics"),
+    # A named Prometheus is admitted by its pods, so every other pod is kept off the metrics
+    # ports. The managed collector scrapes from ENIs in the VPC's subnets, which no CIDR tells apart
+    # from pods: its metrics-only ports are open to the VPC by design (never a serving port).
+    ("deny", "non-scrapers", "scraped-routers", "metrics", "only the named scraper reads the router's metrics"),
+    ("deny", "non-scrapers", "vllm", "metrics", "only the named scraper reads vLLM's metrics-only port"),
 )
 
 
@@ -494,7 +498,8 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "exposed-routers": routers if model in stack.exposed else [],
         "warm-spares": [e for e in stack.sources if e.role == "warm-spare"],
         "scrapers": scrapers, "everyone": stack.sources,
-        "non-scrapers": [e for e in stack.sources if e.role != "scraper"],
+        "non-scrapers": [e for e in stack.sources if e.role != "scraper"]
+        if scrapers and all(s.namespace is not None for s in scrapers) else [],
         "all-but-routers": [e for e in stack.sources
                             if e not in routers and not (e.role == "scraper" and metrics_on_http)],
         "outsiders": [e for e in stack.sources if e.role in ("foreign", "vpc-client")],
