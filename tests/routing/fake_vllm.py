@@ -153,6 +153,11 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                         f"vllm:kv_cache_usage_perc{label} 0.1\n"
                         f"vllm:prefix_cache_queries_total{label} {queries}\n"
                         f"vllm:prefix_cache_hits_total{label} {hits}\n")
+                # vLLM's prometheus_client negotiates the format from Accept
+                # (https://prometheus.io/docs/instrumenting/exposition_formats/): OpenMetrics ends in `# EOF`.
+                if "application/openmetrics-text" in (self.headers.get("Accept") or ""):
+                    return self._send(200, (text + "# EOF\n").encode(),
+                                      "application/openmetrics-text; version=1.0.0; charset=utf-8")
                 return self._send(200, text.encode(), "text/plain; version=0.0.4")
             if path == "/fake/stats":
                 return self._send(200, state.stats())
