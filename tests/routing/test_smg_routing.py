@@ -177,15 +177,6 @@ def test_the_pod_entrypoint_closes_the_control_plane(tmp_path: Path, secret_key)
              "--health-check-port", str(probe_port), *routing.policy_flags("prefix_hash")],
             env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{probe_port}/liveness", timeout=1).read()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
-
         def status(headers: dict[str, str]) -> int:
             req = urllib.request.Request(f"http://127.0.0.1:{port}/workers", headers=headers)
             try:
@@ -194,7 +185,18 @@ def test_the_pod_entrypoint_closes_the_control_plane(tmp_path: Path, secret_key)
             except urllib.error.HTTPError as e:
                 return e.code
 
-        assert status({}) == 401
+        # Wait on the port that is then called: SMG binds its probe listener and its serving
+        # listener separately, so a live /liveness does not mean /workers answers yet (under CPU
+        # load the serving port was still refusing). Any HTTP answer on it means it serves.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first = status({})
+                break
+            except OSError as e:  # refused or timed out: not listening yet
+                assert proc.poll() is None and time.monotonic() < deadline, (repr(e), log.read_text())
+                time.sleep(0.1)
+        assert first == 401
         assert status({"Authorization": "Bearer guess"}) == 401
         if secret_key:
             assert status({"Authorization": f"Bearer {secret_key}"}) == 200
