@@ -202,3 +202,13 @@ def test_the_collector_scrapes_a_port_the_vllm_pods_serve_metrics_on_and_nothing
         (policy,) = [p for p in r.kind("NetworkPolicy") if p["metadata"]["name"] == dep["metadata"]["name"]]
         scrape_rule = policy["spec"]["ingress"][1]
         assert scrape_rule["ports"] == [{"protocol": "TCP", "port": serving.METRICS_PORT}]
+
+
+def test_a_service_range_that_overlaps_an_existing_vpc_is_refused_before_anything_is_created(tmp_path, monkeypatch):
+    # EKS's own default for a VPC in 10.0.0.0/8 is 172.20.0.0/16; with a 172.20 block as well, EKS
+    # would refuse the cluster, so the program refuses first, naming the key.
+    monkeypatch.setitem(mocks.EXISTING_VPCS, EXISTING_VPC["vpcId"], ["10.1.0.0/16", "172.20.0.0/16"])
+    doc = load_stack_doc("dev")
+    doc["config"]["warmstart:network"] = dict(EXISTING_VPC)
+    with pytest.raises(Exception, match=r"warmstart:cluster\.serviceCidr.*overlaps the VPC's CIDR block 172\.20\.0\.0/16"):
+        render_doc(doc, tmp_path, stack="overlap")

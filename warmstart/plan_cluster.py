@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .config import NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from .decisions import autoscaling as scaling
-from .decisions import capacity, routing
+from .decisions import node_fit, routing
 from .decisions import weights_import as imports
 from .decisions import gpu_pools, instances, naming, placement
 from .decisions import node_cache as staging
@@ -254,7 +254,7 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
                        mode: placement.ClusterMode, name: str, kubernetes_version: str, region: str,
                        key: str, pools_key: str, autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
                        model_keys: Mapping[str, str] | None = None,
-                       system_pods: Sequence[capacity.PodDemand] = ()) -> ClusterPlan:
+                       system_pods: Sequence[node_fit.PodDemand] = ()) -> ClusterPlan:
     """The cluster's decisions: its settings `c` (keys `<key>.<field>`) and each pool with the
     models on it (keys `<pools_key>[i].<field>`), or ConfigErrors. `system_pods`: what runs on the
     Karpenter-mode system node group besides the controller and CoreDNS (`system_group_pods`)."""
@@ -266,7 +266,7 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
                 f"{key}.systemNodeGroup", "clusterMode: karpenter needs a system node group: the "
                 "Karpenter controller must not run on nodes it launches itself, so without one "
                 "nothing can launch the first node", "remove `systemNodeGroup: null` to get the "
-                f"default ({_DEFAULT_SYSTEM.size} x {', '.join(_DEFAULT_SYSTEM.instance_types)}), "
+                f"default ({', '.join(_DEFAULT_SYSTEM.instance_types)} nodes, as many as its pods need), "
                 "or use clusterMode: auto")
         elif c.system_node_group.size is not None and c.system_node_group.size < MIN_SYSTEM_NODES:
             errors.add(
@@ -303,43 +303,43 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
     )
 
 
-def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[capacity.PodDemand], key: str,
+def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[node_fit.PodDemand], key: str,
                       errors: Problems) -> SystemNodeGroupPlan | None:
     """The system node group's size: the given one if every pod pinned to it fits (else a
     ConfigError with the numbers), or the fewest nodes (at least two) that hold them all.
 
     Packed onto the smallest listed type (a managed node group may launch any of them), with the
     kubelet's reservation as the EKS AMI computes it and each node's DaemonSets first
-    (warmstart/decisions/capacity.py). Only DaemonSets, the controller and CoreDNS are not
+    (warmstart/decisions/node_fit.py). Only DaemonSets, the controller and CoreDNS are not
     warmstart's own: their requests are the published ones cited there."""
     types = tuple(sorted(set(g.instance_types)))
-    load = [capacity.KARPENTER_CONTROLLER, capacity.COREDNS, *pods]
-    known = [t for t in types if t in capacity.node_types()]
+    load = [node_fit.KARPENTER_CONTROLLER, node_fit.COREDNS, *pods]
+    known = [t for t in types if t in node_fit.node_types()]
     if len(known) < len(types):
         if g.size is None:
             errors.add(f"{key}.size", f"warmstart has no allocatable figures for {sorted(set(types) - set(known))} "
                        "to size the group from", f"set size explicitly, or use types warmstart knows "
-                       f"({', '.join(sorted(capacity.node_types()))[:200]}...)", None)
+                       f"({', '.join(sorted(node_fit.node_types()))[:200]}...)", None)
             return None
         return SystemNodeGroupPlan(types, g.size)  # the user's size, which warmstart cannot check
 
     def room(t: str) -> tuple[int, int]:
-        a = capacity.allocatable(t, managed=True)
+        a = node_fit.allocatable(t, managed=True)
         return a.cpu_millis, a.memory_mib
     smallest = min(types, key=room)
-    need = capacity.nodes_needed(smallest, capacity.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES, managed=True)
+    need = node_fit.nodes_needed(smallest, node_fit.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES, managed=True)
     if need is None:
-        one = capacity.pack(capacity.NodeGroup("system", smallest, 20, managed=True), capacity.NODE_DAEMONS, load)
-        errors.add(f"{key}.instanceTypes", capacity.explain(one, one.group), "use a larger instance type, e.g. "
+        one = node_fit.pack(node_fit.NodeGroup("system", smallest, 20, managed=True), node_fit.NODE_DAEMONS, load)
+        errors.add(f"{key}.instanceTypes", node_fit.explain(one, one.group), "use a larger instance type, e.g. "
                    "m7i.xlarge", list(types))
         return None
     if g.size is not None:
-        result = capacity.pack(capacity.NodeGroup("system", smallest, g.size, managed=True), capacity.NODE_DAEMONS,
+        result = node_fit.pack(node_fit.NodeGroup("system", smallest, g.size, managed=True), node_fit.NODE_DAEMONS,
                                load)
         if not result.fits:
-            bigger = capacity.nodes_needed(LARGER_SYSTEM_TYPE, capacity.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES,
+            bigger = node_fit.nodes_needed(LARGER_SYSTEM_TYPE, node_fit.NODE_DAEMONS, load, minimum=MIN_SYSTEM_NODES,
                                            managed=True)
-            errors.add(f"{key}.size", capacity.explain(result, result.group),
+            errors.add(f"{key}.size", node_fit.explain(result, result.group),
                        f"set systemNodeGroup.size: {need} (or leave it unset: warmstart sizes the group)"
                        + (f", or instanceTypes: [{LARGER_SYSTEM_TYPE}] with size {bigger}"
                           if bigger is not None and LARGER_SYSTEM_TYPE not in types else ""), g.size)
@@ -347,25 +347,25 @@ def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[capacity.PodDeman
     return SystemNodeGroupPlan(types, need)
 
 
-def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[capacity.PodDemand]:
+def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit.PodDemand]:
     """What warmstart pins to the Karpenter-mode system node group besides the controller and
     CoreDNS: KEDA (autoscaling), node-feature-discovery (a staged model), each routed model's
     routers (its replicas plus a rollout's surge pod, spread over hosts) and each weights import
     Job (they may all run in the same `up`). Model stacks' routers and imports are their own."""
-    pods: list[capacity.PodDemand] = []
+    pods: list[node_fit.PodDemand] = []
     if cfg.model_stacks.autoscaling or any(m.autoscaling for m in models):
-        pods += capacity.KEDA_PODS
+        pods += node_fit.KEDA_PODS
     if cfg.model_stacks.node_cache or any(m.staged for m in models):
-        pods += capacity.NFD_PODS
-    cpu, mem = capacity.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), capacity.parse_memory(routing.ROUTER_REQUESTS["memory"])
+        pods += node_fit.NFD_PODS
+    cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
     for m in models:
         if m.routed:
-            pods.append(capacity.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
+            pods.append(node_fit.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
                                            spread=f"{m.name}-router"))
         if m.weights_import is not None:
-            pods.append(capacity.PodDemand(f"{m.name}-import",
-                                           capacity.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
-                                           capacity.parse_memory(imports.IMPORT_REQUESTS["memory"])))
+            pods.append(node_fit.PodDemand(f"{m.name}-import",
+                                           node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
+                                           node_fit.parse_memory(imports.IMPORT_REQUESTS["memory"])))
     return pods
 
 

@@ -99,7 +99,7 @@ def per_router_threshold(max_excess_requests: int, routers: int) -> int:
 
 
 # What one router pod requests: SMG is a Rust proxy; the figure keeps two routers and the
-# Karpenter-mode system group's other pods placeable (warmstart/decisions/capacity.py sizes it).
+# Karpenter-mode system group's other pods placeable (warmstart/decisions/node_fit.py sizes it).
 ROUTER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
 ROUTER_MEMORY_LIMIT = "1Gi"
 

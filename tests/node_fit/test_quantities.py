@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from warmstart.decisions.capacity import parse_cpu, parse_memory
+from warmstart.decisions.node_fit import parse_cpu, parse_memory
 
 
 @pytest.mark.parametrize(("text", "millis"), [
@@ -38,7 +38,7 @@ def test_malformed_quantities_are_value_errors(bad):
 
 
 def test_pod_requests_sum_containers_and_take_the_largest_init_container():
-    from warmstart.decisions.capacity import pod_requests
+    from warmstart.decisions.node_fit import pod_requests
 
     # aws-node as the VPC CNI manifest has it: init 25m, two containers 25m each -> 50m.
     aws_node = {"initContainers": [{"name": "init", "resources": {"requests": {"cpu": "25m"}}}],

@@ -3,7 +3,7 @@
 Every pod a stack runs is read from its render (Deployments at their replicas plus a rollout's
 surge pod, DaemonSets on every node of their pool, Jobs, the Helm releases' pods from the values
 warmstart gives them) and bin-packed onto the nodes it is pinned to, with the kubelet's
-reservation as the EKS AMI computes it (warmstart/decisions/capacity.py):
+reservation as the EKS AMI computes it (warmstart/decisions/node_fit.py):
 - the Karpenter-mode system node group, a fixed number of nodes: everything must fit at once;
 - each GPU pool, whose NodePool adds nodes up to its limit: each pod must fit one node of the
   pool's instance type beside the pool's DaemonSets, GPUs included.
@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
-from warmstart import render
-from warmstart.decisions import capacity, instances, placement
+import yaml
+
+from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
+from warmstart import config, mocks, render
+from warmstart.decisions import node_fit, instances, placement
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
@@ -28,15 +30,18 @@ SYSTEM = {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
 
 
 def _pool_of(selector: dict[str, str]) -> str | None:
-    """Which node group a pod's nodeSelector pins it to: `system`, a NodePool's name, or None
-    (Auto Mode's elastic built-in pools)."""
+    """Which node group a pod's nodeSelector pins it to: `system`, a NodePool's name, nodes of one
+    instance type (`type:<instance type>`, on a cluster the program does not own), or None (Auto
+    Mode's elastic built-in pools)."""
     if selector.get(placement.NODE_GROUP_LABEL) == placement.SYSTEM_NODE_GROUP:
         return "system"
     pool = selector.get(placement.NODEPOOL_LABEL)
+    if pool is None and selector.get("node.kubernetes.io/instance-type"):
+        return f"type:{selector['node.kubernetes.io/instance-type']}"
     return None if pool in ("general-purpose", "system") else pool
 
 
-def _workloads(r: render.Rendered) -> list[tuple[str, str, dict[str, Any], int]]:
+def _workloads(r: Any) -> list[tuple[str, str, dict[str, Any], int]]:
     """(kind, name, pod spec, pods at once) of every workload object in the render."""
     out = []
     for o in r.kubernetes_objects:
@@ -51,7 +56,7 @@ def _workloads(r: render.Rendered) -> list[tuple[str, str, dict[str, Any], int]]
     return out
 
 
-def _release_pods(r: render.Rendered) -> list[tuple[str, capacity.PodDemand]]:
+def _release_pods(r: render.Rendered) -> list[tuple[str, node_fit.PodDemand]]:
     """The Helm releases' pods with the requests and nodes warmstart's values give them."""
     out = []
     for rel in r.of_type(RELEASE):
@@ -59,75 +64,80 @@ def _release_pods(r: render.Rendered) -> list[tuple[str, capacity.PodDemand]]:
         where = _pool_of(values.get("nodeSelector") or {})
         if name == "karpenter":
             req = values["controller"]["resources"]["requests"]
-            out.append((where, capacity.PodDemand("karpenter", capacity.parse_cpu(req["cpu"]),
-                                                  capacity.parse_memory(req["memory"]), count=values["replicas"],
+            out.append((where, node_fit.PodDemand("karpenter", node_fit.parse_cpu(req["cpu"]),
+                                                  node_fit.parse_memory(req["memory"]), count=values["replicas"],
                                                   max_per_node=1)))
         elif name == "keda":
             for part in ("operator", "metricServer", "webhooks"):
                 req = values["resources"][part]["requests"]
-                out.append((where, capacity.PodDemand(f"keda-{part}", capacity.parse_cpu(req["cpu"]),
-                                                      capacity.parse_memory(req["memory"]))))
+                out.append((where, node_fit.PodDemand(f"keda-{part}", node_fit.parse_cpu(req["cpu"]),
+                                                      node_fit.parse_memory(req["memory"]))))
         elif name == "node-feature-discovery":
-            for part, demand in (("master", capacity.NFD_MASTER), ("gc", capacity.NFD_GC)):
+            for part, demand in (("master", node_fit.NFD_MASTER), ("gc", node_fit.NFD_GC)):
                 out.append((_pool_of(values[part]["nodeSelector"]), demand))
     return out
 
 
-def _system_group(r: render.Rendered) -> capacity.NodeGroup | None:
+def _system_group(r: render.Rendered) -> node_fit.NodeGroup | None:
     groups = r.of_type(NODE_GROUP)
     if not groups:
         return None
     (g,) = groups
     types = g.inputs["instanceTypes"]
-    smallest = min(types, key=lambda t: capacity.allocatable(t, managed=True).cpu_millis)
-    return capacity.NodeGroup("system", smallest, g.inputs["scalingConfig"]["desiredSize"], managed=True)
+    smallest = min(types, key=lambda t: node_fit.allocatable(t, managed=True).cpu_millis)
+    return node_fit.NodeGroup("system", smallest, g.inputs["scalingConfig"]["desiredSize"], managed=True)
 
 
-def _system_load(r: render.Rendered) -> tuple[list[capacity.DaemonDemand], list[capacity.PodDemand]]:
+def _system_load(r: render.Rendered) -> tuple[list[node_fit.DaemonDemand], list[node_fit.PodDemand]]:
     """The DaemonSets on every system node and the pods pinned to the system group."""
-    pods = [capacity.COREDNS]
-    daemons = list(capacity.NODE_DAEMONS)
+    pods = [node_fit.COREDNS]
+    daemons = list(node_fit.NODE_DAEMONS)
     for kind, name, spec, count in _workloads(r):
         if _pool_of(spec.get("nodeSelector") or {}) != "system":
             continue
-        cpu, mem = capacity.pod_requests(spec)
+        cpu, mem = node_fit.pod_requests(spec)
         if kind == "DaemonSet":
-            daemons.append(capacity.DaemonDemand(name, cpu, mem))
+            daemons.append(node_fit.DaemonDemand(name, cpu, mem))
         else:
             spread = name if spec.get("topologySpreadConstraints") else None
-            pods.append(capacity.PodDemand(name, cpu, mem, count=count, spread=spread))
+            pods.append(node_fit.PodDemand(name, cpu, mem, count=count, spread=spread))
     pods += [d for where, d in _release_pods(r) if where == "system"]
     return daemons, pods
 
 
-def system_group_fit(r: render.Rendered, nodes: int | None = None) -> capacity.PackResult | None:
+def system_group_fit(r: render.Rendered, nodes: int | None = None) -> node_fit.PackResult | None:
     """Every pod pinned to the system node group, packed onto it (or onto `nodes` of its nodes)."""
     group = _system_group(r)
     if group is None:
         return None
     if nodes is not None:
-        group = capacity.NodeGroup(group.name, group.instance_type, nodes, managed=True)
-    return capacity.pack(group, *_system_load(r))
+        group = node_fit.NodeGroup(group.name, group.instance_type, nodes, managed=True)
+    return node_fit.pack(group, *_system_load(r))
 
 
-def _gpu_nodepools(r: render.Rendered) -> dict[str, list[str]]:
+def _gpu_nodepools(r: Any) -> dict[str, list[str]]:
     out = {}
-    for pool in r.kind("NodePool"):
+    for pool in [o for o in r.kubernetes_objects if o["kind"] == "NodePool"]:
         reqs = pool["spec"]["template"]["spec"]["requirements"]
         types = [v for q in reqs if q["key"] == "node.kubernetes.io/instance-type" for v in q["values"]]
         out[pool["metadata"]["name"]] = types
     return out
 
 
-def gpu_pool_misfits(r: render.Rendered) -> list[str]:
+def gpu_pool_misfits(r: Any) -> list[str]:
     """Each pod on a GPU pool that fits no node of the pool's instance types beside the pool's
-    DaemonSets (CPU, memory, pods and GPUs)."""
+    DaemonSets (CPU, memory, pods and GPUs). A pod pinned to an instance type on a cluster the
+    program does not own (an example) is held against one such node."""
     pools = _gpu_nodepools(r)
+    for _, _, spec, _ in _workloads(r):
+        pool = _pool_of(spec.get("nodeSelector") or {})
+        if pool is not None and pool.startswith("type:"):
+            pools[pool] = [pool.removeprefix("type:")]
     work = _workloads(r)
     bad = []
     for pool, types in pools.items():
-        daemons = list(capacity.NODE_DAEMONS) + [
-            capacity.DaemonDemand(name, *capacity.pod_requests(spec)) for kind, name, spec, _ in work
+        daemons = list(node_fit.NODE_DAEMONS) + [
+            node_fit.DaemonDemand(name, *node_fit.pod_requests(spec)) for kind, name, spec, _ in work
             if kind == "DaemonSet" and _pool_of(spec.get("nodeSelector") or {}) == pool]
         for kind, name, spec, _ in work:
             if kind == "DaemonSet" or _pool_of(spec.get("nodeSelector") or {}) != pool:
@@ -137,8 +147,8 @@ def gpu_pool_misfits(r: render.Rendered) -> list[str]:
                        for c in spec.get("containers", []))
             fits = False
             for t in [t for t in types if wanted in (None, t)]:
-                one = capacity.pack(capacity.NodeGroup(pool, t, 1), daemons,
-                                    [capacity.PodDemand(name, *capacity.pod_requests(spec))])
+                one = node_fit.pack(node_fit.NodeGroup(pool, t, 1), daemons,
+                                    [node_fit.PodDemand(name, *node_fit.pod_requests(spec))])
                 fits = fits or (one.fits and gpus <= instances.lookup(t).gpu_count)
             if not fits:
                 bad.append(f"{kind} {name} on pool {pool} ({', '.join(types)})")
@@ -150,8 +160,25 @@ def test_every_pod_of_every_stack_fits_its_nodes(stack):
     r = render_stack(stack)
     result = system_group_fit(r)
     if result is not None:
-        assert result.fits, capacity.explain(result, result.group)
+        assert result.fits, node_fit.explain(result, result.group)
     assert gpu_pool_misfits(r) == []
+
+
+class _Program:
+    """An example's registrations, shaped like a render."""
+
+    def __init__(self, resources):
+        self.kubernetes_objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
+
+
+@pytest.mark.parametrize("name", sorted(p.parent.name for p in (ROOT / "examples").glob("*/__main__.py")))
+def test_every_pod_of_every_example_fits_its_nodes(name):
+    folder = ROOT / "examples" / name
+    raw = config.read_stack_file(folder / "Pulumi.example.yaml")
+    project = yaml.safe_load((folder / "Pulumi.yaml").read_text())["name"]
+    program = _Program(mocks.run_program_file(folder, region=raw[f"{project}:region"], stack="example", config=raw,
+                                              project=project))
+    assert gpu_pool_misfits(program) == []
 
 
 def test_two_routed_models_in_karpenter_mode_get_a_system_group_that_holds_them(tmp_path):
@@ -162,7 +189,7 @@ def test_two_routed_models_in_karpenter_mode_get_a_system_group_that_holds_them(
     doc["config"]["warmstart:gpuPools"][0]["maxGpus"] = 64
     r = render_doc(doc, tmp_path, stack="two-routed")
     result = system_group_fit(r)
-    assert result is not None and result.fits, capacity.explain(result, result.group)
+    assert result is not None and result.fits, node_fit.explain(result, result.group)
     assert result.group.nodes > render_stack("prod").stack_plan.cluster.system_node_group.size
     # One node fewer would leave a pod Pending: the planner took the fewest.
     assert not system_group_fit(r, nodes=result.group.nodes - 1).fits

@@ -10,8 +10,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from warmstart.decisions import capacity
-from warmstart.decisions.capacity import DaemonDemand, NodeGroup, PodDemand, nodes_needed, pack
+from warmstart.decisions import node_fit
+from warmstart.decisions.node_fit import DaemonDemand, NodeGroup, PodDemand, nodes_needed, pack
 
 SMALL_TYPES = ("m7i.large", "c7i.large", "m5.xlarge", "r7i.large")
 
@@ -51,7 +51,7 @@ def pods_st(draw) -> list[PodDemand]:
 def test_placement_never_exceeds_a_node_and_loses_no_pod(instance_type, nodes, daemons, pods):
     group = NodeGroup("g", instance_type, nodes)
     result = pack(group, daemons, pods)
-    alloc = capacity.allocatable(instance_type)
+    alloc = node_fit.allocatable(instance_type)
     instances = _by_instance(pods)
     daemon_of = {f"{d.name}@{i}": d for d in daemons for i in range(nodes)}
 
@@ -183,12 +183,12 @@ def test_a_pod_bigger_than_the_type_never_fits():
 
 
 # The issue's case: the Karpenter-mode system group of 2 x m7i.large.
-ISSUE_DAEMONS = [capacity.KUBE_PROXY, capacity.AWS_NODE]
+ISSUE_DAEMONS = [node_fit.KUBE_PROXY, node_fit.AWS_NODE]
 ISSUE_PODS = [
-    capacity.KARPENTER_CONTROLLER,
+    node_fit.KARPENTER_CONTROLLER,
     PodDemand("router-a", 500, 512, count=2, spread="router-a"),
-    *capacity.KEDA_PODS,
-    capacity.COREDNS,
+    *node_fit.KEDA_PODS,
+    node_fit.COREDNS,
 ]
 
 
@@ -214,14 +214,14 @@ def test_the_issue_case_fits_three_m7i_large():
 
 
 def test_with_nfd_and_a_second_model_two_m7i_xlarge_fit():
-    pods = [*ISSUE_PODS, *capacity.NFD_PODS, PodDemand("router-b", 500, 512, count=2, spread="router-b")]
+    pods = [*ISSUE_PODS, *node_fit.NFD_PODS, PodDemand("router-b", 500, 512, count=2, spread="router-b")]
     assert nodes_needed("m7i.large", ISSUE_DAEMONS, pods, minimum=2) == 4
     assert nodes_needed("m7i.xlarge", ISSUE_DAEMONS, pods, minimum=2) == 2
 
 
 def test_explain_names_the_pods_group_type_and_numbers():
     group = NodeGroup("system", "m7i.large", 2)
-    text = capacity.explain(pack(group, ISSUE_DAEMONS, ISSUE_PODS), group)
+    text = node_fit.explain(pack(group, ISSUE_DAEMONS, ISSUE_PODS), group)
     assert "\n" not in text
     for part in ("'system'", "2 x m7i.large", "coredns#2 (100m CPU, 70Mi)", "1930m CPU", "6903Mi",
                  "requested 3800m CPU", "3860m CPU", "13806Mi"):
@@ -229,13 +229,13 @@ def test_explain_names_the_pods_group_type_and_numbers():
 
 
 def test_addon_table_holds_the_published_figures():
-    a = capacity.ADDON_DEMANDS
+    a = node_fit.ADDON_DEMANDS
     assert (a["kube-proxy"].cpu_millis, a["aws-node"].cpu_millis) == (100, 50)
     assert (a["coredns"].cpu_millis, a["coredns"].memory_mib, a["coredns"].count) == (100, 70, 2)
     assert (a["karpenter"].cpu_millis, a["karpenter"].memory_mib, a["karpenter"].max_per_node) == (1000, 1024, 1)
     assert (a["nfd-master"].cpu_millis, a["nfd-master"].memory_mib) == (100, 128)
     assert (a["nfd-gc"].cpu_millis, a["nfd-gc"].memory_mib) == (10, 128)
-    assert all(isinstance(d, DaemonDemand) for d in capacity.NODE_DAEMONS)
+    assert all(isinstance(d, DaemonDemand) for d in node_fit.NODE_DAEMONS)
 
 
 def test_the_addon_figures_match_what_warmstart_renders():
@@ -243,11 +243,11 @@ def test_the_addon_figures_match_what_warmstart_renders():
     from warmstart.manifests import autoscaling
 
     ctl = karpenter.CONTROLLER_RESOURCES["requests"]
-    assert capacity.parse_cpu(ctl["cpu"]) == capacity.KARPENTER_CONTROLLER.cpu_millis
-    assert capacity.parse_memory(ctl["memory"]) == capacity.KARPENTER_CONTROLLER.memory_mib
+    assert node_fit.parse_cpu(ctl["cpu"]) == node_fit.KARPENTER_CONTROLLER.cpu_millis
+    assert node_fit.parse_memory(ctl["memory"]) == node_fit.KARPENTER_CONTROLLER.memory_mib
     keda = autoscaling.KEDA_RESOURCES["requests"]
-    for pod in capacity.KEDA_PODS:
-        assert (pod.cpu_millis, pod.memory_mib) == (capacity.parse_cpu(keda["cpu"]), capacity.parse_memory(keda["memory"]))
+    for pod in node_fit.KEDA_PODS:
+        assert (pod.cpu_millis, pod.memory_mib) == (node_fit.parse_cpu(keda["cpu"]), node_fit.parse_memory(keda["memory"]))
 
 
 def test_duplicate_demand_names_are_refused():
@@ -262,8 +262,8 @@ def test_duplicate_demand_names_are_refused():
 def test_randomised_packings_are_reproducible():
     rnd = random.Random(7)
     pods = [PodDemand(f"p{i}", rnd.randint(0, 900), rnd.randint(0, 3000), count=rnd.randint(1, 3)) for i in range(10)]
-    first = pack(NodeGroup("g", "m7i.xlarge", 3), [capacity.AWS_NODE], pods)
-    second = pack(NodeGroup("g", "m7i.xlarge", 3), [capacity.AWS_NODE], pods)
+    first = pack(NodeGroup("g", "m7i.xlarge", 3), [node_fit.AWS_NODE], pods)
+    second = pack(NodeGroup("g", "m7i.xlarge", 3), [node_fit.AWS_NODE], pods)
     assert first == second
 
 
