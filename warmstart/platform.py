@@ -220,8 +220,9 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"stacks/Pulumi.{platform}.yaml", m.pool)
     problems.raise_if_any()
     assert facts_ is not None
-    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types),
-                   capacity_types=list(facts_.capacity_types), max_gpus=facts_.max_gpus)
+    # The pool's purchase options are the platform's to decide; a model stack plans on its
+    # instance types and GPU limit only.
+    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types), max_gpus=facts_.max_gpus)
     if m.relative:
         m = m.in_bucket(contract.model_bucket)
     if contract.image_cache_account:
