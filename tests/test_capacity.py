@@ -324,3 +324,69 @@ def test_every_gpu_family_has_its_vcpu_quotas():
         assert re.fullmatch(r"L-[0-9A-F]{8}", q.on_demand_code) and re.fullmatch(r"L-[0-9A-F]{8}", q.spot_code)
     codes = [c for q in capacity.quota_classes() for c in (q.on_demand_code, q.spot_code)]
     assert len(set(codes)) == len(codes)
+
+
+# --------------------------------------------------------------------------------------
+# Cost and where a scale-out's node comes from (the render table)
+
+
+def _table(values: dict) -> str:
+    from warmstart import render
+
+    return render.table(_plan(values))
+
+
+def test_the_table_prices_each_pool_and_each_model_at_min_and_max_with_spares():
+    from warmstart import render
+
+    values = _stack("karpenter", {"types": ["reserved", "onDemand"], "reservations": [{"id": "cr-0123456789abcdef0"}],
+                                  "reservedNodes": 1}, hourlyPriceUsd=50.0, warmNodes=1)
+    p = _plan(values)
+    (m,) = p.models
+    # qwen: TP 2 on 8 GPUs, 4 pods a node: 2 replicas -> 1 node, 4 -> 1 node; plus the spare.
+    assert render.node_price(p.cluster.pools[0]) == "$50.00"
+    assert render.model_cost(p, m) == "$100.00"
+    table = render.table(p)
+    head, rule, row = table.splitlines()[:3]
+    assert "node $/h" in head and "model $/h (min-max)" in head
+    assert row.split()[-2:] == ["$50.00", "$100.00"]
+    # 2 nodes run (the model's and the spare); the third is beyond the reservation's 1.
+    assert "beyond the reservation's 1 nodes (it is node 3), so it falls back to on-demand ($50.00/node-hour)" in table
+
+
+def test_without_a_price_the_cost_is_unknown_never_invented():
+    table = _table(_stack("auto", {"types": ["spot", "onDemand"]},
+                          [{"name": "a", "source": "org/a", "weightsGiB": 67, "pool": "h100",
+                            "autoscaling": {"minReplicas": 2, "maxReplicas": 8}}]))
+    row = table.splitlines()[2]
+    assert row.split()[-2:] == ["unknown", "unknown"]
+    assert ("its new node comes from spot (price unknown: set gpuPools[].capacity.spotHourlyPriceUsd), then "
+            "on-demand (price unknown: set gpuPools[].hourlyPriceUsd) when that has none") in table
+
+
+def test_spot_and_on_demand_prices_are_shown_apart():
+    from warmstart import render
+
+    p = _plan(_stack("karpenter", {"types": ["spot", "onDemand"], "spotHourlyPriceUsd": 20.0}, hourlyPriceUsd=55.0))
+    assert render.node_price(p.cluster.pools[0]) == "$20.00 spot / $55.00 on-demand"
+    assert render.model_cost(p, p.models[0]) == "$20.00"
+
+
+def test_auto_mode_reservations_warn_of_the_cluster_wide_effect_and_karpenter_does_not():
+    cap = {"types": ["reserved", "onDemand"], "reservations": [{"tags": {"team": "inference"}}]}
+    assert "no longer launches into open ODCRs for ANY NodeClass" in _table(_stack("auto", cap))
+    assert "open ODCRs" not in _table(_stack("karpenter", cap))
+
+
+def test_the_table_says_when_a_capacity_block_ends_and_its_nodes_drain():
+    cap = {"types": ["reserved", "onDemand"], "reservations": [{"id": "cr-0123456789abcdef0"}],
+           "capacityBlock": {"endsAt": "2099-03-01T11:30:00Z"}}
+    table = _table(_stack("karpenter", cap))
+    assert ("capacity block h100: ends 2099-03-01T11:30:00+00:00; EC2 terminates its instances from "
+            "2099-03-01T11:00:00+00:00 and Karpenter drains them from 2099-03-01T10:50:00+00:00, before; then the "
+            "pool launches on-demand") in table
+
+
+def test_a_reserved_only_pool_beyond_its_reservation_says_the_pod_stays_pending():
+    cap = {"types": ["reserved"], "reservations": [{"id": "cr-0123456789abcdef0"}], "reservedNodes": 1}
+    assert "has no capacity: the reservations hold 1 and the pool allows nothing else" in _table(_stack("karpenter", cap))

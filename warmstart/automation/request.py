@@ -137,7 +137,7 @@ class Outcome:
 
     result: str
     """succeeded | failed | changes-found | policy-violation | config-error | missing-prerequisites
-    | preflight-failed"""
+    | quota-short | preflight-failed"""
     exit_code: int
     message: str = ""
     resource_changes: dict[str, int] | None = None

@@ -164,3 +164,32 @@ def increase_command(code: str, vcpus: int, region: str) -> str:
     """The exact AWS CLI request that raises a quota to `vcpus`."""
     return (f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
             f"--desired-value {vcpus} --region {region}")
+
+
+# --------------------------------------------------------------------------------------
+# Prices and where the next node comes from (for the render)
+
+LABEL = {"reserved": "reserved", "spot": "spot", "onDemand": "on-demand"}
+
+
+def price_of(capacity_type: str, hourly_price_usd: float | None, spot_hourly_price_usd: float | None) -> float | None:
+    """Price of one node-hour of a capacity type, when known. A reserved node is billed at the
+    reservation's (on-demand or negotiated) rate whether a node runs in it or not
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-reservations.html), so its
+    price is `hourlyPriceUsd`; spot's moves and is only what the config says."""
+    return spot_hourly_price_usd if capacity_type == "spot" else hourly_price_usd
+
+
+def usd(value: float | None) -> str:
+    return f"${value:,.2f}" if value is not None else "unknown"
+
+
+def node_source(types: Sequence[str], node_index: int, reserved_nodes: int | None) -> tuple[str, str | None]:
+    """(capacity type the `node_index`-th node of a pool (1-based) comes from, the type it falls
+    back to when that one has none). Reserved holds `reserved_nodes` nodes when that is known;
+    beyond it the next type serves."""
+    first = types[0]
+    rest = list(types[1:])
+    if first == "reserved" and reserved_nodes is not None and node_index > reserved_nodes:
+        return (rest[0], rest[1] if len(rest) > 1 else None) if rest else ("none", None)
+    return first, rest[0] if rest else None
