@@ -390,3 +390,44 @@ def test_the_table_says_when_a_capacity_block_ends_and_its_nodes_drain():
 def test_a_reserved_only_pool_beyond_its_reservation_says_the_pod_stays_pending():
     cap = {"types": ["reserved"], "reservations": [{"id": "cr-0123456789abcdef0"}], "reservedNodes": 1}
     assert "has no capacity: the reservations hold 1 and the pool allows nothing else" in _table(_stack("karpenter", cap))
+
+
+# --------------------------------------------------------------------------------------
+# Quota needs (pure)
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from warmstart.decisions import gpu_pools, instances  # noqa: E402
+
+_TYPES = sorted(instances.catalog())
+_ORDERS = [["onDemand"], ["spot", "onDemand"], ["reserved", "onDemand"], ["reserved"], ["spot"], ["reserved", "spot", "onDemand"]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_TYPES), st.sampled_from(_ORDERS), st.integers(0, 6),
+                          st.integers(0, 3)), min_size=1, max_size=4))
+def test_each_quota_holds_every_node_of_every_pool_that_may_use_it(pools):
+    planned = []
+    for i, (t, order, replicas, warm) in enumerate(pools):
+        inst = instances.lookup(t)
+        models = [gpu_pools.PoolModel(inst, 1, replicas, name=f"m{i}")] if replicas else []
+        planned.append((f"p{i}", order, gpu_pools.launch_nodes(models, [inst], warm, inst)))
+    needs = {n.code: n.vcpus for n in capacity.quota_needs(planned)}
+    for q in capacity.quota_classes():
+        for code, counts_for in ((q.on_demand_code, {"onDemand", "reserved"}), (q.spot_code, {"spot"})):
+            expected = sum(count * inst.vcpu for _, order, nodes in planned if counts_for & set(order)
+                           for inst, count in nodes if inst.family in q.families)
+            assert needs.get(code, 0) == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(_TYPES), st.integers(1, 8), st.integers(0, 3))
+def test_the_need_grows_with_replicas_and_spares(t, replicas, warm):
+    inst = instances.lookup(t)
+
+    def need(r: int, w: int) -> int:
+        nodes = gpu_pools.launch_nodes([gpu_pools.PoolModel(inst, 1, r)], [inst], w, inst)
+        return sum(n.vcpus for n in capacity.quota_needs([("p", ["onDemand"], nodes)]))
+    assert need(replicas, warm) <= need(replicas + 1, warm) <= need(replicas + 1, warm + 1)
+    assert need(replicas, warm) >= inst.vcpu * (warm + 1)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
-from .decisions import gpu_pools, image_cache, instances
+from .decisions import capacity, gpu_pools, image_cache, instances
 from .decisions import node_cache as staging
 from .errors import ConfigError, Problems
 from .plan import StackPlan, _pool_instance_type
@@ -245,6 +245,13 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"inline models take {facts_.inline_gpus}, leaving {room}",
                      f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
                      f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
+    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
+    if "spot" in facts_.capacity_types and fewest < capacity.MIN_SPOT_REPLICAS:
+        # The rule of an inline model on a spot pool (plan_cluster.plan_capacity).
+        problems.add(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
+                     f"model stack {stack!r}: pool {pool.name!r} of platform stack {platform!r} may run on spot, but "
+                     f"{m.name} runs {fewest} replica(s) at its fewest: a spot interruption would take it offline",
+                     f"run >= {capacity.MIN_SPOT_REPLICAS} replicas, or use a pool without spot", fewest)
     if plan.autoscaling is not None and contract.monitoring is None:
         problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
                      f"{platform!r} runs no KEDA or metrics collection",
