@@ -195,7 +195,10 @@ def test_short_quota_exits_4_before_any_engine_call(op, project, capsys, tmp_pat
     assert "--quota-code L-DB2E81BA --desired-value 16 --region us-west-2" in err
     import json
 
-    assert json.loads(summary.read_text())["result"] == "quota-short"
+    doc = json.loads(summary.read_text())
+    assert (doc["result"], doc["exitCode"]) == ("quota-short", 4)
+    assert doc["quotaShort"] == [{"code": G_ON_DEMAND, "name": NAMES[G_ON_DEMAND], "value": 8.0, "need": 16,
+                                  "request": capacity.increase_command(G_ON_DEMAND, 16, "us-west-2")}]
 
 
 def test_enough_quota_reaches_the_engine(project, capsys):

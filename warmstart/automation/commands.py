@@ -84,7 +84,7 @@ def execute(request: Request) -> int:
         if report.short:
             error = quotas.QuotaShortFailed(request.operation, request.stack, report.short)
             say_err(str(error))
-            return finish(Outcome("quota-short", EXIT_QUOTA, str(error)))
+            return finish(Outcome("quota-short", EXIT_QUOTA, str(error), quota_short=report.short))
         if report.checked:
             say(report.passed_line())
         problems = preflight.run_preflight(stack_plan, **({"account_id": step.account_id}

@@ -227,8 +227,10 @@ def controller_values(cluster_name: str, queue_name: str, service_account_annota
     `reserved_capacity`: some pool launches into capacity reservations, which needs the
     `ReservedCapacity` feature gate (https://karpenter.sh/docs/tasks/odcrs/). It is on by default
     in the pinned chart, and set explicitly here so that a pool's reservations never depend on a
-    chart default. Its reads are in the reference policy already: `ec2:DescribeCapacityReservations`
-    (resource discovery) and RunInstances/CreateFleet on `capacity-reservation/*` (node lifecycle).
+    chart default. The permissions the nodeclasses page names for reservations are in the reference
+    policy already: `ec2:DescribeCapacityReservations` (resource discovery) and RunInstances /
+    CreateFleet on `capacity-reservation/*` (node lifecycle)
+    (https://karpenter.sh/docs/concepts/nodeclasses/#speccapacityreservationselectorterms).
     """
     settings: dict[str, Any] = {"clusterName": cluster_name, "interruptionQueue": queue_name}
     if reserved_capacity:
