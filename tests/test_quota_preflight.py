@@ -224,3 +224,21 @@ def test_skip_preflight_skips_the_quotas_too(project, capsys):
     stub, calls = project  # no response queued: a call would fail the stub
     assert cli.main(["up", "--stack", "dev", "--skip-preflight"]) == EXIT_OK
     assert calls == ["open_stack", "run_engine"]
+
+
+def test_no_answer_warns_once_and_names_what_was_not_checked():
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.12xlarge"], "capacity": {"types": ["spot", "onDemand"]}}],
+        "models": [{"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s", "replicas": 2,
+                    "import": {"s3": "s3://src-bucket/a"}}]}
+    p = plan.plan_stack(config.parse_config(values), "t")
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, G_SPOT, error="ServiceUnavailableException")  # codes are read in order
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    assert not report.short
+    first, rest = report.warnings
+    assert 'could not check EC2 quota "All G and VT Spot Instance Requests" (L-3819A6DF)' in first
+    assert "Service Quotas did not answer (ServiceUnavailableException" in first
+    assert rest.startswith('not checked either: "Running On-Demand G and VT instances" (L-DB2E81BA')

@@ -62,6 +62,19 @@ def execute(request: Request) -> int:
         say_err(str(error))
         return finish(Outcome("missing-prerequisites", EXIT_PREREQUISITES, str(error), missing=missing))
 
+    # The account's GPU quotas first, before the account step reads the stack's state: without
+    # them no node launches, whatever else is right (quotas.py).
+    if request.runs_preflight and stack_plan is not None:
+        report = quotas.run_quota_preflight(stack_plan)
+        for warning in report.warnings:
+            say_err(f"warmstart: warning: {warning}")
+        if report.short:
+            error = quotas.QuotaShortFailed(request.operation, request.stack, report.short)
+            say_err(str(error))
+            return finish(Outcome("quota-short", EXIT_QUOTA, str(error), quota_short=report.short))
+        if report.checked:
+            say(report.passed_line())
+
     # A stack without accountId that derives a bucket name: the deployer's account, recorded
     # below for a stack with nothing deployed yet (account.py). The preflight checks the names
     # the engine will deploy.
@@ -77,16 +90,6 @@ def execute(request: Request) -> int:
             say_err(f"warmstart: note: {step.note}")
 
     if request.runs_preflight and stack_plan is not None:
-        # The account's GPU quotas first: without them no node launches, whatever the weights.
-        report = quotas.run_quota_preflight(stack_plan)
-        for warning in report.warnings:
-            say_err(f"warmstart: warning: {warning}")
-        if report.short:
-            error = quotas.QuotaShortFailed(request.operation, request.stack, report.short)
-            say_err(str(error))
-            return finish(Outcome("quota-short", EXIT_QUOTA, str(error), quota_short=report.short))
-        if report.checked:
-            say(report.passed_line())
         problems = preflight.run_preflight(stack_plan, **({"account_id": step.account_id}
                                                           if step and step.account_id else {}))
         if problems:

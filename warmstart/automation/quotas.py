@@ -129,7 +129,8 @@ def check_quotas(stack_plan: Any, client: Any) -> QuotaReport:
 
     report = QuotaReport(warnings=placeholder_warnings(stack_plan))
     region = stack_plan.config.region
-    for need in stack_needs(stack_plan):
+    needs = stack_needs(stack_plan)
+    for i, need in enumerate(needs):
         try:
             value, name = read_quota(client, need.code)
         except (ClientError, BotoCoreError) as err:
@@ -141,7 +142,11 @@ def check_quotas(stack_plan: Any, client: Any) -> QuotaReport:
                 f"{need.vcpus} vCPUs of it ({', '.join(need.pools)}); check it yourself: `aws service-quotas "
                 f"get-service-quota --service-code ec2 --quota-code {need.code} --region {region}`")
             if code not in DENIED:
-                break  # no answer at all: the next quota would only wait as long
+                # No answer at all: the next quota would only wait as long.
+                rest = [f'"{n.name}" ({n.code}, {n.vcpus} vCPUs)' for n in needs[i + 1:]]
+                if rest:
+                    report.warnings.append(f"not checked either: {', '.join(rest)}")
+                break
             continue
         name = name or need.name
         report.checked.append((capacity.QuotaNeed(need.code, name, need.vcpus, need.pools), value))
