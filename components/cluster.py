@@ -64,6 +64,39 @@ class PoolModelArgs(TypedDict):
     hold two versions of them."""
 
 
+class CapacityReservationArgs(TypedDict):
+    """One capacity-reservation selector term: `id` alone, or `tags` with an optional `owner_id`."""
+
+    id: NotRequired[str]
+    """The reservation's id (`cr-...`)."""
+    tags: NotRequired[dict[str, str]]
+    """Tags the reservations carry."""
+    owner_id: NotRequired[str]
+    """With `tags`: the account that owns the reservations."""
+
+
+class CapacityBlockArgs(TypedDict):
+    """The reservations are EC2 Capacity Blocks for ML."""
+
+    ends_at: NotRequired[str]
+    """When the block ends (ISO 8601 with a zone)."""
+
+
+class PoolCapacityArgs(TypedDict):
+    """Where a pool's nodes come from, first choice first."""
+
+    types: list[str]
+    """`reserved`, `spot`, `onDemand`, in that order (the engines' own)."""
+    reservations: NotRequired[list[CapacityReservationArgs]]
+    """With `reserved`: the ODCRs or Capacity Blocks to launch into."""
+    capacity_block: NotRequired[CapacityBlockArgs]
+    """Set when the reservations are Capacity Blocks."""
+    reserved_nodes: NotRequired[int]
+    """Nodes the reservations hold (for costs and predictions only)."""
+    spot_hourly_price_usd: NotRequired[float]
+    """Expected spot price of a node per hour (for costs only)."""
+
+
 class GpuPoolArgs(TypedDict):
     """A set of GPU nodes: one NodePool and its node class."""
 
@@ -72,7 +105,9 @@ class GpuPoolArgs(TypedDict):
     instance_types: list[str]
     """EC2 instance types the pool may launch (each must be in warmstart's GPU table, with NVMe)."""
     capacity_types: NotRequired[list[str]]
-    """`on-demand` and/or `spot` (default on-demand)."""
+    """`on-demand` and/or `spot` (default on-demand); superseded by `capacity`."""
+    capacity: NotRequired[PoolCapacityArgs]
+    """Reservations, spot and on-demand, first choice first (default on-demand)."""
     max_gpus: NotRequired[int]
     """NodePool GPU limit. Default: every model of `models` at its replicas plus one surging pod,
     at least one node of the largest type."""

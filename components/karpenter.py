@@ -130,7 +130,8 @@ class Karpenter(pulumi.ComponentResource):
             f"{name}-controller", name="karpenter", chart=versions.KARPENTER_CHART,
             version=versions.KARPENTER_VERSION, namespace=karpenter.CONTROLLER_NAMESPACE, skip_crds=True,
             values=karpenter.controller_values(
-                p.name, p.name, {IRSA_ROLE_ANNOTATION: self.controller_role.arn}, versions.KARPENTER_CONTROLLER_IMAGE),
+                p.name, p.name, {IRSA_ROLE_ANNOTATION: self.controller_role.arn}, versions.KARPENTER_CONTROLLER_IMAGE,
+                reserved_capacity=any(pool.capacity.reserved for pool in p.pools)),
             opts=pulumi.ResourceOptions(**k8s_opts, depends_on=[crds, args.system_nodes, node_access, *attachments]))
         self.device_plugin = k8s.helm.v3.Release(
             f"{name}-nvidia-device-plugin", name="nvidia-device-plugin", chart=versions.NVIDIA_DEVICE_PLUGIN_CHART,

@@ -150,7 +150,9 @@ class WarmstartStack(pulumi.ComponentResource):
         ), opts=_aliased(aws_opts, "network"))
         # 2. cluster: EKS Auto Mode or Karpenter, GPU pools sized for the models on them.
         c = cfg.cluster
-        pools = [_args(name=p.name, instance_types=p.instance_types, capacity_types=p.capacity_types,
+        pools = [_args(name=p.name, instance_types=p.instance_types,
+                       capacity_types=p.capacity_types if "capacity_types" in p.model_fields_set else None,
+                       capacity=p.capacity.model_dump(mode="json", exclude_none=True) if p.capacity else None,
                        max_gpus=p.max_gpus, ephemeral_storage_gib=p.ephemeral_storage_gib,
                        warm_nodes=p.warm_nodes or None, hourly_price_usd=p.hourly_price_usd,
                        models=[_args(name=m.name, instance_type=m.instance.instance_type,

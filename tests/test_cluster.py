@@ -536,7 +536,9 @@ def test_karpenter_settings_name_the_cluster_and_its_interruption_queue(karpente
     c = r.stack_plan.cluster
     settings = _release(r, "karpenter")["values"]["settings"]
     (queue,) = r.of_type("aws:sqs/queue:Queue")
-    assert settings == {"clusterName": c.name, "interruptionQueue": queue.inputs["name"]}
+    # A stack whose pools launch into reservations also turns the ReservedCapacity gate on explicitly.
+    gates = {"featureGates": {"reservedCapacity": True}} if any(p.capacity.reserved for p in c.pools) else {}
+    assert settings == {"clusterName": c.name, "interruptionQueue": queue.inputs["name"]} | gates
     assert queue.inputs["messageRetentionSeconds"] == 300 and queue.inputs["sqsManagedSseEnabled"] is True
     queue_arn = mocks.SYNTHESIZERS["aws:sqs/queue:Queue"](queue.name, queue.inputs, r.stack_plan.config.region)["arn"]
     targets = r.of_type("aws:cloudwatch/eventTarget:EventTarget")

@@ -212,3 +212,17 @@ def test_a_model_stack_render_writes_its_own_plan(tmp_path):
     plan = json.loads((out / "plan.json").read_text())
     assert plan["platform"] == "staging" and [m["name"] for m in plan["models"]] == ["llama-3-1-8b"]
     assert plan["models"][0]["nodeCache"]["staged"] is True and plan["models"][0]["routing"] == "prefix_hash"
+
+
+def test_a_single_replica_model_stack_on_a_spot_pool_is_refused(tmp_path):
+    spot = copy.deepcopy(_doc("prod"))
+    pool = spot["config"]["warmstart:gpuPools"][0]
+    pool.pop("capacityTypes", None)
+    pool["capacity"] = {"types": ["spot", "onDemand"]}
+    pool["maxGpus"] = 1000
+    # prod's own models run 2+ replicas on spot; llama-4-scout runs one, so give it a second.
+    for m in spot["config"]["warmstart:models"]:
+        if "autoscaling" not in m:
+            m["replicas"] = 2
+    errors = {e.key: str(e) for e in _plan_errors(tmp_path, {"prod": spot, "prod-x": _model_stack()})}
+    assert "may run on spot" in errors["warmstart:model.replicas"] and "'prod-x'" in errors["warmstart:model.replicas"]

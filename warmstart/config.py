@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -81,6 +82,56 @@ class CompileCacheConfig(_Strict):
     `/mnt/k8s-disks/0/compile-cache` (karpenter), the NVMe mount of each mode."""
 
 
+CapacityType = Literal["reserved", "spot", "onDemand"]
+# Karpenter's `karpenter.sh/capacity-type` value of each `capacity.types` entry.
+CAPACITY_TYPE_LABEL_VALUE: dict[str, str] = {"reserved": "reserved", "spot": "spot", "onDemand": "on-demand"}
+
+
+class CapacityReservation(_Strict):
+    """One capacity-reservation selector term (an On-Demand Capacity Reservation or a Capacity
+    Block): by `id` alone, or by `tags` (optionally of one owner account). The same term becomes
+    the node class's `capacityReservationSelectorTerms` entry in either mode
+    (https://karpenter.sh/docs/tasks/odcrs/, https://docs.aws.amazon.com/eks/latest/userguide/auto-odcr.html)."""
+
+    id: Annotated[str, Field(pattern=r"^cr-[0-9a-z]+$")] | None = None
+    """The reservation's id (`cr-...`); alone in its term (the EC2NodeClass CRD refuses it with
+    tags or an owner)."""
+    tags: Annotated[dict[str, str], Field(min_length=1, max_length=20)] | None = None
+    """Tags the reservations carry (`"*"` matches any value of a key); at most 20, none empty."""
+    owner_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    """With `tags`: only reservations of this account (a reservation shared with you)."""
+
+
+class CapacityBlock(_Strict):
+    """The pool's reservations are EC2 Capacity Blocks for ML: capacity for a fixed window, whose
+    instances EC2 terminates 30 minutes before the block ends
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html)."""
+
+    ends_at: datetime | None = None
+    """When the block ends (ISO 8601 with a zone, e.g. `2027-03-01T11:30:00Z`); the render says
+    when its nodes are drained. An end in the past is an error."""
+
+
+class PoolCapacity(_Strict):
+    """Where a pool's nodes come from, in the order the engine tries them."""
+
+    types: Annotated[list[CapacityType], Field(min_length=1)] = ["onDemand"]
+    """Purchase options, first choice first: `reserved` (the `reservations`), `spot`,
+    `onDemand`. Both engines always try reserved, then spot, then on-demand, so the list is
+    written in that order, e.g. `[reserved, onDemand]` or `[spot, onDemand]`."""
+    reservations: Annotated[list[CapacityReservation], Field(max_length=30)] = []
+    """With `reserved`: the reservations (ODCRs or Capacity Blocks) the pool launches into."""
+    capacity_block: CapacityBlock | None = None
+    """Set when the reservations are Capacity Blocks for ML (Karpenter >= 1.6)."""
+    reserved_nodes: Annotated[int, Field(ge=0)] | None = None
+    """How many of the pool's nodes the reservations hold (their free instance count), for the
+    render's cost and scale-out prediction: a launch beyond it falls back to the next type.
+    Default: unknown."""
+    spot_hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    """With `spot`: your expected spot price of one node per hour, for the render's costs
+    (spot prices move; warmstart ships none). Default: unknown."""
+
+
 class GpuPool(_Strict):
     """A set of GPU nodes (one Karpenter / Auto Mode NodePool)."""
 
@@ -91,8 +142,11 @@ class GpuPool(_Strict):
     capacity_types: Annotated[
         list[Literal["on-demand", "spot"]], Field(min_length=1)
     ] = ["on-demand"]
-    """Purchase options the pool may use. (Karpenter's `reserved` needs capacity-reservation
-    selectors, which warmstart does not manage yet, so it is not offered.)"""
+    """Superseded by `capacity` (kept so existing stack files read the same): `on-demand` and/or
+    `spot`. Give one of the two, not both."""
+    capacity: PoolCapacity | None = None
+    """Where the pool's nodes come from: reservations (ODCRs, Capacity Blocks), spot, on-demand,
+    in order (see `PoolCapacity`). Default: `capacityTypes`, i.e. on-demand."""
     max_gpus: Annotated[int, Field(ge=1)] | None = None
     """Upper bound on GPUs the pool may run (NodePool `limits`). Default: enough for every
     model on the pool to surge one replica, plus the warm spare nodes."""
@@ -102,8 +156,9 @@ class GpuPool(_Strict):
     on a warm node; Karpenter or Auto Mode then launches a replacement spare. Each spare costs
     its instance's price around the clock. The pool's models must share one instance type."""
     hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
-    """Your price of one node of the pool per hour (on-demand or negotiated), for the render's
-    cost of `warmNodes`; warmstart ships no price list (prices differ by region and change)."""
+    """Your price of one node of the pool per hour (on-demand or negotiated; a reserved node is
+    billed at it whether used or not), for the render's cost of `warmNodes` and of each model at
+    its min and max replicas; warmstart ships no price list (prices differ by region and change)."""
     ephemeral_storage_gib: Annotated[Annotated[int, Field(ge=1)] | None, Field(alias="ephemeralStorageGiB")] = None
     """`clusterMode: auto` only: the NodeClass `ephemeralStorage.size`, in GiB. Auto Mode puts
     ephemeral storage on the local NVMe (RAID0) only while this is smaller than the NVMe of

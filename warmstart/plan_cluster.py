@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
-from .config import NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
+from . import versions
+from .config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from .decisions import autoscaling as scaling
 from .decisions import node_fit, routing
 from .decisions import weights_import as imports
-from .decisions import gpu_pools, instances, naming, placement
+from .decisions import capacity, gpu_pools, instances, naming, placement
 from .decisions import node_cache as staging
 from .decisions.gpu_pools import PoolModel
 from .decisions.instances import GpuInstance
@@ -39,6 +41,43 @@ AUTO_MODE_RESERVED_POOL_NAMES = ("default", "general-purpose", "system")
 class SystemNodeGroupPlan:
     instance_types: tuple[str, ...]
     size: int
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """A pool's purchase options and reservations, as the engines take them."""
+
+    types: tuple[str, ...]
+    """First choice first (reserved, spot, onDemand): `capacity.types`."""
+    reservation_terms: tuple[tuple[str | None, tuple[tuple[str, str], ...] | None, str | None], ...] = ()
+    """Each selector term as (id, sorted tags, owner id)."""
+    capacity_block: bool = False
+    capacity_block_ends_at: datetime | None = None
+    reserved_nodes: int | None = None
+    """Nodes the reservations hold for the pool; None: unknown."""
+    spot_hourly_price_usd: float | None = None
+
+    @property
+    def reserved(self) -> bool:
+        return "reserved" in self.types
+
+    def selector_terms(self, mode: placement.ClusterMode) -> list[dict]:
+        """The node class's `capacityReservationSelectorTerms`, in the mode's spelling."""
+        return [capacity.selector_term(mode, i, dict(t) if t is not None else None, o)
+                for i, t, o in self.reservation_terms]
+
+    @property
+    def placeholder_ids(self) -> tuple[str, ...]:
+        return tuple(i for i, _, _ in self.reservation_terms if i == capacity.PLACEHOLDER_RESERVATION_ID)
+
+    def summary(self) -> dict:
+        return {
+            "types": list(self.types),
+            "reservations": self.selector_terms("karpenter"),
+            "capacityBlock": self.capacity_block,
+            "capacityBlockEndsAt": self.capacity_block_ends_at.isoformat() if self.capacity_block_ends_at else None,
+            "reservedNodes": self.reserved_nodes,
+        }
 
 
 @dataclass(frozen=True)
@@ -73,6 +112,11 @@ class PoolPlan:
     """The stack's price of one of the pool's nodes per hour, if given."""
     staged_models: tuple[str, ...] = ()
     """Models whose weights are staged on the pool's nodes."""
+    capacity: CapacityPlan = CapacityPlan(("onDemand",))
+    """Where the pool's nodes come from (reservations, spot, on-demand), first choice first."""
+    launch_nodes: tuple[tuple[GpuInstance, int], ...] = ()
+    """Nodes per instance type the pool launches at its limits (models at maxReplicas plus a
+    surge pod, warm spares): what the vCPU quotas must allow."""
 
     @property
     def warm_cost_per_hour(self) -> float | None:
@@ -97,6 +141,7 @@ class PoolPlan:
             "warmNodes": self.warm_nodes,
             "warmInstanceType": self.warm_instance.instance_type if self.warm_instance else None,
             "warmCostPerHourUsd": self.warm_cost_per_hour,
+            "capacity": self.capacity.summary(),
         }
 
 
@@ -137,7 +182,7 @@ class ClusterPlan:
 
 def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str,
               autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
-              model_keys: Mapping[str, str] | None = None) -> PoolPlan:
+              model_keys: Mapping[str, str] | None = None, now: datetime | None = None) -> PoolPlan:
     """One GPU pool's decisions, sized for `models` (the models that run on it, autoscaled ones
     at their maxReplicas), or ConfigErrors keyed `<key>.<field>` (`warmstart:gpuPools[0]`, or
     `ClusterArgs.gpuPools[0]`). `autoscaled`: the autoscaling block of each autoscaled model on
@@ -212,12 +257,15 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
                                      gpu_pools.gpus_needed(models, gpu_pools.SURGE_PODS))
         except staging.NodeCacheError as err:
             errors.add(f"{key}.warmNodes", err.rule, err.fix, pool.warm_nodes)
+    cap = plan_capacity(pool, mode=mode, models=models, key=key, errors=errors, model_keys=model_keys or {}, now=now)
     errors.raise_if_any()
     min_tp = min((m.tensor_parallel_size for m in models), default=1)
     return PoolPlan(
         name=pool.name,
         instances=tuple(insts),
-        capacity_types=tuple(sorted(set(pool.capacity_types))),
+        capacity_types=tuple(sorted({CAPACITY_TYPE_LABEL_VALUE[t] for t in cap.types})),
+        capacity=cap,
+        launch_nodes=tuple(gpu_pools.launch_nodes(models, insts, pool.warm_nodes, spare)),
         max_gpus=max_gpus,
         models=tuple(m.name for m in models),
         compile_cache_models=cached,
@@ -231,6 +279,94 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
         hourly_price_usd=pool.hourly_price_usd,
         staged_models=tuple(m.name for m in staged),
     )
+
+
+def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str,
+                  errors: Problems, model_keys: Mapping[str, str], now: datetime | None = None) -> CapacityPlan:
+    """The pool's `capacity` (or its legacy `capacityTypes`), its rules broken added to `errors`
+    under `<key>.capacity...`: a selector the node class CRD would refuse is an error here first."""
+    ck = f"{key}.capacity"
+    if pool.capacity is None:
+        types = tuple(t for t in capacity.ENGINE_PRIORITY
+                      if t in {{"on-demand": "onDemand"}.get(c, c) for c in pool.capacity_types})
+        cap = CapacityPlan(types)
+        types_key = f"{key}.capacityTypes"
+    else:
+        c = pool.capacity
+        types_key = f"{ck}.types"
+        if "capacity_types" in pool.model_fields_set:
+            errors.add(f"{key}.capacityTypes", "is superseded by capacity.types; a pool gives one of the two",
+                       "remove capacityTypes and list every purchase option in capacity.types",
+                       list(pool.capacity_types))
+        problem = capacity.order_problem(c.types)
+        if problem:
+            errors.add(types_key, problem, "list each type once, in the engines' order", list(c.types))
+        reserved = "reserved" in c.types
+        if reserved and not c.reservations:
+            errors.add(f"{ck}.reservations", "capacity.types has `reserved` but no reservation is selected: the "
+                       "engine would find no reserved capacity to launch into",
+                       "add reservations: [{id: cr-...}] or [{tags: {...}}] naming your ODCRs or Capacity Blocks, "
+                       "or remove `reserved` from capacity.types")
+        if c.reservations and not reserved:
+            errors.add(f"{ck}.reservations", "selects reservations but capacity.types has no `reserved`, so the "
+                       "NodePool could never launch into them (and in Auto Mode any selector stops open-ODCR "
+                       "matching cluster-wide)", "add `reserved` first in capacity.types, or remove reservations")
+        for j, r in enumerate(c.reservations):
+            problem = capacity.selector_term_problem(r.id, r.tags, r.owner_id)
+            if problem:
+                errors.add(f"{ck}.reservations[{j}]", problem,
+                           "give either {id: cr-...} alone, or {tags: {key: value}} with an optional ownerId")
+        ids = [r.id for r in c.reservations if r.id]
+        if len(set(ids)) != len(ids):
+            errors.add(f"{ck}.reservations", "selects the same reservation id twice", "list each id once",
+                       sorted({i for i in ids if ids.count(i) > 1}))
+        if c.capacity_block is not None:
+            if not reserved:
+                errors.add(f"{ck}.capacityBlock", "a Capacity Block is reserved capacity, and capacity.types has no "
+                           "`reserved`", "add `reserved` to capacity.types, or remove capacityBlock")
+            end = c.capacity_block.ends_at
+            if end is not None:
+                if end.tzinfo is None:
+                    errors.add(f"{ck}.capacityBlock.endsAt", "has no time zone, so its instant is ambiguous",
+                               "write it with a zone, e.g. 2027-03-01T11:30:00Z", end.isoformat())
+                elif end <= (now or datetime.now(timezone.utc)):
+                    errors.add(f"{ck}.capacityBlock.endsAt", "is in the past: the Capacity Block has ended, and no "
+                               "node can launch into it", "set the end of a current or future Capacity Block, or "
+                               "remove capacityBlock and `reserved` to run on-demand", end.isoformat())
+        if c.reserved_nodes is not None and not reserved:
+            errors.add(f"{ck}.reservedNodes", "counts reserved nodes, but capacity.types has no `reserved`",
+                       "remove reservedNodes, or add `reserved` and the reservations", c.reserved_nodes)
+        if c.spot_hourly_price_usd is not None and "spot" not in c.types:
+            errors.add(f"{ck}.spotHourlyPriceUsd", "prices spot nodes, but capacity.types has no `spot`",
+                       "remove spotHourlyPriceUsd, or add `spot` to capacity.types", c.spot_hourly_price_usd)
+        if mode == "karpenter":
+            problem = capacity.karpenter_version_problem(versions.KARPENTER_VERSION, reserved, c.capacity_block is not None)
+            if problem:
+                errors.add(types_key, problem, "raise KARPENTER_VERSION in warmstart/versions.py, or remove `reserved`")
+        cap = CapacityPlan(
+            types=tuple(c.types),
+            reservation_terms=tuple((r.id, tuple(sorted(r.tags.items())) if r.tags is not None else None, r.owner_id)
+                                    for r in c.reservations),
+            capacity_block=c.capacity_block is not None,
+            capacity_block_ends_at=c.capacity_block.ends_at if c.capacity_block else None,
+            reserved_nodes=c.reserved_nodes,
+            spot_hourly_price_usd=c.spot_hourly_price_usd,
+        )
+    if "spot" in cap.types:
+        # A spot node can be reclaimed with two minutes' warning. Every model keeps a PDB
+        # (maxUnavailable 1, manifests/serving.py) and each mode drains the node on the warning
+        # (Karpenter through the stack's interruption queue, Auto Mode on its own), so a model
+        # survives it only with another replica serving meanwhile.
+        single = [m for m in models if m.fewest_replicas < capacity.MIN_SPOT_REPLICAS]
+        for m in single:
+            where = model_keys.get(m.name)
+            errors.add(types_key, f"pool {pool.name!r} may run on spot, but model {m.name!r} runs "
+                       f"{m.fewest_replicas} replica(s) at its fewest: a spot interruption would take it offline "
+                       "until a new node has loaded it",
+                       f"give {where or 'the model'} replicas >= {capacity.MIN_SPOT_REPLICAS} (or "
+                       f"autoscaling.minReplicas >= {capacity.MIN_SPOT_REPLICAS}), move it to a pool without spot, "
+                       "or remove spot from the pool", list(cap.types))
+    return cap
 
 
 def _warm_spare_instance(pool: GpuPool, insts: Sequence[GpuInstance], models: Sequence[PoolModel], key: str,
@@ -402,7 +538,8 @@ def pool_model(m: ModelPlan) -> PoolModel:
     """What a pool's sizing needs to know of one planned model."""
     # An autoscaled model's pool must hold its maxReplicas: KEDA may ask for that many.
     return PoolModel(m.instance, m.tensor_parallel_size, m.max_replicas, name=m.name, compile_cache=m.compile_cache,
-                     staged_bytes=m.weights_bytes if m.staged else 0)
+                     staged_bytes=m.weights_bytes if m.staged else 0,
+                     min_replicas=m.autoscaling.min_replicas if m.autoscaling is not None else m.replicas)
 
 
 def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]) -> ClusterPlan:

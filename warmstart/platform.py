@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
-from .decisions import gpu_pools, image_cache, instances
+from .decisions import capacity, gpu_pools, image_cache, instances
 from .decisions import node_cache as staging
 from .errors import ConfigError, Problems
 from .plan import StackPlan, _pool_instance_type
@@ -221,8 +221,9 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"stacks/Pulumi.{platform}.yaml", m.pool)
     problems.raise_if_any()
     assert facts_ is not None
-    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types),
-                   capacity_types=list(facts_.capacity_types), max_gpus=facts_.max_gpus)
+    # The pool's purchase options are the platform's to decide; a model stack plans on its
+    # instance types and GPU limit only.
+    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types), max_gpus=facts_.max_gpus)
     if m.relative:
         m = m.in_bucket(contract.model_bucket)
     if contract.image_cache_account:
@@ -245,6 +246,13 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"inline models take {facts_.inline_gpus}, leaving {room}",
                      f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
                      f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
+    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
+    if "spot" in facts_.capacity_types and fewest < capacity.MIN_SPOT_REPLICAS:
+        # The rule of an inline model on a spot pool (plan_cluster.plan_capacity).
+        problems.add(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
+                     f"model stack {stack!r}: pool {pool.name!r} of platform stack {platform!r} may run on spot, but "
+                     f"{m.name} runs {fewest} replica(s) at its fewest: a spot interruption would take it offline",
+                     f"run >= {capacity.MIN_SPOT_REPLICAS} replicas, or use a pool without spot", fewest)
     if plan.autoscaling is not None and contract.monitoring is None:
         problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
                      f"{platform!r} runs no KEDA or metrics collection",

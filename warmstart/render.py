@@ -21,7 +21,7 @@ from . import plan as plan_mod
 from . import platform as platform_mod
 from . import plan_aws
 from .decisions import autoscaling as scaling
-from .decisions import phases
+from .decisions import capacity, gpu_pools, phases
 from .errors import ConfigError
 from .mocks import Registered
 
@@ -187,6 +187,109 @@ def _scale_out(m: plan_mod.ModelPlan, weights: str) -> scaling.ScaleOutEstimate:
         compile_s=start.pod_start + start.process_start + start.engine_init_seconds, compile_source=phases.BLOG)
 
 
+def _pool_of(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> Any:
+    cluster = getattr(stack_plan, "cluster", None)
+    return next((p for p in cluster.pools if p.name == m.pool), None) if cluster else None
+
+
+def _pool_model(m: plan_mod.ModelPlan) -> gpu_pools.PoolModel:
+    return gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.replicas, name=m.name)
+
+
+def _running_nodes(stack_plan: AnyPlan, pool: Any) -> int:
+    """Nodes a pool runs with every model at its fewest replicas, spares included."""
+    return sum(gpu_pools.nodes_for(_pool_model(m), m.autoscaling.min_replicas if m.autoscaling else m.replicas)
+               for m in stack_plan.models if m.pool == pool.name) + pool.warm_nodes
+
+
+def node_price(pool: Any) -> str:
+    """The pool's price per node-hour of its first-choice capacity (and of the fallback when it differs)."""
+    cap = pool.capacity
+    prices = [(capacity.LABEL[t], capacity.price_of(t, pool.hourly_price_usd, cap.spot_hourly_price_usd))
+              for t in cap.types]
+    if len({p for _, p in prices}) == 1:
+        return capacity.usd(prices[0][1])
+    return " / ".join(f"{capacity.usd(p)} {t}" for t, p in prices)
+
+
+def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
+    """What a model costs per hour at its min and max replicas, its pool's warm spares included,
+    at the pool's first-choice price ("unknown" without a price)."""
+    pool = _pool_of(stack_plan, m)
+    if pool is None:
+        return "-"
+    price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+    if price is None:
+        return "unknown"
+    lo = m.autoscaling.min_replicas if m.autoscaling else m.replicas
+    hi = m.autoscaling.max_replicas if m.autoscaling else m.replicas
+    cost = [(gpu_pools.nodes_for(_pool_model(m), n) + pool.warm_nodes) * price for n in (lo, hi)]
+    return capacity.usd(cost[0]) if cost[0] == cost[1] else f"{capacity.usd(cost[0])}-{capacity.usd(cost[1])}"
+
+
+def capacity_source_line(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str | None:
+    """Which capacity the scale-out's new node comes from, and what a launch beyond a
+    reservation's free count falls back to, with its price."""
+    pool = _pool_of(stack_plan, m)
+    if pool is None:
+        return None
+    cap = pool.capacity
+    k = _running_nodes(stack_plan, pool) + 1
+    source, fallback = capacity.node_source(cap.types, k, cap.reserved_nodes)
+
+    def priced(t: str) -> str:
+        price = capacity.price_of(t, pool.hourly_price_usd, cap.spot_hourly_price_usd)
+        key = "capacity.spotHourlyPriceUsd" if t == "spot" else "hourlyPriceUsd"
+        return f"{capacity.LABEL[t]} ({capacity.usd(price)}/node-hour)" if price is not None else \
+            f"{capacity.LABEL[t]} (price unknown: set gpuPools[].{key})"
+
+    if source == "none":
+        return (f"  its new node (node {k} of pool {pool.name}) has no capacity: the reservations hold "
+                f"{cap.reserved_nodes} and the pool allows nothing else, so the pod stays Pending")
+    if source == "reserved":
+        held = f"it holds {cap.reserved_nodes}" if cap.reserved_nodes is not None else "while it has a free instance"
+        where = f"from the pool's reservation (node {k}; {held})"
+    elif cap.reserved and cap.reserved_nodes is not None:
+        where = (f"beyond the reservation's {cap.reserved_nodes} nodes (it is node {k}), so it falls back to "
+                 f"{priced(source)}")
+    else:
+        where = f"from {priced(source)}"
+    then = f", then {priced(fallback)} when that has none" if fallback else ""
+    return f"  its new node comes {where}{then}"
+
+
+def capacity_lines(stack_plan: AnyPlan) -> list[str]:
+    """Reservation notes of the pools: Auto Mode's cluster-wide effect, Capacity Block windows,
+    placeholder ids."""
+    cluster = getattr(stack_plan, "cluster", None)
+    if cluster is None:
+        return []
+    lines = []
+    reserving = [p.name for p in cluster.pools if p.capacity.reservation_terms]
+    if cluster.mode == "auto" and reserving:
+        lines.append(f"warning: pool(s) {', '.join(reserving)} select capacity reservations, so EKS Auto Mode no longer "
+                     "launches into open ODCRs for ANY NodeClass of this cluster, only into reservations a NodeClass "
+                     "selects (https://docs.aws.amazon.com/eks/latest/userguide/auto-odcr.html)")
+    for p in cluster.pools:
+        cap = p.capacity
+        if cap.capacity_block:
+            after = [capacity.LABEL[t] for t in cap.types if t != "reserved"]
+            then = f"then the pool launches {', then '.join(after)}" if after else "then the pool launches nothing"
+            if cap.capacity_block_ends_at is not None:
+                drain, terminate = capacity.capacity_block_times(cap.capacity_block_ends_at)
+                who = (f"Karpenter drains them from {drain.isoformat()}, before" if cluster.mode == "karpenter"
+                       else "Auto Mode drains them before")
+                lines.append(f"capacity block {p.name}: ends {cap.capacity_block_ends_at.isoformat()}; EC2 terminates "
+                             f"its instances from {terminate.isoformat()} and {who}; {then}")
+            else:
+                lines.append(f"capacity block {p.name}: no capacityBlock.endsAt given; EC2 terminates its instances 30 "
+                             f"minutes before the block ends and the engine drains them first; {then}")
+        for rid in cap.placeholder_ids:
+            lines.append(f"note: pool {p.name} selects the placeholder reservation {rid}: replace it with your "
+                         "reservation's id (the preflight names it until then)")
+    return lines
+
+
 def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
     """How long an autoscaled model's scale-out takes until the new replica serves on a new
     node (and on a warm spare, where the pool keeps some), phase by phase, from the sourced
@@ -207,7 +310,8 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
 def table(stack_plan: AnyPlan) -> str:
     """One row per model: the decisions a reviewer checks first."""
     head = ("model", "instance", "gpus/node", "TP", "weights GiB", "concurrency", "distributed",
-            "compile cache", "startup budget", "replicas", "routing", "weights load S3 / NVMe", "node cache")
+            "compile cache", "startup budget", "replicas", "routing", "weights load S3 / NVMe", "node cache",
+            "node $/h", "model $/h (min-max)")
     rows = [head]
     for m in stack_plan.models:
         a = m.autoscaling
@@ -217,7 +321,9 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{m.startup_budget_seconds}s",
                      f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas), m.routing_policy,
                      f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
-                     ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else "")))
+                     ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else ""),
+                     node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else "-",
+                     model_cost(stack_plan, m)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -233,6 +339,10 @@ def table(stack_plan: AnyPlan) -> str:
         if m.autoscaling is not None:
             pool = next((p for p in stack_plan.cluster.pools if p.name == m.pool), None)
             lines.append(scale_out_line(m, pool.warm_nodes if pool else 0))
+            source = capacity_source_line(stack_plan, m)
+            if source:
+                lines.append(source)
+    lines += capacity_lines(stack_plan)
     for p in stack_plan.cluster.pools:
         if p.warm_nodes and p.warm_instance is not None:
             cost = p.warm_cost_per_hour

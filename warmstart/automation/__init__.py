@@ -8,7 +8,11 @@ Order of work, so that a CI job fails as early and as clearly as it can:
    program and the policy pack in, the AWS CLI v2, AWS credentials, boto3 for the preflight,
    state backend, secrets passphrase) is checked, and everything missing is reported in ONE
    message with how to fix each, exit 4;
-3. `preview` and `up` (not a drift check) of a stack config without `accountId` that derives a
+3. `preview` and `up` (not a drift check, not `--skip-preflight`) read the account's EC2 vCPU
+   quotas for the GPU families the pools launch and compare them with every node the pools
+   launch at their limits: a short quota exits 4 with the request that raises it; no
+   permission to read them is a warning (quotas.py, docs/capacity.md);
+3b. `preview` and `up` (not a drift check) of a stack config without `accountId` that derives a
    bucket name resolve the deployer's account with STS and read the stack's state (selecting
    it, never creating it): a stack with nothing deployed yet will have the account recorded in
    its stack file (step 5), so the derived names are unique to the account; a stack with
@@ -33,6 +37,7 @@ Modules, by concern:
 - `prerequisites`: the Pulumi CLI, plugin, Python environment, AWS CLI, AWS credential, boto3,
   backend and passphrase checks;
 - `account`: recording the deployer's account as `accountId` in a new stack's file;
+- `quotas`: the EC2 vCPU quotas of the GPU pools, before any engine call;
 - `preflight`: the models' weights in S3, before any engine call;
 - `engine`: opening the LocalWorkspace stack, running the operation, mapping the result;
 - `commands`: `add_parsers`, `request_from_args` and `execute`, for cli.py.

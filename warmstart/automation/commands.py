@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigError, ConfigErrors
-from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
+from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES, EXIT_QUOTA
 # Called through their modules, so a test that replaces `prerequisites.check_prerequisites`,
 # `preflight.run_preflight` or `engine.open_stack` replaces what `execute` calls.
-from . import account, engine, preflight, prerequisites
+from . import account, engine, preflight, prerequisites, quotas
 from .request import (
     OPERATIONS,
     POLICY_OPERATIONS,
@@ -62,6 +62,19 @@ def execute(request: Request) -> int:
         say_err(str(error))
         return finish(Outcome("missing-prerequisites", EXIT_PREREQUISITES, str(error), missing=missing))
 
+    # The account's GPU quotas first, before the account step reads the stack's state: without
+    # them no node launches, whatever else is right (quotas.py).
+    if request.runs_preflight and stack_plan is not None:
+        report = quotas.run_quota_preflight(stack_plan)
+        for warning in report.warnings:
+            say_err(f"warmstart: warning: {warning}")
+        if report.short:
+            error = quotas.QuotaShortFailed(request.operation, request.stack, report.short)
+            say_err(str(error))
+            return finish(Outcome("quota-short", EXIT_QUOTA, str(error), quota_short=report.short))
+        if report.checked:
+            say(report.passed_line())
+
     # A stack without accountId that derives a bucket name: the deployer's account, recorded
     # below for a stack with nothing deployed yet (account.py). The preflight checks the names
     # the engine will deploy.
@@ -88,7 +101,7 @@ def execute(request: Request) -> int:
         say(f"warmstart: preflight passed: {len(models) - imports} model(s) ready in S3"
             + (f", {imports} left to their import Jobs" if imports else ""))
     elif request.skip_preflight:
-        say_err("warmstart: --skip-preflight: the models' weights in S3 were not checked")
+        say_err("warmstart: --skip-preflight: the EC2 GPU quotas and the models' weights in S3 were not checked")
 
     from pulumi.automation.errors import CommandError
 
@@ -139,7 +152,9 @@ def add_parsers(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
             tolerance = f"{preflight.WEIGHTS_TOLERANCE:.0%}".replace("%", "%%")  # argparse formats help
             p.add_argument("--skip-preflight", action="store_true",
                            help="emergencies only: skip the preflight, which checks with your AWS "
-                                "credentials, before any engine call, that every model without `import:` "
+                                "credentials, before any engine call, that the EC2 vCPU quotas of the GPU "
+                                f"families hold every pool at its limits (short: exit {EXIT_QUOTA}), and that "
+                                "every model without `import:` "
                                 "has config.json, every shard its model.safetensors.index.json names, and "
                                 f"*.safetensors totalling its weightsGiB (within {tolerance}) directly under "
                                 f"its S3 source; a failed preflight exits {EXIT_PREFLIGHT}"

@@ -137,7 +137,7 @@ class Outcome:
 
     result: str
     """succeeded | failed | changes-found | policy-violation | config-error | missing-prerequisites
-    | preflight-failed"""
+    | quota-short | preflight-failed"""
     exit_code: int
     message: str = ""
     resource_changes: dict[str, int] | None = None
@@ -145,6 +145,8 @@ class Outcome:
     policy_violations: list[PolicyViolation] = field(default_factory=list)
     missing: list[Missing] = field(default_factory=list)
     preflight_problems: list[PreflightProblem] = field(default_factory=list)
+    quota_short: list[Any] = field(default_factory=list)
+    """quotas.QuotaShort: each EC2 quota below what the pools need."""
 
 
 
@@ -197,5 +199,7 @@ def summary(request: Request, outcome: Outcome, seconds: float) -> dict[str, Any
         "policyViolations": [vars(v) for v in outcome.policy_violations],
         "missingPrerequisites": [vars(m) for m in outcome.missing],
         "preflightProblems": [vars(p) for p in outcome.preflight_problems],
+        "quotaShort": [{"code": q.code, "name": q.name, "value": q.value, "need": q.need, "request": q.request}
+                       for q in outcome.quota_short],
         "durationSeconds": round(seconds, 3),
     }

@@ -163,6 +163,12 @@ class PoolModel:
     """Whether the model keeps a compile cache on the node's NVMe."""
     staged_bytes: int = 0
     """Bytes of weights the model stages on the node's NVMe (the node cache); 0: none."""
+    min_replicas: int | None = None
+    """The fewest replicas the model runs (an autoscaled model's minReplicas); None: `replicas`."""
+
+    @property
+    def fewest_replicas(self) -> int:
+        return self.replicas if self.min_replicas is None else self.min_replicas
 
 
 def nodes_for(m: PoolModel, pods: int) -> int:
@@ -190,3 +196,23 @@ def default_max_gpus(models: Sequence[PoolModel], instances: Sequence[GpuInstanc
     with no model may still launch one node of its largest type."""
     need = gpus_needed(models, SURGE_PODS)
     return max(need, max(i.gpu_count for i in instances))
+
+
+def launch_nodes(models: Sequence[PoolModel], instances: Sequence[GpuInstance], warm_nodes: int = 0,
+                 spare: GpuInstance | None = None) -> list[tuple[GpuInstance, int]]:
+    """The nodes a pool launches at its limits, per instance type: every model at its replicas
+    plus one surging pod, the warm spares, or (no model) one node of its largest type. What
+    its vCPU quota must allow."""
+    counts: dict[str, tuple[GpuInstance, int]] = {}
+
+    def add(inst: GpuInstance, n: int) -> None:
+        counts[inst.instance_type] = (inst, counts.get(inst.instance_type, (inst, 0))[1] + n)
+
+    for m in models:
+        if m.replicas + SURGE_PODS > 0:
+            add(m.instance, nodes_for(m, m.replicas + SURGE_PODS))
+    if spare is not None and warm_nodes:
+        add(spare, warm_nodes)
+    if not counts:
+        add(max(instances, key=lambda i: (i.gpu_count, i.instance_type)), 1)
+    return [counts[t] for t in sorted(counts)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import iam, placement
+from . import capacity, iam, placement
 
 CONTROLLER_NAMESPACE = "kube-system"
 # The chart's fullname; `serviceAccount.name: ""` means this
@@ -217,15 +217,26 @@ def split_image(image: str) -> dict[str, str]:
 
 
 def controller_values(cluster_name: str, queue_name: str, service_account_annotations: dict[str, Any],
-                      image: str) -> dict[str, Any]:
+                      image: str, reserved_capacity: bool = False) -> dict[str, Any]:
     """Helm values of the Karpenter chart.
 
     The annotations carry the IRSA role (a value may be a Pulumi Output). The controller is pinned to the
     system node group by label, on top of the chart's own `karpenter.sh/nodepool DoesNotExist`
     affinity, so it never lands on a node it launched.
+
+    `reserved_capacity`: some pool launches into capacity reservations, which needs the
+    `ReservedCapacity` feature gate (https://karpenter.sh/docs/tasks/odcrs/). It is on by default
+    in the pinned chart, and set explicitly here so that a pool's reservations never depend on a
+    chart default. The permissions the nodeclasses page names for reservations are in the reference
+    policy already: `ec2:DescribeCapacityReservations` (resource discovery) and RunInstances /
+    CreateFleet on `capacity-reservation/*` (node lifecycle)
+    (https://karpenter.sh/docs/concepts/nodeclasses/#speccapacityreservationselectorterms).
     """
+    settings: dict[str, Any] = {"clusterName": cluster_name, "interruptionQueue": queue_name}
+    if reserved_capacity:
+        settings["featureGates"] = {capacity.RESERVED_CAPACITY_FEATURE_GATE: True}
     return {
-        "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name},
+        "settings": settings,
         "serviceAccount": {"create": True, "name": CONTROLLER_SERVICE_ACCOUNT,
                            "annotations": service_account_annotations},
         "controller": {"image": split_image(image), "resources": CONTROLLER_RESOURCES},

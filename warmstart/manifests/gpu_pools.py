@@ -102,13 +102,19 @@ def node_class(mode: placement.ClusterMode, pool: PoolPlan, *, role: Any, subnet
             # Provider default tags do not reach instances Karpenter launches; these do.
             "tags": dict(sorted((tags or {}).items())),
         }
+    if pool.capacity.reservation_terms:
+        # The reservations the pool launches into (ODCRs or Capacity Blocks); the terms are ORed.
+        # Karpenter: https://karpenter.sh/docs/tasks/odcrs/ (EC2NodeClass `ownerID`); Auto Mode:
+        # https://docs.aws.amazon.com/eks/latest/userguide/auto-odcr.html (NodeClass `owner`).
+        spec["capacityReservationSelectorTerms"] = pool.capacity.selector_terms(mode)
     return {"apiVersion": api, "kind": kind, "metadata": _metadata(pool), "spec": spec}
 
 
 def requirements(mode: placement.ClusterMode, pool: PoolPlan) -> list[dict[str, Any]]:
-    """What a node must be to join the pool: one of its instance types, with NVMe that holds
-    what the pool caches, and enough GPUs; a node without NVMe never matches (the label is
-    absent there)."""
+    """What a node must be to join the pool: one of its instance types, of one of its capacity
+    types (`reserved` only with the node class's reservation selector: both engines then try the
+    reservations first, then spot, then on-demand), with NVMe that holds what the pool caches,
+    and enough GPUs; a node without NVMe never matches (the label is absent there)."""
     reqs = [
         {"key": placement.INSTANCE_TYPE_LABEL, "operator": "In", "values": list(pool.instance_types)},
         {"key": placement.CAPACITY_TYPE_LABEL, "operator": "In", "values": list(pool.capacity_types)},

@@ -1,0 +1,244 @@
+"""The quota preflight (warmstart/automation/quotas.py) against a local stand-in of the Service
+Quotas API: a real boto3 client whose calls a botocore Stubber answers, checked against the
+service model botocore ships (moto does not serve GetServiceQuota for EC2's vCPU quotas), and
+through `warmstart.cli.main` with only the prerequisites and the engine faked.
+
+Each case: enough quota, short quota (exit 4, the quota's name, value, need and the exact
+increase request, no engine call), no permission to read it (a warning; the engine runs)."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from botocore.stub import Stubber
+
+from tests.conftest import STACKS_DIR, load_stack_doc
+from warmstart import automation, cli, config, plan, render
+from warmstart.automation import preflight, quotas
+from warmstart.decisions import capacity, gpu_pools, instances
+from warmstart.exit_codes import EXIT_OK, EXIT_QUOTA
+
+P_ON_DEMAND, G_ON_DEMAND, P_SPOT, G_SPOT = "L-417A185B", "L-DB2E81BA", "L-7212CCBC", "L-3819A6DF"
+NAMES = {P_ON_DEMAND: "Running On-Demand P instances", G_ON_DEMAND: "Running On-Demand G and VT instances",
+         P_SPOT: "All P Spot Instance Requests", G_SPOT: "All G and VT Spot Instance Requests"}
+
+
+def _client() -> Any:
+    return boto3.client("service-quotas", region_name="us-east-1", aws_access_key_id="testing",
+                        aws_secret_access_key="testing")
+
+
+def _quota(code: str, value: float) -> dict:
+    return {"Quota": {"ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+                      "QuotaCode": code, "QuotaName": NAMES[code], "Value": value, "Unit": "None",
+                      "Adjustable": True, "GlobalQuota": False}}
+
+
+def _expect(stub: Stubber, code: str, value: float | None = None, error: str | None = None) -> None:
+    params = {"ServiceCode": "ec2", "QuotaCode": code}
+    if error:
+        stub.add_client_error("get_service_quota", service_error_code=error, service_message="denied by test",
+                              http_status_code=400, expected_params=params)
+    else:
+        stub.add_response("get_service_quota", _quota(code, value), params)
+
+
+def _plan(stack: str) -> plan.StackPlan:
+    return render.load_plan(STACKS_DIR, stack)[1]
+
+
+# --------------------------------------------------------------------------------------
+# What the pools need
+
+
+def test_prod_needs_its_p5_nodes_at_their_limits_in_on_demand_p_vcpus():
+    p = _plan("prod")
+    (need,) = quotas.stack_needs(p)
+    assert (need.code, need.name) == (P_ON_DEMAND, NAMES[P_ON_DEMAND])
+    (pool,) = p.cluster.pools
+    # Every model at maxReplicas plus a surge pod, and the warm spare, in whole nodes.
+    models = [m for m in p.models if m.pool == pool.name]
+    nodes = sum(gpu_pools.nodes_for(gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.max_replicas),
+                                    m.max_replicas + gpu_pools.SURGE_PODS) for m in models) + pool.warm_nodes
+    assert need.vcpus == nodes * instances.lookup("p5.48xlarge").vcpu
+
+
+def test_dev_checks_its_g6e_quota():
+    (need,) = quotas.stack_needs(_plan("dev"))
+    assert need.code == G_ON_DEMAND and "g6e.2xlarge" in need.pools[0]
+
+
+def test_a_spot_pool_with_fallback_needs_both_quotas_and_reserved_counts_as_on_demand():
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.12xlarge"], "capacity": {"types": ["spot", "onDemand"]}},
+        {"name": "h100", "instanceTypes": ["p5.48xlarge"],
+         "capacity": {"types": ["reserved"], "reservations": [{"id": "cr-0123456789abcdef0"}]}}],
+        "models": [{"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s", "replicas": 2}]}
+    needs = {n.code: n for n in quotas.stack_needs(plan.plan_stack(config.parse_config(values), "t"))}
+    assert set(needs) == {G_ON_DEMAND, G_SPOT, P_ON_DEMAND}
+    assert needs[G_ON_DEMAND].vcpus == needs[G_SPOT].vcpus
+    assert needs[P_ON_DEMAND].vcpus == instances.lookup("p5.48xlarge").vcpu  # no model: one node of the pool
+
+
+# --------------------------------------------------------------------------------------
+# The three cases, against the stubbed API
+
+
+def test_enough_quota_passes():
+    p = _plan("prod")
+    (need,) = quotas.stack_needs(p)
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, P_ON_DEMAND, need.vcpus)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    assert not report.short
+    line = report.passed_line()
+    print(line)
+    assert f"Running On-Demand P instances (L-417A185B) {need.vcpus} vCPUs >= {need.vcpus} needed" in line
+    # The shipped placeholder id is named, with what happens meanwhile and the fix.
+    (warning,) = report.warnings
+    print(warning)
+    assert f"warmstart:gpuPools[0].capacity.reservations[0].id is the placeholder {capacity.PLACEHOLDER_RESERVATION_ID}" \
+        in warning and "launch as on-demand instead" in warning and "describe-capacity-reservations" in warning
+
+
+def test_short_quota_names_the_quota_its_value_the_need_and_the_request():
+    p = _plan("prod")
+    (need,) = quotas.stack_needs(p)
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, P_ON_DEMAND, 192.0)
+        report = quotas.check_quotas(p, client)
+    (short,) = report.short
+    msg = str(quotas.QuotaShortFailed("up", "prod", report.short))
+    print(msg)
+    assert f'"Running On-Demand P instances" (L-417A185B) in us-east-1 is 192 vCPUs' in msg
+    assert f"need {need.vcpus} at their limits (h100 (4 x p5.48xlarge))" in msg
+    assert (f"`aws service-quotas request-service-quota-increase --service-code ec2 --quota-code L-417A185B "
+            f"--desired-value {need.vcpus} --region us-east-1`") in msg
+
+
+def test_no_permission_to_read_quotas_is_a_warning():
+    p = _plan("dev")
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, G_ON_DEMAND, error="AccessDeniedException")
+        report = quotas.check_quotas(p, client)
+    assert not report.short and not report.checked
+    (warning,) = report.warnings
+    print(warning)
+    assert 'could not check EC2 quota "Running On-Demand G and VT instances" (L-DB2E81BA) in us-west-2' in warning
+    assert "servicequotas:GetServiceQuota" in warning and "get-service-quota --service-code ec2" in warning
+
+
+def test_an_unapplied_quota_is_read_as_its_aws_default():
+    p = _plan("dev")
+    (need,) = quotas.stack_needs(p)
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, G_ON_DEMAND, error="NoSuchResourceException")
+        stub.add_response("get_aws_default_service_quota", _quota(G_ON_DEMAND, 0.0),
+                          {"ServiceCode": "ec2", "QuotaCode": G_ON_DEMAND})
+        report = quotas.check_quotas(p, client)
+    (short,) = report.short
+    assert (short.value, short.need) == (0.0, need.vcpus)
+
+
+# --------------------------------------------------------------------------------------
+# Through the command: before any engine call
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """The shipped dev stack (its model imports, so the weights preflight reads nothing) in a
+    project in tmp_path, prerequisites and engine faked, Service Quotas stubbed."""
+    (tmp_path / "Pulumi.yaml").write_text("name: warmstart\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks").mkdir()
+    doc = copy.deepcopy(load_stack_doc("dev"))
+    doc["config"]["warmstart:accountId"] = "111122223333"  # no account step
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc))
+    monkeypatch.chdir(tmp_path)
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setattr(preflight, "caller_account", lambda region: None)
+    monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))
+    calls: list[str] = []
+    monkeypatch.setattr(automation.engine, "open_stack", lambda request, cmd: calls.append("open_stack") or object())
+    monkeypatch.setattr(automation.engine, "run_engine",
+                        lambda request, stack, say, say_err: calls.append("run_engine") or automation.Outcome("succeeded", EXIT_OK))
+    client = _client()
+    stub = Stubber(client)
+    stub.activate()
+    monkeypatch.setattr(quotas, "quotas_client", lambda region: client)
+    yield stub, calls
+    stub.deactivate()
+
+
+@pytest.mark.parametrize("op", ["preview", "up"])
+def test_short_quota_exits_4_before_any_engine_call(op, project, capsys, tmp_path):
+    stub, calls = project
+    _expect(stub, G_ON_DEMAND, 8.0)
+    summary = tmp_path / "summary.json"
+    rc = cli.main([op, "--stack", "dev", "--summary", str(summary)])
+    err = capsys.readouterr().err
+    print(err)
+    assert rc == EXIT_QUOTA == 4 and calls == []
+    assert f"warmstart: cannot run `{op}` on stack 'dev': 1 EC2 vCPU quota is below what the GPU pools need" in err
+    assert "--quota-code L-DB2E81BA --desired-value 16 --region us-west-2" in err
+    import json
+
+    doc = json.loads(summary.read_text())
+    assert (doc["result"], doc["exitCode"]) == ("quota-short", 4)
+    assert doc["quotaShort"] == [{"code": G_ON_DEMAND, "name": NAMES[G_ON_DEMAND], "value": 8.0, "need": 16,
+                                  "request": capacity.increase_command(G_ON_DEMAND, 16, "us-west-2")}]
+
+
+def test_enough_quota_reaches_the_engine(project, capsys):
+    stub, calls = project
+    _expect(stub, G_ON_DEMAND, 64.0)
+    assert cli.main(["up", "--stack", "dev"]) == EXIT_OK
+    out = capsys.readouterr().out
+    print(out)
+    assert "quota preflight passed: Running On-Demand G and VT instances (L-DB2E81BA) 64 vCPUs >= 16 needed" in out
+    assert calls == ["open_stack", "run_engine"]
+
+
+def test_no_permission_warns_and_reaches_the_engine(project, capsys):
+    stub, calls = project
+    _expect(stub, G_ON_DEMAND, error="AccessDeniedException")
+    assert cli.main(["up", "--stack", "dev"]) == EXIT_OK
+    err = capsys.readouterr().err
+    print(err)
+    assert "warmstart: warning: could not check EC2 quota" in err and calls == ["open_stack", "run_engine"]
+
+
+def test_skip_preflight_skips_the_quotas_too(project, capsys):
+    stub, calls = project  # no response queued: a call would fail the stub
+    assert cli.main(["up", "--stack", "dev", "--skip-preflight"]) == EXIT_OK
+    assert calls == ["open_stack", "run_engine"]
+
+
+def test_no_answer_warns_once_and_names_what_was_not_checked():
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.12xlarge"], "capacity": {"types": ["spot", "onDemand"]}}],
+        "models": [{"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s", "replicas": 2,
+                    "import": {"s3": "s3://src-bucket/a"}}]}
+    p = plan.plan_stack(config.parse_config(values), "t")
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, G_SPOT, error="ServiceUnavailableException")  # codes are read in order
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    assert not report.short
+    first, rest = report.warnings
+    assert 'could not check EC2 quota "All G and VT Spot Instance Requests" (L-3819A6DF)' in first
+    assert "Service Quotas did not answer (ServiceUnavailableException" in first
+    assert rest.startswith('not checked either: "Running On-Demand G and VT instances" (L-DB2E81BA')

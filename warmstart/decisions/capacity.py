@@ -1,0 +1,195 @@
+"""Where a GPU pool's nodes come from, and what the account must allow for them (pure).
+
+- Both engines try reserved capacity first, then spot, then on-demand: Karpenter models a
+  reservation as free and prioritises it ("Prioritization Behavior",
+  https://karpenter.sh/docs/tasks/odcrs/), and EKS Auto Mode prioritises a NodeClass's selected
+  reservations over on-demand and spot (https://docs.aws.amazon.com/eks/latest/userguide/auto-odcr.html).
+  A pool's `capacity.types` is that order; another order cannot be rendered.
+- Reservations need Karpenter >= 1.3 with the `ReservedCapacity` feature gate, Capacity Blocks
+  >= 1.6 (https://karpenter.sh/docs/tasks/odcrs/).
+- A Capacity Block's instances are terminated by EC2 from 30 minutes before its end; Karpenter
+  starts draining them 10 minutes before that (https://karpenter.sh/docs/tasks/odcrs/#capacity-blocks).
+- EC2 bounds the vCPUs of running GPU instances per account, region and family class, on-demand
+  and spot separately (warmstart/data/ec2_vcpu_quotas.csv and its SOURCES.md).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+
+from .instances import GpuInstance
+
+# The engines' order of preference (lower first).
+ENGINE_PRIORITY = ("reserved", "spot", "onDemand")
+KARPENTER_MIN_RESERVED = (1, 3)
+KARPENTER_MIN_CAPACITY_BLOCK = (1, 6)
+# The chart's feature-gate value (charts/karpenter/values.yaml `settings.featureGates`, v1.14.1).
+RESERVED_CAPACITY_FEATURE_GATE = "reservedCapacity"
+# Capacity Blocks: EC2 terminates from 30 min before the end; Karpenter drains 10 min before that.
+CAPACITY_BLOCK_EC2_TERMINATES_BEFORE_END = timedelta(minutes=30)
+CAPACITY_BLOCK_KARPENTER_DRAINS_BEFORE_TERMINATION = timedelta(minutes=10)
+# Karpenter's label for the kind of reservation a reserved node runs in (`default` | `capacity-block`).
+CAPACITY_RESERVATION_TYPE_LABEL = "karpenter.k8s.aws/capacity-reservation-type"
+# Spot survives only where a replica can go away: the model keeps serving on the others.
+MIN_SPOT_REPLICAS = 2
+# A reservation id in a shipped stack file that a team must replace with its own.
+PLACEHOLDER_RESERVATION_ID = "cr-00000000000000000"
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    major, minor, *_ = version.split(".")
+    return int(major), int(minor)
+
+
+def order_problem(types: Sequence[str]) -> str | None:
+    """Why `types` cannot be rendered (repeated, or not in the engines' order), or None."""
+    if len(set(types)) != len(types):
+        return "lists a capacity type more than once"
+    ranked = sorted(types, key=ENGINE_PRIORITY.index)
+    if list(types) != ranked:
+        return (f"is not in the order both engines try capacity in (reserved, then spot, then onDemand), "
+                f"which a NodePool cannot change: write it as [{', '.join(ranked)}]")
+    return None
+
+
+def selector_term(mode: str, id: str | None, tags: dict[str, str] | None, owner_id: str | None) -> dict:
+    """One `capacityReservationSelectorTerms` entry in the mode's spelling: the EC2NodeClass
+    names the owner `ownerID` (CRD v1.14.1), the Auto Mode NodeClass `owner` (auto-odcr page)."""
+    if id is not None:
+        return {"id": id}
+    term: dict = {"tags": dict(sorted((tags or {}).items()))}
+    if owner_id is not None:
+        term["ownerID" if mode == "karpenter" else "owner"] = owner_id
+    return term
+
+
+def selector_term_problem(id: str | None, tags: dict[str, str] | None, owner_id: str | None) -> str | None:
+    """What the EC2NodeClass CRD's rules would refuse in one term (its CEL rules are not
+    checked offline by a schema validator, so they are checked here first), or None."""
+    if id is not None and (tags is not None or owner_id is not None):
+        return "gives `id` together with `tags` or `ownerId`; the CRD allows an id only alone in its term"
+    if id is None and tags is None:
+        return "has neither `id` nor `tags`; the CRD needs one of them (an `ownerId` alone selects nothing)"
+    if tags is not None and any(k == "" or v == "" for k, v in tags.items()):
+        return "has an empty tag key or value, which the CRD refuses"
+    return None
+
+
+def karpenter_version_problem(version: str, reserved: bool, capacity_block: bool) -> str | None:
+    v = version_tuple(version)
+    if capacity_block and v < KARPENTER_MIN_CAPACITY_BLOCK:
+        return f"Capacity Blocks need Karpenter >= {'.'.join(map(str, KARPENTER_MIN_CAPACITY_BLOCK))}, pinned is {version}"
+    if reserved and v < KARPENTER_MIN_RESERVED:
+        return f"capacity reservations need Karpenter >= {'.'.join(map(str, KARPENTER_MIN_RESERVED))}, pinned is {version}"
+    return None
+
+
+def capacity_block_times(ends_at: datetime) -> tuple[datetime, datetime]:
+    """(when Karpenter starts draining, when EC2 starts terminating) a Capacity Block's nodes."""
+    terminate = ends_at - CAPACITY_BLOCK_EC2_TERMINATES_BEFORE_END
+    return terminate - CAPACITY_BLOCK_KARPENTER_DRAINS_BEFORE_TERMINATION, terminate
+
+
+# --------------------------------------------------------------------------------------
+# vCPU quotas
+
+
+@dataclass(frozen=True)
+class QuotaClass:
+    """One family class's EC2 vCPU quotas (warmstart/data/ec2_vcpu_quotas.csv)."""
+
+    name: str
+    families: frozenset[str]
+    on_demand_code: str
+    on_demand_name: str
+    spot_code: str
+    spot_name: str
+
+
+@cache
+def quota_classes() -> tuple[QuotaClass, ...]:
+    text = resources.files("warmstart.data").joinpath("ec2_vcpu_quotas.csv").read_text()
+    return tuple(QuotaClass(r["quota_class"], frozenset(r["families"].split()), r["on_demand_quota_code"],
+                            r["on_demand_quota_name"], r["spot_quota_code"], r["spot_quota_name"])
+                 for r in csv.DictReader(text.splitlines()))
+
+
+def quota_class(instance: GpuInstance) -> QuotaClass:
+    for q in quota_classes():
+        if instance.family in q.families:
+            return q
+    raise LookupError(f"no EC2 vCPU quota class covers family {instance.family!r} "
+                      "(add it to warmstart/data/ec2_vcpu_quotas.csv)")
+
+
+@dataclass(frozen=True)
+class QuotaNeed:
+    """vCPUs one quota must allow for the stack's pools at their limits."""
+
+    code: str
+    name: str
+    vcpus: int
+    pools: tuple[str, ...]
+    """The pools (and their node counts) that need it, for the message: `h100 (3 x p5.48xlarge)`."""
+
+
+def quota_needs(pools: Iterable[tuple[str, Sequence[str], Sequence[tuple[GpuInstance, int]]]]) -> list[QuotaNeed]:
+    """What each quota must allow: per pool `(name, capacity types, [(instance, nodes)])`, every
+    node of the pool counted against the on-demand quota of its class when the pool may run
+    on-demand or reserved (reservations count against it), and against the spot quota when it
+    may run spot (either may end up holding all of them). Sorted by code."""
+    need: dict[str, tuple[str, int, list[str]]] = {}
+    for name, types, nodes in pools:
+        for inst, count in nodes:
+            if count <= 0:
+                continue
+            q = quota_class(inst)
+            codes = []
+            if "onDemand" in types or "reserved" in types:
+                codes.append((q.on_demand_code, q.on_demand_name))
+            if "spot" in types:
+                codes.append((q.spot_code, q.spot_name))
+            for code, qname in codes:
+                _, vcpus, who = need.get(code, (qname, 0, []))
+                need[code] = (qname, vcpus + count * inst.vcpu, who + [f"{name} ({count} x {inst.instance_type})"])
+    return [QuotaNeed(code, n, v, tuple(w)) for code, (n, v, w) in sorted(need.items())]
+
+
+def increase_command(code: str, vcpus: int, region: str) -> str:
+    """The exact AWS CLI request that raises a quota to `vcpus`."""
+    return (f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "
+            f"--desired-value {vcpus} --region {region}")
+
+
+# --------------------------------------------------------------------------------------
+# Prices and where the next node comes from (for the render)
+
+LABEL = {"reserved": "reserved", "spot": "spot", "onDemand": "on-demand"}
+
+
+def price_of(capacity_type: str, hourly_price_usd: float | None, spot_hourly_price_usd: float | None) -> float | None:
+    """Price of one node-hour of a capacity type, when known. A reserved node is billed at the
+    reservation's (on-demand or negotiated) rate whether a node runs in it or not
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-reservations.html), so its
+    price is `hourlyPriceUsd`; spot's moves and is only what the config says."""
+    return spot_hourly_price_usd if capacity_type == "spot" else hourly_price_usd
+
+
+def usd(value: float | None) -> str:
+    return f"${value:,.2f}" if value is not None else "unknown"
+
+
+def node_source(types: Sequence[str], node_index: int, reserved_nodes: int | None) -> tuple[str, str | None]:
+    """(capacity type the `node_index`-th node of a pool (1-based) comes from, the type it falls
+    back to when that one has none). Reserved holds `reserved_nodes` nodes when that is known;
+    beyond it the next type serves."""
+    first = types[0]
+    rest = list(types[1:])
+    if first == "reserved" and reserved_nodes is not None and node_index > reserved_nodes:
+        return (rest[0], rest[1] if len(rest) > 1 else None) if rest else ("none", None)
+    return first, rest[0] if rest else None
