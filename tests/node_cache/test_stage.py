@@ -95,6 +95,20 @@ def test_a_deadline_defers_and_never_promotes(node: Node, upload) -> None:
     assert out["result"] == "deferred" and not (node.root / d).exists()
 
 
+def test_a_listing_cut_by_the_deadline_defers(node: Node, upload, tmp_path: Path) -> None:
+    """A listing slower than the deadline (a loaded node, a slow endpoint) is a deadline, not an
+    error: the s5cmd `ls` here never answers and is killed at its timeout."""
+    v = upload(model_files(3))
+    slow = tmp_path / "s5cmd-slow-ls"
+    slow.write_text(f'#!/bin/sh\ncase " $* " in *" ls "*) exec sleep 30 ;; esac\nexec "{node.s5cmd}" "$@"\n')
+    slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
+    started = time.monotonic()
+    out = weights_stage.stage(node.settings(v, digest_of(v), WARMSTART_STAGE_DEADLINE_S="0.5",
+                                            WARMSTART_S5CMD=str(slow)), emit_line=False)
+    assert out["result"] == "deferred" and "listing" in out["reason"], out
+    assert time.monotonic() - started < 15  # the listing's 1 s timeout, not the fake's 30 s
+
+
 def _wrapper(tmp: Path, real: str, after_sync: str) -> str:
     """An s5cmd that runs the real one, then tampers (a corrupt copy, a source that changed)."""
     script = tmp / "s5cmd-wrapper"

@@ -170,8 +170,11 @@ def _s5(settings: Settings, *args: str) -> list[str]:
 def list_source(settings: Settings, deadline: Deadline) -> dict[str, dict[str, Any]]:
     """{relative key: {"size", "etag"}} of every object under the source prefix."""
     timeout = max(1.0, min(deadline.left(), 600))
-    proc = subprocess.run(_s5(settings, "ls", f"{settings.source}/*"), capture_output=True, text=True,
-                          timeout=timeout, env=settings.child_env or None)
+    try:
+        proc = subprocess.run(_s5(settings, "ls", f"{settings.source}/*"), capture_output=True, text=True,
+                              timeout=timeout, env=settings.child_env or None)
+    except subprocess.TimeoutExpired:  # not a TimeoutError: it would be reported as an error
+        raise TimeoutError(f"deadline reached while listing {settings.source} ({timeout:g} s)") from None
     if proc.returncode != 0:
         if "no object found" in (proc.stderr + proc.stdout).lower():
             return {}
