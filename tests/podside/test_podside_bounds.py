@@ -49,8 +49,9 @@ def test_a_trickling_endpoint_is_abandoned_at_base_plus_size_over_floor(tmp_path
         assert server.seen and server.seen[0].startswith("GET ")
     assert (run.returncode, run.line["result"]) == (0, "error"), run.line
     assert "did not finish within" in run.line["reason"] and f"{bound:.3g} s" in run.line["reason"]
-    # It used its budget (the size extended the base), and no more.
-    assert bound * 0.9 <= run.line["seconds"] <= bound + 1.0 and wall <= bound + MARGIN_S
+    # It used its budget (the size extended the base), and no more than a loaded machine's lateness
+    # in firing its timer (the unbounded failure this guards against is minutes).
+    assert bound * 0.9 <= run.line["seconds"] <= bound + MARGIN_S and wall <= bound + 2 * MARGIN_S
     assert tree(b.cache_dir) == {} and leftovers(b.cache_dir) == []
 
 
@@ -61,7 +62,7 @@ def test_an_endpoint_that_accepts_and_never_answers_costs_the_base_only(tmp_path
         run = b.run("restore")
         wall = time.monotonic() - started
     assert (run.returncode, run.line["result"]) == (0, "error") and "did not finish within 1 s" in run.line["reason"]
-    assert 0.9 <= run.line["seconds"] <= 2.0 and wall <= 1 + MARGIN_S  # not 4 attempts x 60 s
+    assert 0.9 <= run.line["seconds"] <= 1 + MARGIN_S and wall <= 1 + 2 * MARGIN_S  # not 4 attempts x 60 s
     assert tree(b.cache_dir) == {} and leftovers(b.cache_dir) == []
 
 
