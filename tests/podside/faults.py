@@ -8,6 +8,8 @@ matches a request changes what happens to it:
     delay     hold the request this long, then forward it (an in-flight transfer);
     truncate  forward, then send back only part of the body with a matching Content-Length
               (a body cut short that the framing does not reveal: only a size check can);
+    flip      forward, then flip one byte in the middle of the body (same length: only a
+              content check can tell);
 
 each rule for at most `times` requests (None: every one). `seen` records (method, path, matched
 rule) of each request. Plain classes (no pytest), like servers.py; the listening socket binds
@@ -142,6 +144,9 @@ class FaultProxy:
             return self._reply(h, 502, {}, str(exc).encode())
         if rule is not None and rule.action == "truncate" and h.command == "GET":
             data = data[: int(len(data) * rule.keep)]
+        if rule is not None and rule.action == "flip" and h.command == "GET" and data and resp.status < 300:
+            i = len(data) // 2
+            data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
         self._reply(h, resp.status, out, b"" if h.command == "HEAD" else data,
                     length=None if h.command != "HEAD" else int(resp.getheader("Content-Length") or 0))
 
