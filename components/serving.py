@@ -249,7 +249,8 @@ class VllmModel(pulumi.ComponentResource):
             picker,
             compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map, weights_choice=m.staged),
             first_token.first_token_extras(m, bucket, args["region"], probe_map,
-                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None))
+                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None,
+                                           weights_choice=bool(m.staged and m.load)))
 
         sa = service_account_spec(m, ns, args.get("role_arn"))
         service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],

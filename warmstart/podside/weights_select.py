@@ -29,14 +29,20 @@ The pod runs as a non-root UID: it only reads `<root>`, except `<root>/.loading/
 when WARMSTART_LOADING_HOLD_S > 0 (the pod's `weights-owner` init container hands `<root>` to
 that UID first, kubelet having created it as root).
 
+Under faults: the node directory may hold planted files. The marker is opened without following
+a link or blocking (a FIFO), must be a regular file of at most 1 MiB and JSON nested at most 32
+deep; the copy's directory and every file it lists must be real (no links) and inside the copy;
+anything else is "not staged" and the pod streams from S3. A pause request is written through
+the `.loading` directory's descriptor, never through a link.
+
 A staged copy is used only when `<root>/<digest>/.warmstart-complete.json` names this digest
 and source and every file it lists is there with its recorded size: a partial copy never has
 the marker (the copier writes it last, then renames the directory into place).
 
 Log line, one per run, on stdout:
 
-    {"event":"warmstart.weights","choice":"local"|"s3","path":"/weights/<digest>"|"s3://...","reason":"...",
-     "digest":"<digest>","bytes":123,"files":4,"seconds":0.001}
+    {"event":"warmstart.weights","choice":"local"|"s3","result":"hit"|"miss","source":"node-cache"|"s3",
+     "path":"/weights/<digest>"|"s3://...","reason":"...","digest":"<digest>","bytes":123,"files":4,"seconds":0.001}
 """
 
 from __future__ import annotations
@@ -227,6 +233,10 @@ def select(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - never fail the pod: fall back to S3
         record.update(choice="s3", path=source, reason=f"error: {type(exc).__name__}: {exc}")
     _write_outputs(out, record, source)
+    # The same verdict in the words the cold-start readers use (the `warmstart coldstart`
+    # log parser and the first-token sidecar's record): node cache hit or miss.
+    record["result"] = "hit" if record["choice"] == "local" else "miss"
+    record["source"] = "node-cache" if record["choice"] == "local" else "s3"
     record["seconds"] = round(time.monotonic() - start, 6)
     return record
 
@@ -244,7 +254,8 @@ def _write_outputs(out: Path, record: dict[str, Any], source: str) -> None:
             record.update(choice="s3", path=source)
         record["reason"] = f"{record['reason']} (model path not written, vLLM streams the URI: {exc})"
     try:
-        _write_atomic(out / CHOICE_FILE, json.dumps({k: record.get(k) for k in ("choice", "path", "digest", "reason")},
+        _write_atomic(out / CHOICE_FILE, json.dumps({k: record.get(k) for k in ("choice", "path", "digest", "reason")}
+                                                    | {"result": "hit" if record["choice"] == "local" else "miss"},
                                                     sort_keys=True))
     except OSError as exc:
         record["reason"] = f"{record['reason']} (choice not written: {exc})"
