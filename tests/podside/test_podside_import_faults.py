@@ -148,3 +148,63 @@ def test_a_hub_file_altered_once_is_downloaded_again_and_its_sha256_recorded(hub
     recorded = {f["name"]: f.get("sha256") for f in manifest["files"]}
     assert recorded == {n: sha(files[n]) for n in WANTED}
     assert manifest["part_bytes"] == int(job.env["WARMSTART_PART_BYTES"])
+
+
+# --------------------------------------------------------------------------------------------
+# 7. The Job's memory, sized from what the script must parse
+
+_PEAK = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from warmstart.podside import weights_import as wi
+n = wi.MAX_JSON_BYTES - 64
+if {shape!r} == "small-containers":  # the most memory per byte json.loads can be made to take
+    body = b"[" + b"{{}}," * (n // 3 - 1) + b"{{}}]"
+else:  # an index's shape: a weight_map of many entries
+    entries = b"".join(b'"l%07d":"s",' % i for i in range(n // 15 - 1))
+    body = b'{{"weight_map":{{' + entries + b'"z":"s"}}}}'
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+doc = wi.parse_json(body)
+assert isinstance(doc, (list, dict)) and not (isinstance(doc, dict) and wi.UNREADABLE in doc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024, len(body))
+"""
+
+
+@pytest.mark.parametrize("shape", ["small-containers", "weight-map"])
+def test_the_largest_json_the_import_parses_fits_the_jobs_memory_limit(shape):
+    """Before: no bound but 64 MiB, and a valid 64 MiB index took 3.3 GiB against 3 GiB."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from warmstart.manifests import weights_import as manifest
+
+    root = str(Path(wi.__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", _PEAK.format(root=root, shape=shape)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    peak, size = map(int, out.stdout.split())
+    assert size <= wi.MAX_JSON_BYTES and peak <= wi.JSON_PARSE_FACTOR * wi.MAX_JSON_BYTES, (peak >> 20, size >> 20)
+    assert manifest.memory_limit_bytes() >= manifest.BASE_MEMORY_BYTES + peak + 2 * size
+
+
+def test_every_import_job_gets_the_derived_memory_limit():
+    from tests.conftest import STACK_NAMES, render_stack
+    from warmstart.manifests import weights_import as manifest
+    from warmstart.manifests.serving import _quantity
+
+    jobs = [j for s in STACK_NAMES for j in render_stack(s).kind("Job")
+            if j["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "weights-import"]
+    assert jobs
+    for job in jobs:
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert c["resources"]["limits"]["memory"] == _quantity(manifest.memory_limit_bytes())
+
+
+def test_an_index_over_the_parse_bound_is_refused_unread_with_exit_4(s3_job, prefix, seaweed_s3):
+    job, _ = s3_job
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}",
+                                   Body=b'{"weight_map": {}, "pad": "' + b"x" * (wi.MAX_JSON_BYTES + 1) + b'"}')
+    run = job.run()
+    assert run.returncode == wi.EXIT_VERIFY and f"at most {wi.MAX_JSON_BYTES >> 20} MiB" in run.reason, run.stdout
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}

@@ -211,6 +211,22 @@ def host_uptime_s(path: str = "/proc/uptime") -> float | None:
         return None
 
 
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
 def read_json_file(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
     """A small JSON file's document, or None: opened without following a link or blocking (a
     FIFO), a regular file of at most `limit` bytes, valid JSON nested at most MAX_JSON_DEPTH
@@ -234,14 +250,7 @@ def read_json_file(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    stack = [(doc, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        if children and depth > MAX_JSON_DEPTH:
-            return None
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return doc
+    return doc if _depth_ok(doc) else None
 
 
 def read_state(state_dir: Path, choice_file: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:

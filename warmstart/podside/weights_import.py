@@ -386,7 +386,7 @@ def list_prefix(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, An
 #: JSON_PARSE_FACTOR times its size in memory (measured by tests/podside/test_podside_hardening_24.py),
 #: and warmstart.manifests.weights_import sizes the Job's memory limit from both numbers.
 MAX_JSON_BYTES = 16 * MIB
-JSON_PARSE_FACTOR = 40
+JSON_PARSE_FACTOR = 50
 #: Deepest nesting accepted: an index, a config or a manifest is a few levels deep. Deeper is
 #: refused before Python's recursion limit turns it into a RecursionError.
 MAX_JSON_DEPTH = 64
@@ -400,19 +400,18 @@ class Truncated(RuntimeError):
 
 
 def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether no container in `doc` is nested deeper than `limit` (iterative: no recursion)."""
-    stack = [(doc, 1)]
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
     while stack:
-        node, depth = stack.pop()
-        if isinstance(node, dict):
-            children = node.values()
-        elif isinstance(node, list):
-            children = node
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
         else:
-            continue
-        if depth > limit:
-            return False
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+            stack.pop()
     return True
 
 
@@ -870,6 +869,10 @@ def check_files(settings: Settings, present: Mapping[str, int], index: Any | Non
     if "config.json" not in present:
         raise VerifyError(f"{settings.model}: {where} has no config.json, which vLLM needs; fix: import the "
                           "folder of a Hugging Face-format model (config.json beside the *.safetensors)")
+    if isinstance(index, dict) and UNREADABLE in index:
+        raise VerifyError(f"{settings.model}: {INDEX_NAME} at {where} is not a safetensors index this import reads "
+                          f"({index[UNREADABLE]}); fix: import a model whose index is a safetensors index "
+                          f"(at most {MAX_JSON_BYTES >> 20} MiB, nested at most {MAX_JSON_DEPTH} deep)")
     if index is not None and not (isinstance(index, dict) and isinstance(index.get("weight_map"), dict)):
         raise VerifyError(f"{settings.model}: {INDEX_NAME} at {where} is not a safetensors index (no weight_map)")
     weights, others = weights_of(present, index)

@@ -91,6 +91,22 @@ def read_small(path: Path, limit: int) -> bytes | str:
         os.close(fd)
 
 
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
 def parse_json(raw: bytes) -> tuple[Any, str | None]:
     """(document, None), or (None, why) for what is not JSON, cut short, or nested deeper
     than MAX_JSON_DEPTH (refused before Python's recursion limit)."""
@@ -100,13 +116,8 @@ def parse_json(raw: bytes) -> tuple[Any, str | None]:
         return None, "nested too deeply"
     except ValueError as exc:
         return None, f"not JSON ({type(exc).__name__})"
-    stack = [(doc, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        if children and depth > MAX_JSON_DEPTH:
-            return None, f"nested deeper than {MAX_JSON_DEPTH}"
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    if not _depth_ok(doc):
+        return None, f"nested deeper than {MAX_JSON_DEPTH}"
     return doc, None
 
 

@@ -260,13 +260,18 @@ def read_small(path: Path, limit: int, dir_fd: int | None = None) -> bytes | Non
 
 
 def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    stack = [(doc, 1)]
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
     while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        if children and depth > limit:
-            return False
-        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
     return True
 
 
