@@ -17,14 +17,31 @@ Life of a copy (all under WARMSTART_WEIGHTS_ROOT = the node's `<nvme>/weights/<m
 3. wait while a serving pod on this node streams from S3 (it writes `.loading/<uid>.json`,
    see weights_select.py): the first pod on a new node keeps the whole network link;
 4. `s5cmd sync --size-only` into `<digest>.partial/`, stopped (and later resumed, sync skips
-   what is complete) whenever a serving pod starts streaming, under an overall deadline;
-5. verify against a FRESH listing: same keys and sizes as before the copy, every file present
-   with its size, and nothing else (s5cmd's temporary files are removed);
-6. write `.warmstart-complete.json` (keys, sizes, ETags, bytes, seconds), fsync every file and
-   the directory, rename `<digest>.partial` -> `<digest>`;
-7. garbage-collect: keep the current digest and the newest previous complete one (a rollback),
-   remove older ones and stale partials of other digests. Nothing is removed before step 6.
-A failed or interrupted attempt never renames: a partial copy is never used.
+   what is complete) whenever a serving pod starts streaming, under an overall deadline; the
+   listing the copy is made from is kept in the partial directory, and a resume first drops
+   files whose ETag has changed since (same-size shards of another revision);
+5. verify against a FRESH listing: same keys, sizes AND ETags as before the copy (a source
+   rewritten during the copy is refused), every file a regular file with its size, and nothing
+   else (s5cmd's temporary files, planted links and FIFOs are removed);
+6. check the content against what S3 vouches for: the import manifest's sha256 where it names
+   the file with this ETag, else the ETag recomputed from the bytes (MD5, or MD5 of the parts'
+   MD5s for a multipart object); a mismatch is refused and the copy dropped;
+7. write `.warmstart-complete.json` (keys, sizes, ETags, how each was checked, bytes, seconds),
+   fsync every file and the directory, rename `<digest>.partial` -> `<digest>`;
+8. garbage-collect: keep the current digest and the newest previous complete one (a rollback),
+   remove older ones and stale partials of other digests. Nothing is removed before step 7.
+A failed or interrupted attempt never renames: a partial copy is never used. A mismatch or a
+full disk (during the copy or at the marker) removes the partial copy; a deadline, a signal or a
+failed s5cmd run keeps it to be resumed.
+
+Under faults (anything that can write the node directory can plant files in it): every read
+there is opened without following links and without blocking (O_NOFOLLOW | O_NONBLOCK), must be
+a regular file, and is bounded (a marker at 1 MiB, a pause request at 4 KiB, 256 requests);
+`.loading` is read through its own descriptor, so a planted link never makes the stager delete
+elsewhere; `<digest>.partial` and `<digest>` are real directories under the root (a planted link
+is removed, never followed). A pause request counts for at most WARMSTART_MAX_PAUSE_S past its
+file's time and now, and pauses take at most half of an attempt's deadline. SIGTERM: s5cmd gets
+2 s, the unlabel call 5 s, inside the pod's 30 s grace period.
 
 Environment:
 
@@ -36,6 +53,10 @@ Environment:
     WARMSTART_STAGE_WORKERS      s5cmd --numworkers. Default 64.
     WARMSTART_MIN_FREE_SHARE     share of the filesystem that must stay free. Default 0.15.
     WARMSTART_POLL_S             how often pause requests are checked. Default 1.
+    WARMSTART_MAX_PAUSE_S        the longest one pause request counts for. Default 1200.
+    WARMSTART_CONTENT_CHECK      `etag` (default): content checked as in step 6; `size`: sizes and
+                                 ETag agreement only (a bucket with SSE-KMS or SSE-C, whose ETags
+                                 are not MD5 digests).
     WARMSTART_RETRY_S            hold: wait between failed attempts. Default 300.
     WARMSTART_LABEL              node label key, e.g. weights.warmstart.io/<model>. Empty: no label.
     WARMSTART_KUBE_API           API server URL. Default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
@@ -48,7 +69,8 @@ Log line, one per outcome, on stdout:
     {"event":"warmstart.weights_stage","phase":"stage","result":"staged","digest":"...","bytes":1,
      "files":1,"seconds":1.0,"paused_s":0.0,"reason":null}
 
-    stage results: staged | present (already complete) | refused (listing, size, space) | deferred
+    stage results: staged | present (already complete) | refused (listing, size, ETag, content,
+                   space) | deferred
                    (deadline while waiting) | error
     label results: labelled | unlabelled | skipped | error
 """
