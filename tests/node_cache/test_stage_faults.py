@@ -258,9 +258,10 @@ def test_an_infinite_or_skewed_pause_defers_staging_only_for_a_bounded_time(node
     (node.root / weights_stage.LOADING_DIR / "inf.json").write_text('{"until": Infinity}')
     (node.root / weights_stage.LOADING_DIR / "skewed.json").write_text(json.dumps({"until": time.time() + 1e9}))
     start = time.monotonic()
-    rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="20"), timeout=60)
+    rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="30"), timeout=90)
     assert rc == 0 and lines[-1]["result"] == "staged", lines  # before: "deferred" at the deadline
-    assert lines[-1]["paused_s"] <= 11 and time.monotonic() - start < 20
+    assert 10 <= lines[-1]["paused_s"] <= 17, lines  # half the deadline, and a poll period or so
+    assert time.monotonic() - start < 60
     # With a short per-request cap the requests count for that long only.
     v2 = upload(model_files(11, mib=1))
     rc, lines = node.run(STAGE, "stage", env=node.env(v2, digest_of(v2), WARMSTART_MAX_PAUSE_S="1"), timeout=60)

@@ -383,10 +383,10 @@ def list_prefix(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, An
 #: Largest JSON file read into memory (a manifest, config or safetensors index: a 405B model's
 #: index is about 100 KB, so this is 160 times that). A larger object is "unreadable", never an
 #: OOM kill of the Job: `json.loads` of a document made of many small entries takes up to
-#: JSON_PARSE_FACTOR times its size in memory (measured by tests/podside/test_podside_hardening_24.py),
+#: ~50 times its size in memory (JSON_PARSE_FACTOR keeps a margin over that) (measured by tests/podside/test_podside_hardening_24.py),
 #: and warmstart.manifests.weights_import sizes the Job's memory limit from both numbers.
 MAX_JSON_BYTES = 16 * MIB
-JSON_PARSE_FACTOR = 50
+JSON_PARSE_FACTOR = 60
 #: Deepest nesting accepted: an index, a config or a manifest is a few levels deep. Deeper is
 #: refused before Python's recursion limit turns it into a RecursionError.
 MAX_JSON_DEPTH = 64

@@ -423,9 +423,19 @@ class Pauses:
 
     def __init__(self, settings: Settings, deadline: Deadline) -> None:
         self.settings, self.budget, self.used = settings, max(0.0, deadline.left() / 2), 0.0
+        self._since: float | None = None
 
     def active(self) -> list[str]:
-        return loading_pods(self.settings) if self.used < self.budget else []
+        """The live requests while the budget lasts (the budget is wall-clock time spent
+        paused, counted from the first live request of each pause)."""
+        if self.used >= self.budget:
+            return []
+        pods = loading_pods(self.settings)
+        now = time.monotonic()
+        if self._since is not None:
+            self.used += now - self._since
+        self._since = now if pods else None
+        return pods if self.used < self.budget else []
 
 
 def wait_while_loading(settings: Settings, deadline: Deadline, pauses: Pauses | None = None) -> float:
@@ -434,9 +444,7 @@ def wait_while_loading(settings: Settings, deadline: Deadline, pauses: Pauses | 
     pauses = pauses or Pauses(settings, deadline)
     start = time.monotonic()
     while pauses.active() and deadline.left() > 0:
-        step = min(settings.poll_s, max(0.0, deadline.left()))
-        time.sleep(step)
-        pauses.used += step
+        time.sleep(min(settings.poll_s, max(0.0, deadline.left())))
     return time.monotonic() - start
 
 
@@ -611,7 +619,8 @@ def _part_sizes(size: int, parts: int, recorded: int | None) -> list[int]:
 def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: Deadline) -> tuple[list[str], str | None]:
     """One pass over the file: for each candidate part size the S3 ETag (MD5 of the whole for one
     part, else MD5 of the parts' MD5s and `-<parts>`), and the sha256 when asked."""
-    whole = [hashlib.md5() for _ in part_sizes]
+    # One MD5 per candidate: a part's digest is kept when the part is full; with one part
+    # (the candidate's size is the file's) that digest is the whole file's MD5.
     part = [hashlib.md5() for _ in part_sizes]
     done = [b"" for _ in part_sizes]
     filled = [0 for _ in part_sizes]
@@ -634,7 +643,6 @@ def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: D
                 while view:
                     take = min(len(view), size - filled[i])
                     part[i].update(view[:take])
-                    whole[i].update(view[:take])
                     filled[i] += take
                     view = view[take:]
                     if filled[i] == size:
@@ -645,10 +653,11 @@ def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: D
         os.close(fd)
     etags = []
     for i in range(len(part_sizes)):
-        if filled[i]:
+        if filled[i] or counts[i] == 0:  # the last, short part (or an empty file's one)
             done[i] += part[i].digest()
             counts[i] += 1
-        etags.append(whole[i].hexdigest() if counts[i] <= 1 else f"{hashlib.md5(done[i]).hexdigest()}-{counts[i]}")
+        # One part: its MD5 is the whole file's (part[i] was finished into done[i]).
+        etags.append(done[i].hex() if counts[i] <= 1 else f"{hashlib.md5(done[i]).hexdigest()}-{counts[i]}")
     return etags, (sha.hexdigest() if sha else None)
 
 
