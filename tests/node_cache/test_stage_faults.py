@@ -130,7 +130,7 @@ def test_multipart_objects_are_checked_against_their_etag(tmp_path, seaweed_s3, 
     node = Node(tmp_path / "nvme" / "weights" / "llama", seaweed_s3, s5cmd)
     prefix = f"node-cache/{os.getpid()}-mp-{part_mib}-{recorded}/model"
     client = seaweed_s3.client()
-    big = os.urandom(17 << 20)
+    big = os.urandom(11 << 20)
     path = tmp_path / "big"
     path.write_bytes(big)
     client.upload_file(str(path), BUCKET, f"{prefix}/model.safetensors",
@@ -142,7 +142,7 @@ def test_multipart_objects_are_checked_against_their_etag(tmp_path, seaweed_s3, 
     v = Version(prefix, {})
     d = digest_of(v)
     listing = weights_stage.list_source(node.settings(v, d), weights_stage.Deadline(60))
-    parts = -(-(17 << 20) // (part_mib << 20))
+    parts = -(-(11 << 20) // (part_mib << 20))
     assert listing["model.safetensors"]["etag"].endswith(f"-{parts}"), listing  # a real multipart object
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d))
     assert rc == 0 and lines[-1]["result"] == "staged" and lines[-1]["checked"] == ["etag"], lines

@@ -175,6 +175,8 @@ class SeaweedS3(S3Server):
 
     name = "seaweedfs"
     stop_grace_s = 1.0  # it lingers for many seconds after SIGTERM; its data is throwaway
+    volume_max = 8
+    """Volumes of 64 MiB the server may create (`-volume.max`): its storage, all buckets together."""
 
     def _start(self) -> None:
         binary = find_binary("weed")
@@ -194,7 +196,7 @@ class SeaweedS3(S3Server):
              "-s3", f"-s3.port={ports[6]}", f"-s3.port.grpc={ports[7]}", f"-debug.port={ports[8]}",
              # Off: they would bind fixed default ports (8181, 9101).
              "-s3.port.iceberg=0", "-s3.port.lance=0",
-             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=8"],
+             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", f"-volume.max={self.volume_max}"],
             stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
 
     def identities_config(self) -> list[dict]:

