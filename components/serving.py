@@ -271,7 +271,8 @@ class VllmModel(pulumi.ComponentResource):
             picker,
             compile_cache.compile_cache_extras(m, bucket, args["region"], cache_map, weights_choice=m.staged),
             first_token.first_token_extras(m, bucket, args["region"], probe_map,
-                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None),
+                                           state_volume=compile_cache.STATE_VOLUME if bucket is not None else None,
+                                           weights_choice=bool(m.staged and m.load)),
             metrics_proxy.metrics_proxy_extras(m.image, proxy_map) if scraped else PodExtras())
 
         sa = service_account_spec(m, ns, args.get("role_arn"))

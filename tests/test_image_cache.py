@@ -73,3 +73,21 @@ def test_the_secret_must_be_a_pull_through_cache_secret():
                              "imageCache": {"ecrPullThrough": {
                                  "credentialArn": f"arn:aws:secretsmanager:us-west-2:{ACCOUNT}:secret:dockerhub"}}})
     assert any(e.key == "warmstart:imageCache.ecrPullThrough.credentialArn" for e in err.value.errors)
+
+
+def test_an_image_from_a_registry_the_cache_does_not_serve_gets_a_note(tmp_path):
+    """Issue 24: an nvcr.io image with imageCache on was silently pulled uncached."""
+    from warmstart import render
+
+    doc = load_stack_doc("dev")
+    doc["config"]["warmstart:imageCache"] = {"ecrPullThrough": {"credentialArn": SECRET}}
+    doc["config"]["warmstart:accountId"] = ACCOUNT
+    models = doc["config"]["warmstart:models"]
+    models[0]["image"] = "nvcr.io/nvidia/vllm:25.09-py3"
+    r = render_doc(doc, tmp_path, stack="ngc")
+    text = render.table(r.stack_plan)
+    (note,) = [line for line in text.splitlines() if "caches Docker Hub images only" in line]
+    assert "nvcr.io/nvidia/vllm:25.09-py3" in note and "(from nvcr.io)" in note and "fix:" in note
+    # Docker Hub images alone: no such note.
+    (tmp_path / "hub").mkdir()
+    assert "caches Docker Hub images only" not in render.table(_cached_dev(tmp_path / "hub", **{"warmstart:accountId": ACCOUNT}).stack_plan)

@@ -146,6 +146,25 @@ def test_a_model_inline_in_its_platform_is_refused(tmp_path):
     assert e.key == "warmstart:model.name" and "also inline" in str(e)
 
 
+def test_a_second_model_stack_with_the_same_model_on_the_platform_is_refused(tmp_path):
+    """Issue 24: only the platform's inline models were checked. The platform cannot know the
+    stacks that read it, so the check is against the model stack files beside this one."""
+    docs = {"prod": _doc("prod"), "prod-x": _model_stack(), "prod-y": _model_stack()}
+    e = _plan_error(tmp_path, docs)
+    assert e.key == "warmstart:model.name" and "'prod-y'" in str(e) and "two Deployments" in str(e), str(e)
+    assert "fix:" in str(e)
+    # Another name, or the same name on another platform, is fine.
+    from warmstart import config, platform
+
+    ok = {"prod": _doc("prod"), "prod-x": _model_stack(), "prod-y": _model_stack(name="other"),
+          "dev-x": _model_stack(platform_name="dev")}
+    d = _write(tmp_path / "ok", ok)
+    siblings = render.sibling_model_stacks(d)
+    assert siblings == {"prod-x": ("prod", "extra"), "prod-y": ("prod", "other"), "dev-x": ("dev", "extra")}
+    cfg = config.model_stack_from_pulumi_config(config.read_stack_file(d / "Pulumi.prod-x.yaml"))
+    platform.check_sibling_model_stacks(cfg, "prod-x", siblings)  # no error
+
+
 def test_a_missing_platform_stack_is_named(tmp_path):
     e = _plan_error(tmp_path, {"prod-x": _model_stack()})
     assert e.key == "warmstart:platform" and "Pulumi.prod.yaml" in str(e)

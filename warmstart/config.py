@@ -629,6 +629,13 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:") 
         rule = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], "correct the value (see the config reference in README.md)")
         value = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
+        if isinstance(value, bool) and e["type"] in ("literal_error", "string_type", "enum"):
+            # YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads an unquoted
+            # on/off/yes/no/true/false as a boolean: https://yaml.org/type/bool.html
+            word = "on" if value else "off"
+            rule += (f"; YAML read the unquoted value as the boolean {str(value).lower()} "
+                     "(it reads on, off, yes and no unquoted as booleans)")
+            fix = f'quote it: {loc[-1] if loc else "the key"}: "{word}"'
         if isinstance(value, (dict, list)):
             value = None
         found.append(ConfigError(key, rule, fix, value))

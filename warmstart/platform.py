@@ -275,3 +275,22 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                          plan.load.mode if plan.load else None)
     problems.raise_if_any()
     return ModelStackPlan(stack=stack, config=cfg, contract=contract, model=plan)
+
+
+def check_sibling_model_stacks(cfg: ModelStackConfig, stack: str, siblings: Mapping[str, tuple[str, str]]) -> None:
+    """A ConfigError when another model stack on the same platform serves a model of the same
+    name (two Deployments, Services and IRSA roles would own one name in one namespace).
+
+    The platform's contract cannot know this: a platform stack has no view of the stacks that
+    read it (a StackReference is one-way, https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences),
+    so its `models` lists its inline models only (checked in plan_model_stack). `siblings` is
+    what can be known offline: {stack: (platform, model name)} of the other model stack files in
+    the same stacks/ folder. A model stack kept elsewhere is not seen."""
+    mine = cfg.platform.rsplit("/", 1)[-1]
+    clash = sorted(other for other, (platform, name) in siblings.items()
+                   if other != stack and platform.rsplit("/", 1)[-1] == mine and name == cfg.model.name)
+    if clash:
+        raise ConfigError(f"{MODEL_KEY}.name", f"model {cfg.model.name!r} of model stack {stack!r} is also the model "
+                          f"of model stack(s) {', '.join(repr(c) for c in clash)} on platform {cfg.platform!r}: "
+                          "two Deployments would own one name", f"rename the model in one of them, or delete "
+                          f"stacks/Pulumi.{clash[0]}.yaml", cfg.model.name)

@@ -21,7 +21,7 @@ from . import plan as plan_mod
 from . import platform as platform_mod
 from . import plan_aws
 from .decisions import autoscaling as scaling
-from .decisions import capacity, gpu_pools, phases
+from .decisions import capacity, gpu_pools, image_cache, phases
 from .errors import ConfigError
 from .mocks import Registered
 
@@ -63,9 +63,28 @@ def load_plan(stacks_dir: Path, stack: str, program_dir: Path | None = None) -> 
     if not config_mod.is_model_stack(raw):
         return raw, plan_mod.plan_stack(config_mod.from_pulumi_config(raw), stack)
     cfg = config_mod.model_stack_from_pulumi_config(raw)
+    platform_mod.check_sibling_model_stacks(cfg, stack, sibling_model_stacks(stacks_dir))
     outputs = platform_outputs(stacks_dir, cfg.platform, stack, program_dir)
     contract = platform_mod.parse(outputs.get(platform_mod.OUTPUT), cfg.platform, stack)
     return raw, platform_mod.plan_model_stack(cfg, contract, stack)
+
+
+def sibling_model_stacks(stacks_dir: Path) -> dict[str, tuple[str, str]]:
+    """{stack: (platform, model name)} of every model stack file in `stacks_dir` (a file that
+    does not parse is skipped here: its own render reports it)."""
+    out: dict[str, tuple[str, str]] = {}
+    for path in sorted(stacks_dir.glob("Pulumi.*.yaml")):
+        try:
+            raw = config_mod.read_stack_file(path)
+            if not config_mod.is_model_stack(raw):
+                continue
+            model = json.loads(raw.get(platform_mod.MODEL_KEY, "{}"))
+        except (ConfigError, ValueError):
+            continue
+        if isinstance(model, dict) and isinstance(model.get("name"), str):
+            out[path.name.removeprefix("Pulumi.").removesuffix(".yaml")] = (str(raw[config_mod.PLATFORM_KEY]),
+                                                                            model["name"])
+    return out
 
 
 _PLATFORMS: dict[tuple[Path, str], dict[str, Any]] = {}
@@ -307,6 +326,19 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
 
 
+def uncached_images_note(images: list[str]) -> list[str]:
+    """A note for the images the ECR pull-through cache does not serve: its one rule mirrors
+    Docker Hub (warmstart.decisions.image_cache), so an image from another registry (nvcr.io,
+    ghcr.io, ...) is pulled from there on every node, uncached, with no error to say so."""
+    uncached = sorted({i for i in images if f"/{image_cache.DOCKER_HUB_PREFIX}/" not in i})
+    if not uncached:
+        return []
+    registries = sorted({i.split("/", 1)[0] for i in uncached})
+    return [f"note: imageCache.ecrPullThrough caches Docker Hub images only; {', '.join(uncached)} "
+            f"(from {', '.join(registries)}) is pulled from its own registry on every node, not through the cache; "
+            "fix: use the image from Docker Hub, or mirror it into ECR yourself and name that image"]
+
+
 def table(stack_plan: AnyPlan) -> str:
     """One row per model: the decisions a reviewer checks first."""
     head = ("model", "instance", "gpus/node", "TP", "weights GiB", "concurrency", "distributed",
@@ -334,6 +366,8 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{stack_plan.contract.namespace}, pool {m.pool})")
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
+        if stack_plan.contract.image_cache_account:
+            lines.extend(uncached_images_note([m.image]))
         return "\n".join(lines)
     for m in stack_plan.models:
         if m.autoscaling is not None:
@@ -363,6 +397,8 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append("note: the system nodes are sized for this stack's own models; model stacks' routers and "
                          "import Jobs run there too: set cluster.systemNodeGroup.size above "
                          f"{g.size} for them")
+    if stack_plan.config.image_cache.ecr_pull_through is not None:
+        lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.podside.pods import clean_environ
 from tests.podside.servers import BUCKET
-from warmstart.podside import first_token
+from warmstart.podside import first_token, weights_select
 
 SCRIPT = Path(first_token.__file__).resolve()
 
@@ -25,8 +25,10 @@ class FakeVllm:
     """/health: 503 for the first `ready_after` polls, then 200; /v1/completions: an SSE stream
     whose first token comes after `token_delay_s` (or an HTTP error when `fail` is set)."""
 
-    def __init__(self, ready_after=2, token_delay_s=0.3, fail=None):
+    def __init__(self, ready_after=2, token_delay_s=0.3, fail=None, trickle_s=0.0):
         self.ready_after, self.token_delay_s, self.fail = ready_after, token_delay_s, fail
+        # > 0: the stream sends one byte every 0.3 s, never a newline, for this long.
+        self.trickle_s = trickle_s
         self.health = 0
         self.bodies: list[dict] = []
         fake = self
@@ -52,6 +54,17 @@ class FakeVllm:
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
+                if fake.trickle_s:
+                    end = time.monotonic() + fake.trickle_s
+                    try:
+                        while time.monotonic() < end:
+                            self.wfile.write(b"d")
+                            self.wfile.flush()
+                            time.sleep(0.3)
+                    except OSError:  # the client gave up and closed
+                        pass
+                    self.close_connection = True
+                    return
                 time.sleep(fake.token_delay_s)
                 chunk = {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": " Hi"}]}
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode())
@@ -200,3 +213,95 @@ def test_the_restore_outcome_reaches_the_first_token_record(tmp_path):
     assert recorded["result"] == outcome.result and recorded["phase"] == "restore"
     record = ft.build_record({}, {}, outcomes, None, None)
     assert record["flags"]["compile_restore"] == outcome.result
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 24: the record under faults, and the node cache's verdict in it
+
+
+def test_a_trickled_stream_without_a_newline_ends_at_the_deadline(rclone_s3, tmp_path):
+    """Before: each byte reset the per-read timeout and readline waited for a newline, far past
+    the deadline."""
+    with FakeVllm(ready_after=0, trickle_s=30) as vllm:
+        start = time.monotonic()
+        lines, proc = run_sidecar(pod_env(vllm, rclone_s3, tmp_path, "m/coldstart/", WARMSTART_REQUEST_TIMEOUT_S="2"),
+                                  timeout=90)
+        took = time.monotonic() - start  # before the fake server's close, which waits for its handler
+    assert proc.returncode == 0 and lines[0]["result"] == "error", lines
+    assert "no token within 2 s" in lines[0]["reason"]
+    assert took < 15, f"{took:.1f} s for a 2 s deadline"
+
+
+def test_the_pickers_choice_reaches_the_record_and_the_history_splits_by_it(rclone_s3, tmp_path):
+    from tests.node_cache.conftest import SELECT
+    from warmstart.coldstart import history
+
+    prefix = "nc-model/coldstart/"
+    for i, staged in enumerate((True, False)):
+        root, out = tmp_path / f"w{i}", tmp_path / f"out{i}"
+        digest = "abc123"
+        if staged:  # a complete copy on the node: the picker chooses it
+            (root / digest).mkdir(parents=True)
+            (root / digest / "model.safetensors").write_bytes(b"x" * 10)
+            (root / digest / ".warmstart-complete.json").write_text(json.dumps({
+                "format": "warmstart-weights-stage/1", "digest": digest, "source": "s3://b/m",
+                "files": [{"key": "model.safetensors", "size": 10, "etag": "e"}]}))
+        subprocess.run([sys.executable, str(SELECT)], env={**clean_environ(), "WARMSTART_WEIGHTS_SOURCE": "s3://b/m",
+                       "WARMSTART_WEIGHTS_DIGEST": digest, "WARMSTART_WEIGHTS_ROOT": str(root),
+                       "WARMSTART_WEIGHTS_OUT": str(out)}, check=True, capture_output=True, timeout=30)
+        with FakeVllm(ready_after=0) as vllm:
+            lines, proc = run_sidecar(pod_env(vllm, rclone_s3, tmp_path / "none", prefix, POD_NAME=f"pod-{i}",
+                                              WARMSTART_WEIGHTS_CHOICE_FILE=str(out / "choice.json")))
+        assert lines[1]["result"] == "uploaded", lines
+    records = history.read_records(rclone_s3.client(), BUCKET, prefix)
+    assert sorted(r["flags"]["node_cache"] for r in records) == ["hit", "miss"]
+    groups = {k[2] for k in history.summarise(records)}
+    assert groups == {"node cache hit", "node cache miss"}
+
+
+def test_the_record_fits_what_the_history_reads(rclone_s3, tmp_path):
+    """32 state files of 64 KiB each made a 2 MB record the reader skipped."""
+    from warmstart.coldstart import history
+
+    assert first_token.MAX_RECORD_BYTES == history.MAX_RECORD_BYTES
+    state = tmp_path / "state"
+    state.mkdir()
+    for i in range(first_token.MAX_STATE_FILES + 4):
+        doc = {"event": f"warmstart.init{i}", "result": "ok", "seconds": 1.0,
+               "reason": "r" * (first_token.MAX_STATE_BYTES - 200)}
+        (state / f"s{i:02d}.json").write_text(json.dumps(doc))
+    # A nested file among them: skipped, never the record's loss.
+    (state / "nested.json").write_bytes(b"[" * 50_000 + b"]" * 50_000)
+    prefix = "big-model/coldstart/"
+    with FakeVllm(ready_after=0) as vllm:
+        lines, proc = run_sidecar(pod_env(vllm, rclone_s3, state, prefix))
+    assert lines[1]["result"] == "uploaded" and lines[1]["bytes"] <= history.MAX_RECORD_BYTES, lines
+    (record,) = history.read_records(rclone_s3.client(), BUCKET, prefix)
+    assert record["phases"]["first_token"] == lines[0]["ttft_s"] and record["trimmed"] is True
+    assert len(record["init"]) == first_token.MAX_STATE_FILES - 1  # the nested file took a slot, skipped
+
+
+def test_every_staged_serving_pod_shows_the_sidecar_the_pickers_choice():
+    from tests.conftest import STACK_NAMES, render_stack
+    from warmstart.manifests import node_cache
+
+    checked = 0
+    for stack in STACK_NAMES:
+        for dep in render_stack(stack).kind("Deployment"):
+            spec = dep["spec"]["template"]["spec"]
+            inits = {c["name"]: c for c in spec.get("initContainers", [])}
+            if "first-token" not in inits:
+                continue
+            probe = inits["first-token"]
+            env = {e["name"]: e.get("value") for e in probe["env"]}
+            picker = inits.get(node_cache.SELECT_CONTAINER)
+            if picker is None:
+                assert not env.get("WARMSTART_WEIGHTS_CHOICE_FILE"), dep["metadata"]["name"]
+                continue
+            out = {e["name"]: e.get("value") for e in picker["env"]}["WARMSTART_WEIGHTS_OUT"]
+            (written,) = [m["name"] for m in picker["volumeMounts"] if m["mountPath"] == out]
+            (seen,) = [m for m in probe["volumeMounts"] if m["name"] == written]
+            assert seen["readOnly"] is True
+            assert env["WARMSTART_WEIGHTS_CHOICE_FILE"] == f"{seen['mountPath']}/{weights_select.CHOICE_FILE}"
+            checked += 1
+    assert checked, "no stack stages a model"

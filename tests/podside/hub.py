@@ -60,6 +60,8 @@ class HubStandIn:
         self.stall: str | None = None
         self.release = threading.Event()
         self.stalled = threading.Event()
+        # path -> how many more downloads of it get one flipped byte (same size, other content).
+        self.corrupt: dict[str, int] = {}
         self._lock = threading.Lock()
         hub = self
 
@@ -186,6 +188,12 @@ class HubStandIn:
             data, status = data[start:end + 1], 206
         if not body:
             return self._send(h, status, data, headers=headers, write=False)
+        with self._lock:
+            flip = self.corrupt.get(m["path"], 0) > 0 and len(data) > 0
+            if flip:
+                self.corrupt[m["path"]] -= 1
+        if flip:
+            data = data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF]) + data[len(data) // 2 + 1:]
         if self.stall == m["path"] and start == 0:
             h.send_response(status)
             for k, v in headers.items():

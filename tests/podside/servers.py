@@ -199,6 +199,13 @@ class SeaweedS3(S3Server):
     # server has registered with the master. Unloaded, the first write took 5 s after the first
     # ListBuckets; on a loaded machine much longer.
     ready_timeout_s = 90.0
+    volume_max = 64
+    """Volumes of 64 MiB the server may create (`-volume.max`): its storage, all buckets together.
+    Each bucket is a collection, and its first write grows 7 volumes
+    (https://github.com/seaweedfs/seaweedfs/wiki/Optimization#increase-concurrent-writes): with
+    the default 8 a second bucket got 1 and a third none, so its PutObject was an InternalError
+    ("failed to find writable volumes") on every retry. 64 slots hold 9 buckets; a volume's file
+    grows as it is written, nothing is preallocated (-master.volumePreallocate is off)."""
 
     def _start(self) -> None:
         binary = find_binary("weed")
@@ -220,13 +227,7 @@ class SeaweedS3(S3Server):
              "-s3", f"-s3.port={ports[6]}", f"-s3.port.grpc={ports[7]}", f"-debug.port={ports[8]}",
              # Off: they would bind fixed default ports (8181, 9101).
              "-s3.port.iceberg=0", "-s3.port.lance=0",
-             # Each bucket is a collection, and its first write grows 7 volumes
-             # (https://github.com/seaweedfs/seaweedfs/wiki/Optimization#increase-concurrent-writes):
-             # with the default -volume.max=8 a second bucket got 1 and a third none, so its
-             # PutObject was an InternalError ("failed to find writable volumes") on every retry.
-             # 64 slots hold 9 buckets; a volume's file grows as it is written, nothing is
-             # preallocated (-master.volumePreallocate is off).
-             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", "-volume.max=64"],
+             f"-s3.config={config}", "-master.volumeSizeLimitMB=64", f"-volume.max={self.volume_max}"],
             stdin=subprocess.DEVNULL, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT)
 
     def _start_failed(self) -> str | None:

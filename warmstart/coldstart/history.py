@@ -77,9 +77,11 @@ def read_records(s3: Any, bucket: str, prefix: str, limit: int = MAX_RECORDS) ->
     records = []
     for _, key in sorted(keys)[-limit:]:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read(MAX_RECORD_BYTES + 1)
+        if len(body) > MAX_RECORD_BYTES:
+            continue
         try:
             doc = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):  # a nested document is skipped, not a crash
             continue
         if isinstance(doc, dict):
             records.append(doc)

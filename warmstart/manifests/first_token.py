@@ -12,7 +12,7 @@ from typing import Any
 
 from ..decisions import cachekey
 from ..plan_model import ModelPlan
-from . import pod_scripts
+from . import node_cache, pod_scripts
 from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
 
 CONFIGMAP_NAME = "warmstart-first-token"
@@ -40,10 +40,14 @@ def script_source() -> str:
     return pod_scripts.script_source(SCRIPT_KEY)
 
 
-def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: str | None = None) -> dict[str, Any]:
+def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: str | None = None,
+                          weights_choice: bool = False) -> dict[str, Any]:
     """The sidecar container. `bucket`: the compile-cache bucket's name (a string or a Pulumi
     Input; None: the probe runs and logs, no record is kept). `state_volume`: the pod's shared
-    state emptyDir (the compile-cache wiring's `compile-cache-state`), mounted read-only."""
+    state emptyDir (the compile-cache wiring's `compile-cache-state`), mounted read-only.
+    `weights_choice`: the pod has the node cache's picker, whose choice file (its own volume,
+    `node_cache.compile_cache_choice_wiring`) is mounted read-only, so the record's
+    `flags.node_cache` says hit or miss."""
     values: dict[str, Any] = {
         "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{HTTP_PORT}/health",
         "WARMSTART_COMPLETIONS_URL": f"http://127.0.0.1:{HTTP_PORT}/v1/completions",
@@ -59,6 +63,9 @@ def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: 
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
     }
+    choice_env, choice_mount = node_cache.compile_cache_choice_wiring()
+    # Empty: no picker in this pod, nothing to read (the record says no node cache).
+    values[choice_env["name"]] = choice_env["value"] if weights_choice else ""
     env = [{"name": k, "value": v} for k, v in sorted(values.items())]
     env += [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": f}}}
             for n, f in (("NODE_NAME", "spec.nodeName"), ("POD_NAME", "metadata.name"),
@@ -66,6 +73,8 @@ def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: 
     mounts = [{"name": SCRIPT_VOLUME, "mountPath": SCRIPT_MOUNT, "readOnly": True}]
     if state_volume:
         mounts.append({"name": state_volume, "mountPath": STATE_MOUNT, "readOnly": True})
+    if weights_choice:
+        mounts.append(choice_mount)
     return {
         "name": CONTAINER,
         "image": m.image,
@@ -80,10 +89,11 @@ def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: 
 
 
 def first_token_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
-                       state_volume: str | None = None) -> PodExtras:
-    """The sidecar, its script volume, the two vLLM env vars and the script-digest annotation."""
+                       state_volume: str | None = None, weights_choice: bool = False) -> PodExtras:
+    """The sidecar, its script volume, the two vLLM env vars and the script-digest annotation.
+    `weights_choice`: merge `node_cache.serving_extras` too (it defines the choice volume)."""
     return PodExtras(
-        init_containers=(first_token_container(m, bucket, region, state_volume),),
+        init_containers=(first_token_container(m, bucket, region, state_volume, weights_choice),),
         volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": config_map}},),
         env=VLLM_REPORT_ENV,
         pod_annotations={SCRIPT_ANNOTATION: pod_scripts.script_digest(SCRIPT_KEY)},

@@ -23,6 +23,7 @@ from typing import Any
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..plan_model import ModelPlan
+from ..podside import weights_import as script
 from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -50,6 +51,22 @@ RUN_AS_USER = RUN_AS_UID
 # Its CPU limit: the copy and its verification are network- and hash-bound, on a shared
 # general-purpose node where an unbounded import must not starve its neighbours.
 CPU_LIMIT = "4"
+# What the import process holds besides its largest JSON parse: the interpreter with boto3,
+# botocore and huggingface_hub, s3transfer's threads (a file upload reads its parts lazily),
+# and the Hub client's download buffers (hf_xet's chunk cache among them).
+BASE_MEMORY_BYTES = 2 * GIB
+_MEMORY_STEP = 256 * 1024 * 1024
+
+
+def memory_limit_bytes() -> int:
+    """The Job's memory limit, from what the script must parse: its largest JSON document
+    (`MAX_JSON_BYTES`, anything larger is refused unread) parsed at the measured worst case of
+    `JSON_PARSE_FACTOR` times its size (tests/podside/test_podside_import_faults.py measures
+    it), plus the body's bytes and text, on top of BASE_MEMORY_BYTES; rounded up to 256 MiB."""
+    need = BASE_MEMORY_BYTES + (script.JSON_PARSE_FACTOR + 2) * script.MAX_JSON_BYTES
+    return -(-need // _MEMORY_STEP) * _MEMORY_STEP
+
+
 # Exit codes of the script that no retry can fix (see warmstart/podside/weights_import.py).
 PERMANENT_EXIT_CODES = (2, 3, 4)
 ANNOTATION_SOURCE = f"{ANNOTATION_DOMAIN}/import-source"
@@ -146,10 +163,10 @@ def job_spec(m: ModelPlan, namespace: Any, region: str, config_map: str = CONFIG
         "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}"],
         "env": _env(m, imp, region, token_secret),
         "volumeMounts": mounts,
-        # A server-side copy moves no bytes through the pod; a Hub import streams through it with
-        # at most max_concurrency parts of 64 MiB in flight.
+        # A server-side copy moves no bytes through the pod; a Hub import streams through its
+        # scratch disk. The limit is sized from the largest JSON parse (memory_limit_bytes).
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": ephemeral},
-                      "limits": {"cpu": CPU_LIMIT, "memory": "3Gi"}},
+                      "limits": {"cpu": CPU_LIMIT, "memory": _quantity(memory_limit_bytes())}},
         "securityContext": container_security_context() | {"runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GID},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

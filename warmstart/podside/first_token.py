@@ -26,8 +26,15 @@ bounded (response and state files are read up to fixed sizes).
 File contract (WARMSTART_STATE_DIR, default /run/warmstart, an emptyDir the init containers
 share): any `*.json` file there of at most 64 KiB holding one JSON object. An object with an
 "event" key is an init container's outcome line (e.g. the compile-cache restore's
-`warmstart.compile_cache` line, a weights-source choice `warmstart.weights` with "result":
-"hit"|"miss" and "source"); `key.json` is the compile-cache restore's key file. At most 32 files.
+`warmstart.compile_cache` line); `key.json` is the compile-cache restore's key file. At most 32
+files. The weights picker's verdict comes from its own volume: WARMSTART_WEIGHTS_CHOICE_FILE
+(default /run/warmstart-weights/choice.json, weights_select.py), `choice` "local" is node cache
+"hit", "s3" a "miss" (the record's flags.node_cache).
+
+Under faults: state files are opened without following links or blocking, read up to 64 KiB,
+and a document cut short or nested deeper than 32 levels is skipped, never fatal; the record is
+trimmed to the 256 KiB that `--history` reads; the first-token probe has one deadline for the
+whole exchange (a stream trickled byte by byte without a newline ends at it).
 
 Environment:
     WARMSTART_HEALTH_URL         default http://127.0.0.1:8000/health
@@ -38,6 +45,7 @@ Environment:
     WARMSTART_CACHE_BUCKET       where records go; empty: no upload (result "skipped")
     WARMSTART_RECORD_PREFIX      key prefix, e.g. "llama-8b/coldstart/"
     WARMSTART_STATE_DIR          default /run/warmstart
+    WARMSTART_WEIGHTS_CHOICE_FILE  the weights picker's choice.json. Default /run/warmstart-weights/choice.json
     WARMSTART_NEW_NODE_UPTIME_S  a host up for less than this when the sidecar started is a new node. Default 1200.
     WARMSTART_INSTANCE_TYPE      record field
     POD_NAME, POD_NAMESPACE, NODE_NAME (downward API); AWS_* as boto reads them.
@@ -46,13 +54,18 @@ Environment:
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
 import signal
+import socket
+import stat
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,6 +77,11 @@ FORMAT = "warmstart-coldstart-record/1"
 MAX_STATE_FILES = 32
 MAX_STATE_BYTES = 64 * 1024
 MAX_RESPONSE_BYTES = 256 * 1024
+#: What `warmstart coldstart --history` reads of a record (warmstart.coldstart.history
+#: MAX_RECORD_BYTES): a record is trimmed to fit, never uploaded to be skipped.
+MAX_RECORD_BYTES = 256 * 1024
+MAX_JSON_DEPTH = 32
+DEFAULT_CHOICE_FILE = "/run/warmstart-weights/choice.json"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -107,37 +125,82 @@ def wait_for_health(url: str, timeout_s: float, max_interval_s: float = 5.0,
         interval = min(interval * 2, max_interval_s)
 
 
+class _Watchdog:
+    """Closes a connection's socket at a deadline, so a read blocked on a trickle (one byte
+    just before every per-read timeout, never a newline) ends there too: a deadline on the whole
+    exchange, not on each read."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.conn, self.fired = conn, False
+        self.sock: socket.socket | None = None
+        """Taken at connect: http.client hands the socket to the response (conn.sock is None then)."""
+        self.timer = threading.Timer(max(0.0, seconds), self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = self.sock or self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "_Watchdog":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        self.conn.close()
+
+
 def first_token(url: str, model: str, timeout_s: float) -> tuple[float, str]:
     """Seconds from sending a streaming max_tokens=1 completion to its first streamed token, and
-    the token. Raises on an HTTP error, a stream without a token or the deadline."""
+    the token. Raises on an HTTP error, a stream without a token or the deadline, which bounds
+    the whole exchange (connect, headers, every byte of the stream)."""
     body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 1, "stream": True,
                        "temperature": 0}).encode()
-    req = urllib.request.Request(url, data=body, method="POST",
-                                 headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+    parts = urllib.parse.urlsplit(url)
     start = time.monotonic()
-    deadline = start + timeout_s
-    with _OPENER.open(req, timeout=timeout_s) as resp:
-        read = 0
-        while True:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no token within {timeout_s:g} s")
-            line = resp.readline(65536)
-            read += len(line)
-            if not line or read > MAX_RESPONSE_BYTES:
-                raise ValueError("the stream ended without a token")
-            text = line.decode("utf-8", "replace").strip()
-            if not text.startswith("data:"):
-                continue
-            data = text[5:].strip()
-            if data == "[DONE]":
-                raise ValueError("the stream ended without a token")
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
-            choices = chunk.get("choices") or []
-            if choices and (choices[0].get("text") is not None):
-                return time.monotonic() - start, str(choices[0]["text"])
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=timeout_s)
+    with _Watchdog(conn, timeout_s) as dog:
+        try:
+            conn.connect()
+            dog.sock = conn.sock
+            conn.request("POST", parts.path or "/", body=body,
+                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            resp = conn.getresponse()
+            if resp.status >= 400:
+                raise urllib.error.HTTPError(url, resp.status, resp.reason, resp.headers, None)
+            read, buffer = 0, b""
+            while True:
+                chunk = resp.read1(65536)
+                read += len(chunk)
+                if not chunk or read > MAX_RESPONSE_BYTES:
+                    raise ValueError("the stream ended without a token")
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    text = line.decode("utf-8", "replace").strip()
+                    if not text.startswith("data:"):
+                        continue
+                    data = text[5:].strip()
+                    if data == "[DONE]":
+                        raise ValueError("the stream ended without a token")
+                    try:
+                        chunk_doc = json.loads(data)
+                    except (ValueError, RecursionError):
+                        continue
+                    choices = chunk_doc.get("choices") if isinstance(chunk_doc, dict) else None
+                    if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
+                            and choices[0].get("text") is not None:
+                        return time.monotonic() - start, str(choices[0]["text"])
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            if dog.fired or time.monotonic() - start >= timeout_s:
+                raise TimeoutError(f"no token within {timeout_s:g} s") from None
+            raise
+    raise TimeoutError(f"no token within {timeout_s:g} s")  # pragma: no cover - the loop returns or raises
 
 
 def host_uptime_s(path: str = "/proc/uptime") -> float | None:
@@ -148,33 +211,99 @@ def host_uptime_s(path: str = "/proc/uptime") -> float | None:
         return None
 
 
-def read_state(state_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """({event name or file stem: object}, key file) from the shared state directory."""
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
+def read_json_file(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
+    """A small JSON file's document, or None: opened without following a link or blocking (a
+    FIFO), a regular file of at most `limit` bytes, valid JSON nested at most MAX_JSON_DEPTH
+    deep (deeper is refused before Python's recursion limit). Never raises."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        raw = os.read(fd, limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return doc if _depth_ok(doc) else None
+
+
+def read_state(state_dir: Path, choice_file: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """({event name or file stem: object}, key file) from the shared state directory, plus the
+    weights picker's `choice.json` (its own volume) as the `warmstart.weights` outcome."""
     outcomes: dict[str, Any] = {}
     key_file = None
     try:
-        files = sorted(p for p in state_dir.glob("*.json") if p.is_file())[:MAX_STATE_FILES]
+        files = sorted(p for p in state_dir.glob("*.json"))[:MAX_STATE_FILES]
     except OSError:
-        return outcomes, None
+        files = []
     for p in files:
-        try:
-            with p.open("rb") as f:
-                raw = f.read(MAX_STATE_BYTES + 1)
-            if len(raw) > MAX_STATE_BYTES:
-                continue
-            doc = json.loads(raw)
-        except (OSError, ValueError):
-            continue
+        doc = read_json_file(p)
         if not isinstance(doc, dict):
             continue
         if p.name == "key.json":
             key_file = {"key": doc.get("key")}
         else:
-            name = str(doc.get("event") or p.stem)
+            name = str(doc.get("event") or p.stem)[:64]
             if doc.get("phase"):
-                name = f"{name}.{doc['phase']}"
+                name = f"{name}.{str(doc['phase'])[:32]}"
             outcomes[name] = doc
+    choice = read_json_file(choice_file) if choice_file is not None else None
+    if isinstance(choice, dict) and choice.get("choice") in ("local", "s3"):
+        # The picker's verdict: "hit" when vLLM loads the node's copy (weights_select.py).
+        outcomes["warmstart.weights"] = {**choice, "event": "warmstart.weights",
+                                         "result": "hit" if choice["choice"] == "local" else "miss"}
     return outcomes, key_file
+
+
+def fit_record(record: dict[str, Any], limit: int = MAX_RECORD_BYTES) -> bytes:
+    """The record's JSON, at most `limit` bytes: when it is larger, the init containers'
+    outcome documents are cut to their few summary fields, then dropped; the flags, phases and
+    first-token result always stay."""
+    body = json.dumps(record, sort_keys=True, indent=1).encode()
+    if len(body) <= limit:
+        return body
+    keep = ("event", "phase", "result", "choice", "source", "seconds", "bytes", "key")
+    trimmed = {name: {k: (v if not isinstance(v, str) else v[:200]) for k, v in doc.items()
+                      if k in keep and isinstance(v, (str, int, float, bool, type(None)))}
+               for name, doc in list(record.get("init", {}).items())[:MAX_STATE_FILES]
+               if isinstance(doc, dict)}
+    record = {**record, "init": trimmed, "trimmed": True}
+    record["phases"] = {str(k)[:100]: v for k, v in list(record.get("phases", {}).items())[:64]}
+    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    if len(body) <= limit:
+        return body
+    record = {**record, "init": {}, "compile_cache_key": str(record.get("compile_cache_key") or "")[:512] or None}
+    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    if len(body) <= limit:
+        return body
+    return json.dumps({k: record.get(k) for k in ("format", "pod", "namespace", "node", "model", "written_at",
+                                                   "flags")} | {"trimmed": True}, default=str).encode()[:limit]
 
 
 def build_record(env: Mapping[str, str], probe: Mapping[str, Any], outcomes: Mapping[str, Any],
@@ -228,7 +357,7 @@ def upload(env: Mapping[str, str], record: Mapping[str, Any], client: Any = None
         out.update(result="skipped", reason="POD_NAME or WARMSTART_RECORD_PREFIX missing or invalid")
         return out
     key = f"{prefix}{pod}.json"
-    body = json.dumps(record, sort_keys=True, indent=1).encode()
+    body = fit_record(dict(record))
     out.update(key=key, bytes=len(body))
     try:
         if client is None:
@@ -276,7 +405,9 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
         probe["reason"] = f"{type(exc).__name__}: {exc}"[:600]
     _emit(probe)
     try:
-        outcomes, key_file = read_state(Path(env.get("WARMSTART_STATE_DIR") or "/run/warmstart"))
+        choice = env.get("WARMSTART_WEIGHTS_CHOICE_FILE", DEFAULT_CHOICE_FILE).strip()
+        outcomes, key_file = read_state(Path(env.get("WARMSTART_STATE_DIR") or "/run/warmstart"),
+                                        Path(choice) if choice else None)
         record = build_record(env, probe, outcomes, key_file, uptime)
         result = upload(env, record, client)
     except Exception as exc:  # noqa: BLE001

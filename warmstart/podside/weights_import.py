@@ -64,8 +64,18 @@ Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a re
        or private Hub repository without a token that may read it, an unknown revision
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
        total disagrees with weightsGiB, stray shards at the destination
-    5  a transfer still failed after its retries, or the scratch disk is too small
+    5  a transfer still failed after its retries, a small file's read was cut short on every
+       attempt, or the scratch disk is too small
+    143  SIGTERM (the Job's deadline, a node drain): in-flight transfers are cancelled, nothing
+       is recorded as complete, the next run resumes
     1  anything else (a bug: the log line has the exception)
+
+Under faults: a JSON file (manifest, index, config) whose body disagrees with its Content-Length
+or its listed size is read again, never taken whole; one nested deeper than MAX_JSON_DEPTH or over
+MAX_JSON_BYTES is "unreadable" (an index: exit 4; the destination's manifest: it vouches for
+nothing and everything is copied again). From the Hub every downloaded file is hashed against
+the Hub's published sha256 (LFS files) or git blob id (the others) before any upload; from S3
+the copy is server-side and S3 itself checks it (the manifest records ETags and the part size).
 
 Log: one JSON line per phase on stdout, e.g.
 
@@ -77,6 +87,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -85,6 +96,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -113,6 +125,7 @@ PERMANENT_S3_CODES = frozenset({"AccessDenied", "NoSuchBucket", "NoSuchKey", "In
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 EXIT_OK, EXIT_BUG, EXIT_CONFIG, EXIT_ACCESS, EXIT_VERIFY, EXIT_TRANSFER = 0, 1, 2, 3, 4, 5
+EXIT_TERMINATED = 143
 
 
 class ImportFailure(RuntimeError):
@@ -135,6 +148,10 @@ class VerifyError(ImportFailure):
 
 class TransferError(ImportFailure):
     exit_code = EXIT_TRANSFER
+
+
+class Interrupted(ImportFailure):
+    exit_code = 143  # EXIT_TERMINATED
 
 
 # --------------------------------------------------------------------------------------------
@@ -364,13 +381,59 @@ def list_prefix(client: Any, bucket: str, prefix: str) -> dict[str, dict[str, An
 
 
 #: Largest JSON file read into memory (a manifest, config or safetensors index: a 405B model's
-#: index is about 100 KB). A larger object is "unreadable", never an OOM kill of the Job.
-MAX_JSON_BYTES = 64 * MIB
+#: index is about 100 KB, so this is 160 times that). A larger object is "unreadable", never an
+#: OOM kill of the Job: `json.loads` of a document made of many small entries takes up to
+#: ~50 times its size in memory (JSON_PARSE_FACTOR keeps a margin over that) (measured by tests/podside/test_podside_hardening_24.py),
+#: and warmstart.manifests.weights_import sizes the Job's memory limit from both numbers.
+MAX_JSON_BYTES = 16 * MIB
+JSON_PARSE_FACTOR = 60
+#: Deepest nesting accepted: an index, a config or a manifest is a few levels deep. Deeper is
+#: refused before Python's recursion limit turns it into a RecursionError.
+MAX_JSON_DEPTH = 64
+#: The unreadable-document marker every caller tests for (a dict, so `.get` works on it).
+UNREADABLE = "_unreadable"
 
 
-def read_json(client: Any, bucket: str, key: str) -> Any | None:
-    """A small JSON object, or None when there is none. A missing bucket is not "none": it
-    raises (NoSuchBucket), so the caller reports the misconfiguration."""
+class Truncated(RuntimeError):
+    """A body shorter (or longer) than its Content-Length or its listed size: a transient fault
+    of the connection or of a proxy, retried; never taken for the whole document."""
+
+
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
+def parse_json(body: bytes) -> Any:
+    """A JSON document, or {UNREADABLE: why} for anything that is not one this script may read:
+    over MAX_JSON_BYTES, not UTF-8, not JSON, or nested deeper than MAX_JSON_DEPTH. Never raises."""
+    if len(body) > MAX_JSON_BYTES:
+        return {UNREADABLE: f"over {MAX_JSON_BYTES} bytes"}
+    try:
+        doc = json.loads(body)  # a non-UTF-8 body is a ValueError (UnicodeDecodeError) too
+    except ValueError as exc:
+        return {UNREADABLE: f"not JSON ({type(exc).__name__})"}
+    except RecursionError:
+        return {UNREADABLE: "nested too deeply"}
+    if not _depth_ok(doc):
+        return {UNREADABLE: f"nested deeper than {MAX_JSON_DEPTH}"}
+    return doc
+
+
+def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> bytes | None:
+    """One GET of a small object: its bytes (at most MAX_JSON_BYTES + 1), None when there is
+    none. Raises Truncated when the body disagrees with its Content-Length or the listed size."""
     try:
         response = client.get_object(Bucket=bucket, Key=key)
     except Exception as exc:
@@ -380,17 +443,104 @@ def read_json(client: Any, bucket: str, key: str) -> Any | None:
         raise
     stream = response["Body"]
     try:
-        if int(response.get("ContentLength") or 0) > MAX_JSON_BYTES:
-            return {"_unreadable": True}
-        body = stream.read(MAX_JSON_BYTES + 1)
+        length = int(response.get("ContentLength") or 0)
+        if length > MAX_JSON_BYTES or (expected is not None and expected > MAX_JSON_BYTES):
+            return b" " * (MAX_JSON_BYTES + 1)  # over the limit: parse_json refuses it
+        try:
+            body = stream.read(MAX_JSON_BYTES + 1)
+        except Exception as exc:  # noqa: BLE001 - botocore/urllib3 raise their own on a cut connection
+            if _s3_code(exc):
+                raise
+            raise Truncated(f"reading {key} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         stream.close()
-    if len(body) > MAX_JSON_BYTES:
-        return {"_unreadable": True}
-    try:
-        return json.loads(body)  # a non-UTF-8 body is a ValueError (UnicodeDecodeError) too
-    except ValueError:
-        return {"_unreadable": True}
+    if len(body) != length or (expected is not None and len(body) != expected):
+        raise Truncated(f"{key}: read {len(body)} bytes, Content-Length {length}"
+                        + (f", listed {expected}" if expected is not None else ""))
+    return body
+
+
+def read_json(client: Any, bucket: str, key: str, expected: int | None = None, retries: int = 3) -> Any | None:
+    """A small JSON object, or None when there is none; {UNREADABLE: why} when it is not one
+    this script may read (see parse_json). A body cut short (against its Content-Length, or
+    `expected`, the size the listing gave) is read again, `retries` attempts in all, then a
+    TransferError (exit 5, the Job retries): a transient fault is never a verdict on the file.
+    A missing bucket is not "none": it raises (NoSuchBucket), so the caller reports it."""
+    last: Truncated | None = None
+    for attempt in range(1, max(1, retries) + 1):
+        try:
+            body = _read_body(client, bucket, key, expected)
+        except Truncated as exc:
+            last = exc
+            if attempt < retries:
+                time.sleep(min(2 ** attempt, 30) / 4)
+            continue
+        return None if body is None else parse_json(body)
+    raise TransferError(f"s3://{bucket}/{key} was cut short on every one of {retries} reads: {last}")
+
+
+#: How long a failed or interrupted copy waits for the transfers it cancelled to wind down
+#: (in-flight requests finish, queued ones are dropped) before the process exits without them:
+#: well inside the pod's 30 s termination grace period.
+CANCEL_WAIT_S = 10.0
+
+
+class Transfers:
+    """One s3transfer TransferManager and every future submitted to it.
+
+    A failure or SIGTERM cancels the futures one by one (`TransferFuture.cancel()`) instead of
+    `TransferManager.shutdown(cancel=True)`, which raises a TypeError in every s3transfer
+    release: it passes its arguments to `_shutdown` out of order
+    (https://github.com/boto/s3transfer/issues/143, https://github.com/boto/s3transfer/issues/312).
+    Waiting for the cancelled transfers is bounded: issue 143 also reports that waiting after a
+    cancel can deadlock, so the wait runs on a daemon thread and the process exits without it
+    (`abandoned`, see `main`)."""
+
+    abandoned = False
+    """Set when a cancelled transfer did not wind down in time: the process must exit with
+    os._exit, since Python joins the manager's worker threads at a normal exit."""
+
+    def __init__(self, client: Any, config: Any) -> None:
+        from boto3.s3.transfer import create_transfer_manager
+
+        self.manager = create_transfer_manager(client, config)
+        self.futures: list[Any] = []
+
+    def copy(self, **kwargs: Any) -> Any:
+        future = self.manager.copy(**kwargs)
+        self.futures.append(future)
+        return future
+
+    def upload(self, *args: Any, **kwargs: Any) -> Any:
+        future = self.manager.upload(*args, **kwargs)
+        self.futures.append(future)
+        return future
+
+    def close(self) -> None:
+        """After every future finished: nothing is in flight, the wait returns at once."""
+        self.manager.shutdown()
+
+    def cancel(self, timeout_s: float = CANCEL_WAIT_S) -> bool:
+        """Cancel what is queued or running and wait up to `timeout_s` for it; True if it ended."""
+        for future in self.futures:
+            try:
+                if not future.done():
+                    future.cancel()
+            except Exception:  # noqa: BLE001 - cancelling is best effort, the exit is not
+                pass
+        waiter = threading.Thread(target=self._wait, daemon=True)
+        waiter.start()
+        waiter.join(timeout_s)
+        if waiter.is_alive():
+            Transfers.abandoned = True
+            return False
+        return True
+
+    def _wait(self) -> None:
+        try:
+            self.manager.shutdown()  # cancel=False: only waits; the cancels were sent above
+        except BaseException:  # noqa: BLE001 - on a daemon thread: nothing to report to
+            pass
 
 
 class _KnownSize:
@@ -445,6 +595,27 @@ def transfer_all(settings: Settings, manager: Any, names: list[str],
 class SourceFile:
     name: str
     bytes: int
+    sha256: str | None = None
+    """The content's sha256 the source publishes (the Hub's LFS `oid`), checked after download."""
+    git_sha1: str | None = None
+    """The Hub's git blob id of a file kept in git (not LFS), checked after download."""
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(8 * MIB), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def git_blob_sha1(path: Path) -> str:
+    """Git's id of a blob: sha1 of `blob <size>\\0` and the content (https://git-scm.com/book/en/v2/Git-Internals-Git-Objects)."""
+    h = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(8 * MIB), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class S3Source:
@@ -452,6 +623,7 @@ class S3Source:
 
     def __init__(self, settings: Settings, client: Any):
         self.settings, self.client = settings, client
+        self.hashes: dict[str, str] = {}  # a server-side copy never sees the bytes
         assert settings.s3_bucket and settings.s3_prefix
 
     def list(self) -> dict[str, SourceFile]:
@@ -469,7 +641,8 @@ class S3Source:
         return {n: SourceFile(n, v["bytes"]) for n, v in found.items()}
 
     def read_json(self, name: str, size: int | None = None) -> Any | None:
-        return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}")
+        return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}", size,
+                         self.settings.retries)
 
     def copy(self, files: list[SourceFile], manager: Any) -> int:
         s, sizes = self.settings, {f.name: f.bytes for f in files}
@@ -523,6 +696,8 @@ class HubSource:
         self.errors = _hub_errors(self.hub)
         self.local_dir = settings.scratch_dir / "files"
         self.token_given = bool(os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"))
+        self.hashes: dict[str, str] = {}
+        """name -> sha256 of what this run downloaded, checked and uploaded (the manifest records it)."""
 
     def _status(self, exc: BaseException) -> int | None:
         response = getattr(exc, "response", None)
@@ -575,7 +750,14 @@ class HubSource:
             for entry in api.list_repo_tree(s.hf_repo, revision=s.hf_revision, recursive=False):
                 size = getattr(entry, "size", None)
                 if size is not None and not getattr(entry, "tree_id", None):  # a file, not a folder
-                    out[entry.path] = SourceFile(entry.path, int(size))
+                    # The Hub publishes an LFS file's sha256 (`lfs.sha256`, the pointer's oid)
+                    # and a git file's blob id (`blob_id`): huggingface_hub's RepoFile,
+                    # https://huggingface.co/docs/huggingface_hub/package_reference/hf_api#huggingface_hub.hf_api.RepoFile
+                    lfs = getattr(entry, "lfs", None)
+                    sha256 = getattr(lfs, "sha256", None) or (lfs.get("sha256") if isinstance(lfs, dict) else None)
+                    blob = getattr(entry, "blob_id", None)
+                    out[entry.path] = SourceFile(entry.path, int(size), str(sha256).lower() if sha256 else None,
+                                                 None if sha256 or not blob else str(blob).lower())
             return out
 
         return self._retry(tree, "listing")
@@ -583,7 +765,7 @@ class HubSource:
     def read_json(self, name: str, size: int | None = None) -> Any | None:
         s = self.settings
         if size is not None and size > MAX_JSON_BYTES:
-            return {"_unreadable": True}
+            return {UNREADABLE: f"over {MAX_JSON_BYTES} bytes"}
 
         def fetch() -> Path:
             return Path(self.hub.hf_hub_download(s.hf_repo, name, revision=s.hf_revision,
@@ -591,10 +773,8 @@ class HubSource:
                                                  cache_dir=str(s.scratch_dir / "hub-cache")))
 
         path = self._retry(fetch, f"downloading {name}")
-        try:
-            return json.loads(path.read_text())
-        except ValueError:
-            return {"_unreadable": True}
+        with open(path, "rb") as fh:
+            return parse_json(fh.read(MAX_JSON_BYTES + 1))
 
     def copy(self, files: list[SourceFile], manager: Any) -> int:
         s = self.settings
@@ -611,15 +791,47 @@ class HubSource:
                                        allow_patterns=sorted(f.name for f in files),
                                        max_workers=min(s.max_concurrency, 8))
 
-        self._retry(download, "downloading")
-        for f in files:
-            path = self.local_dir / f.name
-            if not path.is_file() or path.stat().st_size != f.bytes:
-                got = path.stat().st_size if path.is_file() else None
-                raise TransferError(f"downloaded {f.name} is {got} bytes, the Hub lists {f.bytes}")
+        # Content, not only sizes: every file is hashed against what the Hub publishes for it,
+        # before anything is uploaded. A mismatch is downloaded again (the file removed, so
+        # the client fetches it anew); one that persists fails verification (exit 4).
+        bad: list[str] = []
+        for attempt in range(1, s.retries + 1):
+            self._retry(download, "downloading")
+            bad = []
+            for f in files:
+                path = self.local_dir / f.name
+                if not path.is_file() or path.stat().st_size != f.bytes:
+                    got = path.stat().st_size if path.is_file() else None
+                    raise TransferError(f"downloaded {f.name} is {got} bytes, the Hub lists {f.bytes}")
+                why = self._content_mismatch(f, path)
+                if why:
+                    bad.append(why)
+                    path.unlink(missing_ok=True)
+            if not bad:
+                break
+        if bad:
+            raise VerifyError(f"{s.model}: {len(bad)} file(s) downloaded from {s.hf_repo}@{s.hf_revision} differ from "
+                              f"what the Hub publishes for them, on each of {s.retries} downloads: {'; '.join(bad[:4])}; "
+                              "nothing was uploaded; fix: check the network path to the Hub (a proxy rewriting "
+                              "content), then run `pulumi up` again")
+        self.hashes = {f.name: file_sha256(self.local_dir / f.name) for f in files}
 
         def submit(mgr: Any, name: str) -> Any:
             return mgr.upload(str(self.local_dir / name), s.dest_bucket, s.dest_key(name))
+
+        return self._upload(files, manager, submit)
+
+    def _content_mismatch(self, f: SourceFile, path: Path) -> str | None:
+        if f.sha256:
+            got = file_sha256(path)
+            return None if got == f.sha256 else f"{f.name}: sha256 {got}, the Hub's LFS sha256 is {f.sha256}"
+        if f.git_sha1:
+            got = git_blob_sha1(path)
+            return None if got == f.git_sha1 else f"{f.name}: git blob id {got}, the Hub's is {f.git_sha1}"
+        return None
+
+    def _upload(self, files: list[SourceFile], manager: Any, submit: Callable[[Any, str], Any]) -> int:
+        s = self.settings
 
         attempts = transfer_all(s, manager, sorted(f.name for f in files), submit, "uploading")
         shutil.rmtree(self.local_dir, ignore_errors=True)
@@ -657,6 +869,10 @@ def check_files(settings: Settings, present: Mapping[str, int], index: Any | Non
     if "config.json" not in present:
         raise VerifyError(f"{settings.model}: {where} has no config.json, which vLLM needs; fix: import the "
                           "folder of a Hugging Face-format model (config.json beside the *.safetensors)")
+    if isinstance(index, dict) and UNREADABLE in index:
+        raise VerifyError(f"{settings.model}: {INDEX_NAME} at {where} is not a safetensors index this import reads "
+                          f"({index[UNREADABLE]}); fix: import a model whose index is a safetensors index "
+                          f"(at most {MAX_JSON_BYTES >> 20} MiB, nested at most {MAX_JSON_DEPTH} deep)")
     if index is not None and not (isinstance(index, dict) and isinstance(index.get("weight_map"), dict)):
         raise VerifyError(f"{settings.model}: {INDEX_NAME} at {where} is not a safetensors index (no weight_map)")
     weights, others = weights_of(present, index)
@@ -709,8 +925,12 @@ def run(settings: Settings, client: Any = None) -> int:
     # check: a complete import of this source and revision is left alone.
     phase = Phase("check", s.model)
     try:
-        manifest = read_json(client, s.dest_bucket, s.dest_key(MANIFEST_NAME))
         dest = list_prefix(client, s.dest_bucket, s.dest_prefix)
+        # A manifest that is cut short on the way is read again (read_json); one that is not a
+        # document this script wrote (corrupt, nested, foreign) vouches for nothing: the import
+        # goes on as over another import's files (everything copied), never fails on it.
+        manifest = read_json(client, s.dest_bucket, s.dest_key(MANIFEST_NAME),
+                             dest[MANIFEST_NAME]["bytes"] if MANIFEST_NAME in dest else None, s.retries)
     except Exception as exc:
         return _fail(s, phase, AccessError(f"cannot read the destination {s.destination}: {describe_error(exc)}")
                      if is_permanent_s3(exc) else exc)
@@ -791,19 +1011,20 @@ def run(settings: Settings, client: Any = None) -> int:
             return _fail(s, phase, AccessError(f"cannot write the manifest: {describe_error(exc)}")
                          if is_permanent_s3(exc) else exc)
     if todo:
-        from boto3.s3.transfer import create_transfer_manager
-
-        manager = create_transfer_manager(client, transfer_config(s))
+        transfers = Transfers(client, transfer_config(s))
         try:
-            attempts = source.copy(todo, manager)
+            attempts = source.copy(todo, transfers)
         except BaseException as exc:
-            manager.shutdown(cancel=True)
+            ended = transfers.cancel()
+            if not ended:
+                phase.extra = {"cancelled_transfers": "still running after "
+                                                      f"{CANCEL_WAIT_S:g} s; exiting without them"}
             if not isinstance(exc, Exception):
                 phase.reason = f"interrupted: {type(exc).__name__}"
                 emit(phase)
                 raise
             return _fail(s, phase, exc)
-        manager.shutdown()
+        transfers.close()
     phase.result = "copied" if todo else "nothing-to-copy"
     phase.files, phase.bytes = len(todo), sum(f.bytes for f in todo)
     phase.extra = {"attempts": attempts, "kind": "s3-server-side" if s.s3_bucket else "hub-download-upload"}
@@ -817,7 +1038,8 @@ def run(settings: Settings, client: Any = None) -> int:
         if wrong:
             raise VerifyError(f"{s.model}: after the copy {s.destination} lacks or has other sizes for "
                               f"{', '.join(sorted(wrong)[:8])}")
-        dest_index = read_json(client, s.dest_bucket, s.dest_key(INDEX_NAME)) if INDEX_NAME in files else None
+        dest_index = read_json(client, s.dest_bucket, s.dest_key(INDEX_NAME), int(dest[INDEX_NAME]["bytes"]),
+                               s.retries) if INDEX_NAME in files and INDEX_NAME in dest else None
         check_files(s, {n: int(v["bytes"]) for n, v in dest.items() if n in files}, dest_index,
                     f"the destination {s.destination}")
     except Exception as exc:  # noqa: BLE001
@@ -833,7 +1055,10 @@ def run(settings: Settings, client: Any = None) -> int:
         "format": FORMAT, "status": "complete", "model": s.model, "source": s.source, "revision": s.revision,
         "destination": s.destination,
         "files": [{"name": n, "key": s.dest_key(n), "bytes": int(dest[n]["bytes"]), "etag": dest[n]["etag"]}
-                  for n in sorted(files)],
+                  | ({"sha256": source.hashes[n]} if n in source.hashes else {}) for n in sorted(files)],
+        # The part size of this run's multipart copies and uploads: with it an object's ETag
+        # (the MD5 of its parts' MD5s) can be recomputed from a copy of its bytes (weights_stage).
+        "part_bytes": s.part_bytes,
         "total_bytes": sum(f.bytes for f in files.values()), "weights_bytes": weights_bytes,
         "weights_gib": round(gib(weights_bytes), 4), "configured_weights_gib": s.weights_gib,
         "index_shards": weights if index is not None else None,
@@ -878,16 +1103,37 @@ def main(argv: list[str] | None = None) -> int:
         print(__doc__)
         return 0
     # As PID 1 this process would ignore SIGTERM (the Job's deadline, a node drain) and hold up
-    # the pod for the whole grace period; exiting runs the cleanup of the transfers.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    # the pod for the whole grace period: the handler unwinds the run (its transfers are
+    # cancelled on the way, see Transfers) and the process exits 143 (128 + SIGTERM).
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
         return _fail(None, Phase("check", os.environ.get("WARMSTART_MODEL", "?")), exc)
     try:
-        return run(settings)
+        code = run(settings)
     except ImportFailure as exc:
-        return _fail(settings, Phase("done", settings.model), exc)
+        code = _fail(settings, Phase("done", settings.model), exc)
+    except Terminated:
+        code = _fail(settings, Phase("done", settings.model),
+                     Interrupted("terminated by SIGTERM (the Job's deadline or a node drain); nothing was "
+                                 "recorded as complete, a rerun resumes the copy"))
+    if Transfers.abandoned or code == EXIT_TERMINATED:
+        # Cancelled transfers may still hold worker threads, which a normal exit joins.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread wherever it waits (a BaseException, so no
+    `except Exception` on the way swallows it)."""
+
+
+def _on_sigterm(*_: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding; the cleanup is not interrupted
+    raise Terminated()
 
 
 if __name__ == "__main__":

