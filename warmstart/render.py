@@ -204,6 +204,24 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
 
 
+def lone_router_notes(models: list[plan_mod.ModelPlan]) -> list[str]:
+    """A router asked for by name in front of a model that can never have two replicas.
+
+    Allowed, and noted rather than refused: decisions/routing.py keeps a named policy on one
+    replica on purpose (the model keeps its router's endpoint, metrics and drain behaviour, so
+    scaling down to one replica and back never swaps what the Service points at). It is rarely
+    meant, though: the router then only adds a hop and prefix_hash has no replica to choose."""
+    notes = []
+    for m in models:
+        if m.routed and m.max_replicas < 2 and m.autoscaling is None:
+            # (autoscaling with maxReplicas 1 is refused by the planner: KEDA could change nothing)
+            cap = f"replicas {m.replicas}, no autoscaling"
+            notes.append(f"note: model {m.name!r}: routing.policy {m.routing.policy} puts a router in front of a model "
+                         f"that can never have two replicas ({cap}), so it only adds a hop; set routing.policy: auto "
+                         "to drop it, or let the model have two replicas")
+    return notes
+
+
 def table(stack_plan: AnyPlan) -> str:
     """One row per model: the decisions a reviewer checks first."""
     head = ("model", "instance", "gpus/node", "TP", "weights GiB", "concurrency", "distributed",
@@ -228,6 +246,7 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{stack_plan.contract.namespace}, pool {m.pool})")
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
+        lines += lone_router_notes([m])
         return "\n".join(lines)
     for m in stack_plan.models:
         if m.autoscaling is not None:
@@ -240,6 +259,7 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
                          + (f"${cost:,.2f}/hour" if cost is not None else
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
+    lines += lone_router_notes(list(stack_plan.models))
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")
