@@ -200,3 +200,14 @@ def test_the_components_pages_python_example_runs():
     (dep,) = [r.inputs for r in found if r.typ == "kubernetes:apps/v1:Deployment"]
     (vllm,) = dep["spec"]["template"]["spec"]["containers"]
     assert "--tensor-parallel-size=4" in vllm["args"], "the comment in the snippet says auto picks 4"
+
+
+def test_the_first_pods_minutes_are_the_plans_estimate():
+    """"About N minutes for dev's model": the scale-out estimate of the same model on a new node,
+    as the model stack staging-llama-3-1-8b (dev's model, autoscaled) renders it."""
+    m = render.load_plan(ROOT / "stacks", "staging-llama-3-1-8b")[1].model
+    (dev,) = render.load_plan(ROOT / "stacks", "dev")[1].models
+    assert (m.name, m.instance, m.weights_bytes) == (dev.name, dev.instance, dev.weights_bytes)
+    seconds = int(re.search(r"serves after ~(\d+)s", render.scale_out_line(m)).group(1))
+    stated = int(re.search(r"about (\d+) minutes for dev's model", README).group(1))
+    assert stated == round(seconds / 60), seconds
