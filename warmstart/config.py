@@ -587,6 +587,7 @@ _EXPECTED = {
     "list": "a list", "dict": "a mapping of keys to values", "model": "a mapping of keys to values",
     "model_attributes": "a mapping of keys to values",
 }
+_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 _GENERIC_EXAMPLE = {"int": "1", "float": "1.5", "bool": "true", "string": "text", "list": "[a, b]",
                     "dict": "{key: value}", "model": "{}", "model_attributes": "{}"}
 
@@ -675,8 +676,13 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
         value = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
         kind = e["type"].removesuffix("_type").removesuffix("_parsing")
         ctx = e.get("ctx") or {}
+        bound = next((f"{op} {ctx[k]}" for k, op in _BOUNDS.items() if k in ctx), None)
         if e["type"] == "warmstart_rule":
             fix, value = ctx["fix"], ctx["value"]
+        elif e["type"] == "literal_error":
+            fix = f"use one of: {ctx['expected']}"
+        elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
+            fix = f"use a value {bound}"
         elif e["type"] == "extra_forbidden":
             rule, fix = "unknown key", _unknown_key(model, loc)
         elif kind in _EXPECTED and e["type"] != "int_from_float" and loc:
