@@ -4,8 +4,8 @@ Run by the README's test command and by `.ci/run`, into the virtual environment 
 
 1. the pinned torch (`pyproject.toml`'s `test` extra names it) as the CPU build, alone, from
    PyTorch's CPU index (https://pytorch.org/get-started/locally/): PyPI's Linux wheel is the CUDA
-   build, gigabytes of GPU libraries the tests never use. Only torch comes from that index;
-   `TORCH_INDEX_URL` names another (a mirror);
+   build, gigabytes of GPU libraries the tests never use. Only torch comes from that index, without
+   its dependencies (they come from PyPI in step 2); `TORCH_INDEX_URL` names another (a mirror);
 2. the project with its `test` extra, from pyproject.toml's pins;
 3. checkov and promtool into the tools cache (tests/tools.py).
 
@@ -40,7 +40,8 @@ def _pip(*args: str) -> None:
 
 def main() -> None:
     started = time.monotonic()
-    _pip(torch_requirement(), "--index-url", TORCH_INDEX_URL)
+    # torch alone (--no-deps): its dependencies come from PyPI with the test extras next.
+    _pip("--no-deps", torch_requirement(), "--index-url", TORCH_INDEX_URL)
     _pip("-e", ".[test]")
     for name, install in tools.INSTALL.items():
         print(f"{name}: {install()}")
