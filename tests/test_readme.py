@@ -211,3 +211,11 @@ def test_the_first_pods_minutes_are_the_plans_estimate():
     seconds = int(re.search(r"serves after ~(\d+)s", render.scale_out_line(m)).group(1))
     stated = int(re.search(r"about (\d+) minutes for dev's model", README).group(1))
     assert stated == round(seconds / 60), seconds
+
+
+def test_the_import_deadline_minutes_are_the_plans():
+    """The first `up`'s import Job bound the README gives for dev is the Job's own deadline."""
+    (dev,) = render.load_plan(ROOT / "stacks", "dev")[1].models
+    stated = int(re.search(r"about (\d+) minutes for dev's 15 GiB", README).group(1))
+    deadline = dev.weights_import.deadline_seconds
+    assert stated == round(deadline / 60), deadline
