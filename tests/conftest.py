@@ -11,11 +11,17 @@ import pytest
 import yaml
 
 from tests.podside.servers import RcloneS3
-from warmstart import render
+from warmstart import config, render
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS_DIR = ROOT / "stacks"
-ALL_STACK_NAMES = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in STACKS_DIR.glob("Pulumi.*.yaml"))
+# The stacks this repository ships, by name: the golden renders (tests/golden/render/) and the CI
+# matrix pin exactly these. Any other stacks/Pulumi.<name>.yaml is the user's own: it is rendered
+# and validated (tests/test_user_stacks.py), never compared with a golden file. To ship another
+# stack: docs/stacks.md ("Shipping a stack").
+SHIPPED_STACK_NAMES = ("dev", "prod", "staging", "staging-llama-3-1-8b")
+ALL_STACK_NAMES = sorted(SHIPPED_STACK_NAMES)
+USER_STACK_NAMES = sorted(set(config.stack_names(STACKS_DIR)) - set(SHIPPED_STACK_NAMES))
 # Environment (platform) stacks, which most tests exercise; model stacks (a model on a platform,
 # `warmstart:platform` in their file) have tests/test_model_stacks.py.
 _CONFIGS = {s: yaml.safe_load((STACKS_DIR / f"Pulumi.{s}.yaml").read_text()).get("config") or {}

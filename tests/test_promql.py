@@ -1,96 +1,29 @@
 """The exact PromQL every ScaledObject carries, run by Prometheus's own `promtool test rules` on
 synthetic series, and the managed collector's scrape configuration through `promtool check config`.
 
-promtool comes from Debian bookworm's `prometheus` package (2.42.0+ds-5+deb12u1, which ships
-/usr/bin/promtool), fetched by the test itself: the .deb is downloaded once from deb.debian.org,
-checked against its pinned sha256, cached under ~/.cache/warmstart-tools/, and promtool is taken
-out of it in pure Python (a .deb is an `ar` archive holding data.tar.xz), with no apt and no root.
+promtool (Debian bookworm's, pinned in tests/tools.py) is installed before pytest starts, by
+`python -m tests.install`; where it is missing these tests skip, naming that command.
 The rules under test are generated from warmstart.decisions.autoscaling, never copied.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import os
-import stat
 import subprocess
-import tarfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import tools
 from warmstart.decisions import autoscaling as decide
 from warmstart.manifests import autoscaling as objects
 
-DEB_URL = ("https://deb.debian.org/debian/pool/main/p/prometheus/"
-           "prometheus_2.42.0+ds-5+deb12u1_amd64.deb")
-# sha256 of that file, measured when it was pinned (19 257 088 bytes).
-DEB_SHA256 = "81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55"
-PROMTOOL_MEMBER = "./usr/bin/promtool"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "warmstart-tools"
-DOWNLOAD_TIMEOUT_S = 120
 MODEL, NAMESPACE = "llama", "inference"
-
-
-def _ar_member(archive: bytes, wanted_prefix: str) -> bytes:
-    """One member of a Unix `ar` archive: 8-byte magic, then per member a 60-byte header
-    (name 16, mtime 12, uid 6, gid 6, mode 8, size 10, magic 2) and the data, padded to even."""
-    if not archive.startswith(b"!<arch>\n"):
-        raise ValueError("not an ar archive")
-    pos = 8
-    while pos + 60 <= len(archive):
-        header = archive[pos:pos + 60]
-        name = header[:16].decode().strip().rstrip("/")
-        size = int(header[48:58].decode().strip())
-        start = pos + 60
-        if name.startswith(wanted_prefix):
-            return archive[start:start + size]
-        pos = start + size + (size % 2)
-    raise KeyError(wanted_prefix)
-
-
-def _download(path: Path) -> float:
-    """Fetch the .deb into `path` (atomically); returns the seconds it took."""
-    started = time.monotonic()
-    tmp = path.with_suffix(".partial")
-    with urllib.request.urlopen(DEB_URL, timeout=DOWNLOAD_TIMEOUT_S) as resp, tmp.open("wb") as out:
-        deadline = started + DOWNLOAD_TIMEOUT_S
-        while chunk := resp.read(1 << 20):
-            out.write(chunk)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"download of {DEB_URL} exceeded {DOWNLOAD_TIMEOUT_S} s")
-    tmp.replace(path)
-    return time.monotonic() - started
 
 
 @pytest.fixture(scope="session")
 def promtool() -> Path:
-    CACHE.mkdir(parents=True, exist_ok=True)
-    deb = CACHE / DEB_URL.rsplit("/", 1)[-1]
-    binary = CACHE / "promtool-2.42.0+ds-5+deb12u1"
-    if not deb.is_file() or hashlib.sha256(deb.read_bytes()).hexdigest() != DEB_SHA256:
-        try:
-            seconds = _download(deb)
-        except (urllib.error.URLError, TimeoutError, OSError) as err:
-            pytest.skip(f"promtool unavailable: {DEB_URL} could not be fetched ({err}) and is not cached in {CACHE}")
-        print(f"\ndownloaded {deb.name} ({deb.stat().st_size} bytes) in {seconds:.2f} s")
-    data = deb.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    assert digest == DEB_SHA256, f"{deb} has sha256 {digest}, not the pinned {DEB_SHA256}"
-    if not binary.is_file():
-        with tarfile.open(fileobj=io.BytesIO(_ar_member(data, "data.tar")), mode="r:xz") as tar:
-            member = tar.getmember(PROMTOOL_MEMBER)
-            extracted = tar.extractfile(member)
-            assert extracted is not None
-            tmp = binary.with_suffix(".partial")
-            tmp.write_bytes(extracted.read())
-            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR)
-            tmp.replace(binary)
+    binary = tools.require("promtool")
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
     assert "2.42.0" in out.stdout + out.stderr
     return binary

@@ -4,87 +4,38 @@ Every failed check must be one that docs/security-exceptions.yaml justifies, for
 names; every justified exception must still fail somewhere (a fixed one is removed from the
 list); docs/security.md explains each. checkov runs offline (`--skip-download`, no update check).
 
-checkov pins its own boto3, which conflicts with the project's, so it cannot live in the
-project's virtual environment: the first test that needs it creates a virtual environment of its
-own in a cache directory (`$WARMSTART_TOOLS_CACHE`, default `~/.cache/warmstart-tools`) with
-`pip install checkov==3.3.30` (about a minute; reused afterwards), under a file lock so parallel
-test processes install it once. `WARMSTART_CHECKOV=/path/to/checkov` uses an existing install of
-that version instead.
+checkov (its pinned version: tests/tools.py) is installed before pytest starts, by
+`python -m tests.install`; where it is missing these tests skip, naming that command.
 """
 
 from __future__ import annotations
 
-import fcntl
 import fnmatch
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tests import tools
 from tests.conftest import ALL_STACK_NAMES, PLATFORM_STACK_NAMES, ROOT, render_stack
 from warmstart import render
 
 EXCEPTIONS_FILE = ROOT / "docs" / "security-exceptions.yaml"
 SECURITY_DOC = ROOT / "docs" / "security.md"
-CHECKOV_VERSION = "3.3.30"
-INSTALL_TIMEOUT_S = 1200
-LOCK_WAIT_S = INSTALL_TIMEOUT_S + 60
+CHECKOV_VERSION = tools.CHECKOV_VERSION
 SCAN_TIMEOUT_S = 300
 # Objects with a pod template: the ones that must be scanned (and reach checkov as such).
 WORKLOAD_KINDS = {"Deployment", "Job", "DaemonSet", "StatefulSet", "CronJob", "ReplicaSet", "Pod"}
 
 
-def _tools_dir() -> Path:
-    return Path(os.environ.get("WARMSTART_TOOLS_CACHE") or Path.home() / ".cache" / "warmstart-tools")
-
-
-def _install_checkov(venv: Path) -> None:
-    """A fresh virtual environment at `venv` with checkov; the marker file is written last, so
-    an install that died half-way is redone, not used. (A virtual environment cannot be moved:
-    its scripts name its path, so it is built in place, under the lock.)"""
-    shutil.rmtree(venv, ignore_errors=True)
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    f"checkov=={CHECKOV_VERSION}"], check=True, timeout=INSTALL_TIMEOUT_S)
-    (venv / ".installed").write_text(f"checkov=={CHECKOV_VERSION} in {time.monotonic() - started:.0f}s\n")
-
-
 def checkov_executable() -> Path:
-    """checkov CHECKOV_VERSION, installed into its own cached virtual environment once."""
-    given = os.environ.get("WARMSTART_CHECKOV")
-    if given:
-        return Path(given)
-    tools = _tools_dir()
-    venv = tools / f"checkov-{CHECKOV_VERSION}"
-    exe = venv / "bin" / "checkov"
-    if (venv / ".installed").is_file():
-        return exe
-    tools.mkdir(parents=True, exist_ok=True)
-    with open(tools / f"checkov-{CHECKOV_VERSION}.lock", "w") as lock:
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while True:  # bounded: another process installing holds the lock at most INSTALL_TIMEOUT_S
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"waited {LOCK_WAIT_S}s for another process installing checkov into {venv}")
-                time.sleep(1)
-        try:
-            if not (venv / ".installed").is_file():
-                _install_checkov(venv)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    return exe
+    """The pinned checkov, from the tools cache (tests/tools.py); skips when it is missing."""
+    return tools.require("checkov")
 
 
 def run_checkov(directory: Path) -> dict[str, Any]:
@@ -118,6 +69,7 @@ def justified(check_id: str, resource: str, exceptions: list[dict[str, Any]]) ->
 @pytest.fixture(scope="session")
 def scans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[render.Rendered, dict[str, Any]]]:
     """Each stack's render and checkov's report over its kubernetes/ folder."""
+    checkov_executable()  # skips (or fails, in CI) before rendering anything when checkov is missing
     out: dict[str, tuple[render.Rendered, dict[str, Any]]] = {}
     for stack in ALL_STACK_NAMES:
         rendered = render_stack(stack)

@@ -42,10 +42,12 @@ def _render(args: argparse.Namespace) -> int:
         print(f"warmstart: {err}", file=sys.stderr)
         return EXIT_FAILED
     elapsed = time.perf_counter() - started
+    # Relative to where the command ran when below it (`build/dev`), as the user would type it.
+    shown = out.resolve().relative_to(Path.cwd().resolve()) if out.resolve().is_relative_to(Path.cwd().resolve()) else out
     print(render.table(rendered.stack_plan))
     print(f"\nrendered stack '{args.stack}' ({rendered.stack_plan.cluster_mode} mode): "
           f"{len(rendered.kubernetes_objects)} Kubernetes objects, {len(rendered.cloud_resources)} cloud "
-          f"resources -> {out} in {elapsed:.2f}s")
+          f"resources -> {shown} in {elapsed:.2f}s")
     return EXIT_OK
 
 

@@ -7,8 +7,10 @@ Every field's description is the config reference (`warmstart config-reference`)
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
+import typing
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
@@ -18,9 +20,11 @@ from typing import Annotated, Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
-from .decisions import tuning
+from .decisions import instances, tuning
 from .errors import ConfigError, ConfigErrors
 
 NAMESPACE = "warmstart"
@@ -44,6 +48,33 @@ def split_source(source: str) -> tuple[str | None, str]:
         bucket, _, prefix = source.removeprefix("s3://").partition("/")
         return bucket, prefix.rstrip("/")
     return None, source.rstrip("/")
+
+
+def _rule(rule: str, fix: str, value: object) -> PydanticCustomError:
+    """A validator's error that carries its own fix (and the offending value) to the CLI's
+    message, instead of the generic one `_from_validation_error` gives pydantic's errors."""
+    return PydanticCustomError("warmstart_rule", "{rule}", {"rule": rule, "fix": fix, "value": value})
+
+
+def _gpu_instance_type(instance_type: str) -> str:
+    """`instance_type` when warmstart's GPU table has it; else one line saying it has no GPU
+    warmstart knows of, and naming the GPU families (not every type: the table has dozens)."""
+    table = instances.catalog()
+    if instance_type in table:
+        return instance_type
+    family = instance_type.split(".", 1)[0]
+    sizes = [t for t, i in table.items() if i.family == family]
+    if sizes:
+        raise _rule(f"unknown GPU instance type: warmstart's GPU table has no {instance_type}",
+                    f"use one of {', '.join(sizes)}", instance_type)
+    families: dict[str, str] = {}
+    for i in table.values():
+        families.setdefault(i.family, i.gpu_model.removeprefix("NVIDIA ").split(" Server")[0])
+    example = next(iter(table))
+    raise _rule(f"unknown GPU instance type: {instance_type} has no GPU warmstart knows of (its family "
+                f"{family} is not in warmstart/data/gpu_instances.csv)",
+                f"use a type of a GPU family, e.g. {example}: "
+                + ", ".join(f"{f} ({gpu})" for f, gpu in sorted(families.items())), instance_type)
 
 
 class _Strict(BaseModel):
@@ -164,6 +195,11 @@ class GpuPool(_Strict):
     ephemeral storage on the local NVMe (RAID0) only while this is smaller than the NVMe of
     the instance, and otherwise silently on EBS. Default: 80, or less when the pool's smallest
     NVMe needs it; a value at or above that NVMe is an error."""
+
+    @field_validator("instance_types")
+    @classmethod
+    def _gpu_instance_types(cls, v: list[str]) -> list[str]:
+        return [_gpu_instance_type(t) for t in v]
 
 
 class HuggingFaceSource(_Strict):
@@ -301,6 +337,11 @@ class ModelSpec(_Strict):
     def prefix(self) -> str:
         """The key prefix of `source`, without a trailing slash."""
         return split_source(self.source)[1]
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, v: str | None) -> str | None:
+        return v if v is None else _gpu_instance_type(v)
 
     @field_validator("image")
     @classmethod
@@ -613,22 +654,120 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
+REFERENCE = "docs/config-reference.md"
+
 _FIXES = {
-    "extra_forbidden": "remove the key or check its spelling against the config reference in README.md",
-    "missing": "add the key (see the config reference in README.md)",
+    "missing": f"add the key (see {REFERENCE})",
 }
+# pydantic's error types for a value of the wrong type, and what the key expects instead.
+_EXPECTED = {
+    "int": "an integer", "float": "a number", "bool": "true or false", "string": "a string",
+    "list": "a list", "dict": "a mapping of keys to values", "model": "a mapping of keys to values",
+    "model_attributes": "a mapping of keys to values",
+}
+_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+_GENERIC_EXAMPLE = {"int": "1", "float": "1.5", "bool": "true", "string": "text", "list": "[a, b]",
+                    "dict": "{key: value}", "model": "{}", "model_attributes": "{}"}
 
 
-def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:") -> ConfigErrors:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _key_of(field_name: str, info: FieldInfo) -> str:
+    return info.alias or field_name
+
+
+def _field_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, FieldInfo | None]:
+    """The model that holds the key `loc` ends with, and that key's field (None for either when
+    `loc` leaves the model tree, e.g. inside a `tags` map)."""
+    field = None
+    for i, part in enumerate(loc):
+        if isinstance(part, int):
+            continue
+        if model is None:
+            return None, None
+        field = next((f for n, f in model.model_fields.items() if part in (n, _key_of(n, f))), None)
+        if field is None:
+            return (model if i == len(loc) - 1 else None), None
+        if i < len(loc) - 1:
+            inner = _models_in(field.annotation)
+            model = inner[0] if inner else None
+    return model, field
+
+
+def _as_written(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`loc` with each field's key as a stack file spells it (`instanceType`, not the
+    `instance_type` a component's Args give)."""
+    out = []
+    for i, part in enumerate(loc):
+        holder, field = _field_at(model, loc[:i + 1]) if isinstance(part, str) else (None, None)
+        name = next((n for n, f in holder.model_fields.items() if f is field), None) if holder and field else None
+        out.append(part if name is None or field is None else _key_of(name, field))
+    return tuple(out)
+
+
+def _unknown_key(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """The fix for an unknown key: the nearest known key of the same mapping (difflib's ratio,
+    case-insensitive), or the known keys when none is near."""
+    holder, _ = _field_at(model, loc)
+    known = [_key_of(n, f) for n, f in holder.model_fields.items()] if holder else []
+    by_lower = {k.lower(): k for k in known}
+    near = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1, cutoff=0.6)
+    if near:
+        return f"did you mean `{by_lower[near[0]]}`? Rename the key (every key: {REFERENCE})"
+    return f"remove the key; the keys here are {', '.join(f'`{k}`' for k in known)}" if known else \
+        f"remove the key (every key: {REFERENCE})"
+
+
+def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str:
+    """`key: value` as it would be written in the stack file: a single value given for a list
+    wrapped in one, else the field's default where that is a value of the expected kind, else a
+    generic value of it."""
+    if kind == "list" and isinstance(given, (str, int, float)):
+        return f"`{key}: [{given}]`"
+    default = None if field is None else field.default
+    wanted = {"int": int, "float": (int, float), "bool": bool, "string": str, "list": list}.get(kind)
+    if (default is not None and default is not PydanticUndefined and wanted is not None and default != []
+            and isinstance(default, wanted) and not (kind in ("int", "float") and isinstance(default, bool))):
+        value = yaml.safe_dump(default, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+    else:
+        value = _GENERIC_EXAMPLE[kind]
+    return f"`{key}: {value}`"
+
+
+def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
+                           model: type[BaseModel] | None = None) -> ConfigErrors:
+    """pydantic's errors in warmstart's words: each names the key, the rule and the fix. `model`
+    is the model validated, whose fields give the nearest key to an unknown one and an example
+    of the type a key expects."""
     found = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
         # pydantic reports union branches by their type name; keep the user's key path.
-        loc = tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool"))
+        loc = _as_written(model, tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool")))
         key = prefix + _key_path(loc) if loc else prefix.rstrip(":.")
         rule = e["msg"].removeprefix("Value error, ")
-        fix = _FIXES.get(e["type"], "correct the value (see the config reference in README.md)")
+        fix = _FIXES.get(e["type"], f"correct the value (see {REFERENCE})")
         value = e.get("input") if e["type"] not in ("missing", "extra_forbidden") else None
+        kind = e["type"].removesuffix("_type").removesuffix("_parsing")
+        ctx = e.get("ctx") or {}
+        bound = next((f"{op} {ctx[k]}" for k, op in _BOUNDS.items() if k in ctx), None)
+        if e["type"] == "warmstart_rule":
+            fix, value = ctx["fix"], ctx["value"]
+        elif e["type"] == "literal_error":
+            fix = f"use one of: {ctx['expected']}"
+        elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
+            fix = f"use a value {bound}"
+        elif e["type"] == "extra_forbidden":
+            rule, fix = "unknown key", _unknown_key(model, loc)
+        elif kind in _EXPECTED and e["type"] != "int_from_float" and loc:
+            _, field = _field_at(model, loc)
+            name = next((p for p in reversed(loc) if isinstance(p, str)), key)
+            rule = f"expected {_EXPECTED[kind]}"
+            fix = f"write it as {_EXPECTED[kind]}, e.g. {_example(kind, name, field, value)}"
         if isinstance(value, bool) and e["type"] in ("literal_error", "string_type", "enum"):
             # YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads an unquoted
             # on/off/yes/no/true/false as a boolean: https://yaml.org/type/bool.html
@@ -651,7 +790,7 @@ def parse_spec(model: type[_Spec], values: dict[str, Any], prefix: str) -> _Spec
     try:
         return model.model_validate(values)
     except ValidationError as err:
-        raise _from_validation_error(err, prefix) from None
+        raise _from_validation_error(err, prefix, model) from None
 
 
 def spec_from_args(model: type[_Spec], args: Mapping[str, Any], prefix: str) -> _Spec:
@@ -668,7 +807,7 @@ def parse_config(values: dict[str, Any]) -> StackConfig:
     try:
         return StackConfig.model_validate(values)
     except ValidationError as err:
-        raise _from_validation_error(err) from None
+        raise _from_validation_error(err, model=StackConfig) from None
 
 
 def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
@@ -708,27 +847,34 @@ def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
     try:
         return ModelStackConfig.model_validate(_config_values(config))
     except ValidationError as err:
-        raise _from_validation_error(err) from None
+        raise _from_validation_error(err, model=ModelStackConfig) from None
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:
     return stacks_dir / f"Pulumi.{stack}.yaml"
 
 
+def stack_names(stacks_dir: Path) -> list[str]:
+    """The stacks in a folder: NAME of every Pulumi.NAME.yaml."""
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
 def read_stack_file(path: Path) -> dict[str, str]:
     """A stack file's config as Pulumi hands it to a program: `{ns:key: json-or-string}`."""
     if not path.is_file():
-        known = sorted(p.name for p in path.parent.glob("Pulumi.*.yaml"))
+        stack = path.name.removeprefix("Pulumi.").removesuffix(".yaml")
+        known = stack_names(path.parent)
         raise ConfigError(
-            "stack", f"no stack file {path}", f"create it, or pick one of: {', '.join(known) or 'none'}"
-        )
+            "stack", f"no stack {stack!r} in {path.parent.name}/",
+            (f"use one of: {', '.join(known)}" if known else "create one")
+            + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(str(path), f"not valid YAML ({err})", "fix the YAML syntax") from None
     config = doc.get("config") or {}
     if not isinstance(config, dict):
-        raise ConfigError(f"{path}: config", "must be a mapping of keys to values", "see README.md")
+        raise ConfigError(f"{path}: config", "must be a mapping of keys to values", f"see {REFERENCE}")
     return {
         k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in config.items()
     }

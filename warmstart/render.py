@@ -339,6 +339,24 @@ def uncached_images_note(images: list[str]) -> list[str]:
             "fix: use the image from Docker Hub, or mirror it into ECR yourself and name that image"]
 
 
+def lone_router_notes(models: list[plan_mod.ModelPlan]) -> list[str]:
+    """A router asked for by name in front of a model that can never have two replicas.
+
+    Allowed, and noted rather than refused: decisions/routing.py keeps a named policy on one
+    replica on purpose (the model keeps its router's endpoint, metrics and drain behaviour, so
+    scaling down to one replica and back never swaps what the Service points at). It is rarely
+    meant, though: the router then only adds a hop and prefix_hash has no replica to choose."""
+    notes = []
+    for m in models:
+        if m.routed and m.max_replicas < 2 and m.autoscaling is None:
+            # (autoscaling with maxReplicas 1 is refused by the planner: KEDA could change nothing)
+            cap = f"replicas {m.replicas}, no autoscaling"
+            notes.append(f"note: model {m.name!r}: routing.policy {m.routing.policy} puts a router in front of a model "
+                         f"that can never have two replicas ({cap}), so it only adds a hop; set routing.policy: auto "
+                         "to drop it, or let the model have two replicas")
+    return notes
+
+
 def table(stack_plan: AnyPlan) -> str:
     """One row per model: the decisions a reviewer checks first."""
     head = ("model", "instance", "gpus/node", "TP", "weights GiB", "concurrency", "distributed",
@@ -368,6 +386,7 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(scale_out_line(m))
         if stack_plan.contract.image_cache_account:
             lines.extend(uncached_images_note([m.image]))
+        lines += lone_router_notes([m])
         return "\n".join(lines)
     for m in stack_plan.models:
         if m.autoscaling is not None:
@@ -399,6 +418,7 @@ def table(stack_plan: AnyPlan) -> str:
                          f"{g.size} for them")
     if stack_plan.config.image_cache.ecr_pull_through is not None:
         lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
+    lines += lone_router_notes(list(stack_plan.models))
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")

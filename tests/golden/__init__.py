@@ -3,6 +3,9 @@
 - `render/<stack>/`: `warmstart render` of the stack (Kubernetes objects, cloud.json,
   plan.json). A test fails when a render changes; a deliberate change is committed together
   with the refreshed files, so the diff is reviewed: `python -m tests.golden` rewrites them.
+- the generated parts of the docs: the README's sample of `warmstart render --stack dev` (its
+  first command's output) and docs/config-reference.md, so a change to renders or to the config
+  models is one refresh.
 - `state/urns-<stack>.json`: the URN of every resource of each stack as it was before the
   components moved to `components/` (that is, what deployed stacks hold in their state). Never
   regenerated: every one of these must keep resolving, by URN or by an alias.
@@ -18,13 +21,58 @@ RENDER = GOLDEN / "render"
 STATE = GOLDEN / "state"
 
 
+ROOT = GOLDEN.parent.parent
+README = ROOT / "README.md"
+CONFIG_REFERENCE = ROOT / "docs" / "config-reference.md"
+SAMPLE_START, SAMPLE_END = "<!-- render-sample:start -->\n", "<!-- render-sample:end -->"
+REFERENCE_START, REFERENCE_END = "<!-- config-reference:start -->\n", "<!-- config-reference:end -->"
+
+
+def render_dev_output() -> str:
+    """What the README's first command prints: `warmstart render --stack dev`, run in the
+    project root (it writes build/dev, as the command does)."""
+    import contextlib
+    import io
+    import os
+
+    from warmstart import cli
+
+    out, here = io.StringIO(), Path.cwd()
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(out):
+            assert cli.main(["render", "--stack", "dev"]) == cli.EXIT_OK
+    finally:
+        os.chdir(here)
+    return out.getvalue()
+
+
+def between(text: str, start: str, end: str) -> str:
+    return text[text.index(start) + len(start): text.index(end)]
+
+
+def replaced(text: str, start: str, end: str, block: str) -> str:
+    return text[:text.index(start) + len(start)] + block + text[text.index(end):]
+
+
+def sample_block(output: str) -> str:
+    return "```\n" + output.rstrip("\n") + "\n```\n"
+
+
 def update() -> None:
-    """Rewrite render/<stack>/ for every stack in stacks/."""
+    """Rewrite render/<stack>/ for every shipped stack, the README's render sample and
+    docs/config-reference.md."""
     from tests.conftest import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
+    from warmstart.reference import config_reference
 
     for stack in ALL_STACK_NAMES:
         out = RENDER / stack
         shutil.rmtree(out, ignore_errors=True)
         render.write(render.run_program(STACKS_DIR, stack), out)
         print(f"wrote {out}")
+    README.write_text(replaced(README.read_text(), SAMPLE_START, SAMPLE_END, sample_block(render_dev_output())))
+    print(f"wrote the render sample in {README}")
+    CONFIG_REFERENCE.write_text(replaced(CONFIG_REFERENCE.read_text(), REFERENCE_START, REFERENCE_END,
+                                         config_reference()))
+    print(f"wrote {CONFIG_REFERENCE}")

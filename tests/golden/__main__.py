@@ -1,4 +1,5 @@
-"""`python -m tests.golden`: refresh the golden renders after a deliberate change."""
+"""`python -m tests.golden`: after a deliberate change, refresh the shipped stacks' golden
+renders, the README's render sample and docs/config-reference.md."""
 
 from tests.golden import update
 
