@@ -209,3 +209,19 @@ def test_a_gpu_pod_larger_than_its_node_is_caught():
     (vllm,) = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
     vllm["resources"]["requests"]["cpu"] = "8"  # a g6e.2xlarge has 8 vCPUs, less the kubelet's share
     assert gpu_pool_misfits(r) == ["Deployment llama-3-1-8b on pool l40s (g6e.2xlarge)"]
+
+
+def test_on_every_gpu_type_a_staged_scraped_pod_fits_beside_the_nodes_daemonsets(tmp_path):
+    """The most a GPU node runs besides vLLM: the node cache's staging DaemonSet, the node's own
+    DaemonSets, and the pod's sidecars (compile cache, first token, metrics). On a 4-vCPU type
+    (g5/g6/g6e.xlarge) the pod's GPU share of the CPU used to leave them too little."""
+    doc = load_stack_doc("dev")
+    types = [t for t in instances.catalog() if instances.lookup(t).nvme_total_gb]
+    doc["config"]["warmstart:gpuPools"] = [
+        {"name": f"p{i}", "instanceTypes": [t], "maxGpus": 4 * instances.lookup(t).gpu_count} for i, t in enumerate(types)]
+    doc["config"]["warmstart:models"] = [
+        {"name": f"m{i}", "source": f"m{i}", "weightsGiB": 1, "pool": f"p{i}", "nodeCache": "on",
+         "autoscaling": {"minReplicas": 1, "maxReplicas": 2}} for i in range(len(types))]
+    r = render_doc(doc, tmp_path, stack="every-gpu-type")
+    assert {"g6e.xlarge", "g6.xlarge", "g5.xlarge"} <= set(types)
+    assert gpu_pool_misfits(r) == []

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from . import node_fit
 from .instances import GIB, MIB, GpuInstance
 
 # [EKS], [blog]: 4 GiB chunks (about one request per ~3.9 GiB safetensors shard); 8 GiB was
@@ -151,6 +152,16 @@ class PodSize:
 # the kubelet reservation (~8 % of memory on these types) and daemonsets.
 NODE_CPU_SHARE = 0.85
 NODE_MEMORY_SHARE = 0.80
+# What else a GPU node runs, taken off its allocatable first: the node's own DaemonSets
+# (kube-proxy, the VPC CNI and its policy agent: node_fit.NODE_DAEMONS) and warmstart's (the node
+# cache's staging pod, 500m / 512Mi, or the image pre-pull, 10m / 32Mi); and what the serving pod
+# runs beside vLLM (the compile-cache, first-token and metrics sidecars, 160m / 416Mi today).
+# On a 4-vCPU node the share above leaves too little for them (tests/test_node_fit.py packs
+# every GPU type), so the pod gets what is left instead.
+GPU_NODE_RESERVE_CPU_MILLIS = 150 + 500 + 10
+GPU_NODE_RESERVE_MEMORY_MIB = 512 + 32
+POD_SIDECARS_CPU_MILLIS = 200
+POD_SIDECARS_MEMORY_MIB = 512
 
 
 def pod_size(instance: GpuInstance, tp: int) -> PodSize:
@@ -163,5 +174,10 @@ def pod_size(instance: GpuInstance, tp: int) -> PodSize:
     share = tp / instance.gpu_count
     cpu = int(instance.vcpu * 1000 * share * NODE_CPU_SHARE)
     memory = int(instance.memory_gib * GIB * share * NODE_MEMORY_SHARE) // MIB * MIB
+    # Never more than the node can give once its DaemonSets and the pod's sidecars have theirs.
+    node = node_fit.allocatable(instance.instance_type)
+    cpu = min(cpu, int(share * (node.cpu_millis - GPU_NODE_RESERVE_CPU_MILLIS)) - POD_SIDECARS_CPU_MILLIS)
+    memory = min(memory, (int(share * (node.memory_mib - GPU_NODE_RESERVE_MEMORY_MIB))
+                          - POD_SIDECARS_MEMORY_MIB) * MIB)
     shm = 2 * GIB if tp == 1 else min(8 * GIB * tp, memory // 4 // GIB * GIB)
     return PodSize(gpus=tp, cpu_millis=cpu, memory_bytes=memory, shm_bytes=shm)
