@@ -453,9 +453,10 @@ def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[node_fit.PodDeman
     known = [t for t in types if t in node_fit.node_types()]
     if len(known) < len(types):
         if g.size is None:
+            families = sorted({t.split(".")[0] for t in node_fit.node_types() if t not in instances.catalog()})
             errors.add(f"{key}.size", f"warmstart has no allocatable figures for {sorted(set(types) - set(known))} "
-                       "to size the group from", f"set size explicitly, or use types warmstart knows "
-                       f"({', '.join(sorted(node_fit.node_types()))[:200]}...)", None)
+                       "to size the group from", "set size explicitly, or use types warmstart knows (the "
+                       f"{', '.join(families)} families, large to 4xlarge)", None)
             return None
         return SystemNodeGroupPlan(types, g.size)  # the user's size, which warmstart cannot check
 
