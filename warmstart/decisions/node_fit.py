@@ -153,10 +153,21 @@ def allocatable(instance_type: str, *, managed: bool = False) -> Allocatable:
     is the conservative reading should EKS pass its own."""
     nt = node_type(instance_type)
     pods = max_pods(nt)
+    return allocatable_of(nt.vcpu, nt.memory_gib, pods, managed=managed)
+
+
+# nodeadm's max pods when it has no ENI figures for the type (kubelet's own default), as
+# `withDefaultReservedResources` falls back to (`eni_max_pods.go`, `defaultMaxPods`).
+DEFAULT_MAX_PODS = 110
+
+
+def allocatable_of(vcpu: int, memory_gib: int, pods: int = DEFAULT_MAX_PODS, *, managed: bool = False) -> Allocatable:
+    """Node allocatable from the figures themselves (a type the tables do not list gets nodeadm's
+    fallback max pods)."""
     return Allocatable(
-        cpu_millis=nt.vcpu * 1000 - kube_reserved_cpu_millis(nt.vcpu),
-        memory_mib=node_memory_mib(nt.memory_gib) - kube_reserved_memory_mib(pods) - EVICTION_HARD_MEMORY_MIB,
-        pods=min(pods, managed_node_group_max_pods(nt.vcpu)) if managed else pods,
+        cpu_millis=vcpu * 1000 - kube_reserved_cpu_millis(vcpu),
+        memory_mib=node_memory_mib(memory_gib) - kube_reserved_memory_mib(pods) - EVICTION_HARD_MEMORY_MIB,
+        pods=min(pods, managed_node_group_max_pods(vcpu)) if managed else pods,
     )
 
 

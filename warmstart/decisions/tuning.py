@@ -175,7 +175,9 @@ def pod_size(instance: GpuInstance, tp: int) -> PodSize:
     cpu = int(instance.vcpu * 1000 * share * NODE_CPU_SHARE)
     memory = int(instance.memory_gib * GIB * share * NODE_MEMORY_SHARE) // MIB * MIB
     # Never more than the node can give once its DaemonSets and the pod's sidecars have theirs.
-    node = node_fit.allocatable(instance.instance_type)
+    known = instance.instance_type in node_fit.node_types()
+    node = (node_fit.allocatable(instance.instance_type) if known
+            else node_fit.allocatable_of(instance.vcpu, instance.memory_gib))
     cpu = min(cpu, int(share * (node.cpu_millis - GPU_NODE_RESERVE_CPU_MILLIS)) - POD_SIDECARS_CPU_MILLIS)
     memory = min(memory, (int(share * (node.memory_mib - GPU_NODE_RESERVE_MEMORY_MIB))
                           - POD_SIDECARS_MEMORY_MIB) * MIB)
