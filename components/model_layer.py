@@ -38,6 +38,11 @@ def _args(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _scraper_args(p: "ModelPlatform") -> list[dict[str, Any]] | None:
+    """The platform's own Prometheus pods as the components' `metricsScrapers` (None: none)."""
+    return [{"namespace": ns, "pod_labels": dict(labels)} for ns, labels in p.scraper_pods] or None
+
+
 def _no_aliases(opts: pulumi.ResourceOptions, _layer: str) -> pulumi.ResourceOptions:
     return opts
 
@@ -144,7 +149,7 @@ def deploy_model(parent: pulumi.Resource, p: ModelPlatform, spec: ModelConfig, m
         # Scrapers reach vLLM's metrics-only port, never its serving port: the managed collector
         # from its ENIs in the VPC's subnets, a Prometheus of the stack's own by its pods.
         metrics_scraper_cidrs=list(p.vpc_cidrs) if p.managed_scraper else None,
-        metrics_scrapers=[{"namespace": ns, "pod_labels": dict(labels)} for ns, labels in p.scraper_pods] or None,
+        metrics_scrapers=_scraper_args(p),
         autoscaled=True if m.autoscaling is not None else None)
     # An import writes into the model bucket, which this same `up` may be creating.
     after = [*k8s_after, *(p.import_after if imp else [])]
@@ -184,7 +189,7 @@ def _router(parent: pulumi.Resource, p: ModelPlatform, m: ModelPlan,
         # The routers' metrics listener serves only metrics: the managed collector's ENIs are in
         # the VPC's subnets, a Prometheus of your own is named by its pods.
         metrics_cidrs=vpc if p.managed_scraper else None,
-        metrics_scrapers=[{"namespace": ns, "pod_labels": dict(labels)} for ns, labels in p.scraper_pods] or None,
+        metrics_scrapers=_scraper_args(p),
         # Pods reach the API at the `kubernetes` ClusterIP (judged before DNAT), its endpoints are
         # ENIs in the VPC (warmstart/decisions/network.py).
         api_server_cidrs=[p.service_cidr, *vpc],

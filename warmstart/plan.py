@@ -140,7 +140,7 @@ def _check_monitoring(cfg: StackConfig, problems: Problems) -> None:
     """A Prometheus of the user's own must be named to the NetworkPolicies, or it scrapes nothing
     and KEDA's trigger has no data (every warmstart pod is behind a policy)."""
     mon, key = cfg.monitoring, f"{NAMESPACE}:monitoring"
-    autoscales = cfg.model_stacks.autoscaling or any(m.autoscaling for m in cfg.models)
+    autoscales = plan_cluster.runs_autoscaling(cfg, cfg.models)
     if mon.prometheus_url and autoscales and mon.scraper is None:
         problems.add(f"{key}.scraper", "prometheusUrl names your own Prometheus, but not its pods: the "
                      "NetworkPolicies admit only named scrapers to the metrics ports, so nothing would be scraped "

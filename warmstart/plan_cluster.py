@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from . import versions
 from .config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
@@ -484,15 +485,27 @@ def plan_system_group(g: SystemNodeGroupConfig, pods: Sequence[node_fit.PodDeman
     return SystemNodeGroupPlan(types, need)
 
 
+def runs_autoscaling(cfg: StackConfig, models: Sequence[Any]) -> bool:
+    """Whether the platform runs KEDA and metrics collection: a model autoscales (`models`:
+    ModelConfigs or ModelPlans) or model stacks may (`modelStacks.autoscaling`)."""
+    return cfg.model_stacks.autoscaling or any(m.autoscaling for m in models)
+
+
+def runs_node_feature_discovery(cfg: StackConfig, models: Sequence[ModelPlan]) -> bool:
+    """Whether the platform runs node-feature-discovery: a model is staged (its node labels) or
+    model stacks' models may be (`modelStacks.nodeCache`)."""
+    return cfg.model_stacks.node_cache or any(m.staged for m in models)
+
+
 def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit.PodDemand]:
     """What warmstart pins to the Karpenter-mode system node group besides the controller and
     CoreDNS: KEDA (autoscaling), node-feature-discovery (a staged model), each routed model's
     routers (its replicas plus a rollout's surge pod, spread over hosts) and each weights import
     Job (they may all run in the same `up`). Model stacks' routers and imports are their own."""
     pods: list[node_fit.PodDemand] = []
-    if cfg.model_stacks.autoscaling or any(m.autoscaling for m in models):
+    if runs_autoscaling(cfg, models):
         pods += node_fit.KEDA_PODS
-    if cfg.model_stacks.node_cache or any(m.staged for m in models):
+    if runs_node_feature_discovery(cfg, models):
         pods += node_fit.NFD_PODS
     cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
     for m in models:

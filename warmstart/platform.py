@@ -23,6 +23,7 @@ from .decisions import capacity, gpu_pools, image_cache, instances
 from .decisions import node_cache as staging
 from .errors import ConfigError, Problems
 from .plan import StackPlan, _pool_instance_type
+from . import plan_cluster
 from .plan_cluster import pool_model
 from .plan_model import ModelPlan, compile_cache_host_path, plan_model
 
@@ -85,12 +86,12 @@ def plan_runs_node_cache(plan: StackPlan) -> bool:
 
 def plan_stages(plan: StackPlan) -> bool:
     """Whether the platform runs node-feature-discovery, which a staged model's node labels need."""
-    return plan.config.model_stacks.node_cache or any(m.staged for m in plan.models)
+    return plan_cluster.runs_node_feature_discovery(plan.config, plan.models)
 
 
 def plan_runs_autoscaling(plan: StackPlan) -> bool:
     """Whether the platform runs KEDA and metrics collection."""
-    return plan.config.model_stacks.autoscaling or any(m.autoscaling for m in plan.models)
+    return plan_cluster.runs_autoscaling(plan.config, plan.models)
 
 
 @dataclass(frozen=True)
