@@ -222,7 +222,8 @@ def test_the_sidecar_validates_in_a_pod_and_mounts_its_script():
     (c,) = extras.init_containers
     assert c["restartPolicy"] == "Always"
     assert c["ports"] == [{"name": "metrics", "containerPort": 8001, "protocol": "TCP"}]
-    assert c["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # Restarted when stuck, and never the reason the serving pod leaves its Service.
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"} and "readinessProbe" not in c
     sc = c["securityContext"]
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -58,8 +58,12 @@ def metrics_proxy_container(image: str, script_config_map: str = CONFIGMAP_NAME)
         # Read-only root filesystem: no bytecode next to the script.
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": PORT_NAME},
-                           "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3},
+        # Liveness, not readiness: a native sidecar's readiness counts toward the pod's
+        # (https://kubernetes.io/docs/concepts/workloads/pods/sidecar-containers/#sidecar-containers-and-pod-lifecycle),
+        # so a stuck metrics path would take the serving pod out of its Service; a stuck proxy is
+        # restarted instead, and the pod keeps serving.
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": PORT_NAME},
+                          "periodSeconds": 10, "timeoutSeconds": 2, "failureThreshold": 3},
         "restartPolicy": "Always",
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "128Mi"}},
         "securityContext": {**container_security_context(), "seccompProfile": {"type": "RuntimeDefault"}},
