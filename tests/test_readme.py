@@ -10,7 +10,7 @@ import yaml
 
 from tests.conftest import ROOT, load_stack_doc, render_doc
 from tests.golden import (CONFIG_REFERENCE, REFERENCE_END, REFERENCE_START, SAMPLE_END, SAMPLE_START, between,
-                          render_dev_output, sample_block)
+                          elapsed_free, render_dev_output, sample_block)
 from warmstart import cli, exit_codes, render
 from warmstart.reference import config_reference
 
@@ -41,14 +41,10 @@ def test_readme_opens_with_exactly_two_commands():
     assert ci.index(first) < ci.index(second), ".ci/run runs the README's two commands, in order"
 
 
-def _elapsed_free(text: str) -> str:
-    return re.sub(r" in \d+\.\d\ds$", " in <seconds>s", text.strip(), flags=re.M)
-
-
 def test_the_render_sample_is_the_first_commands_output():
     """Refreshed with the golden files: `python -m tests.golden`."""
     sample = between(README, SAMPLE_START, SAMPLE_END)
-    assert _elapsed_free(sample) == _elapsed_free(sample_block(render_dev_output())), \
+    assert elapsed_free(sample) == elapsed_free(sample_block(render_dev_output())), \
         "the README's render sample is stale: run `python -m tests.golden`"
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -59,6 +60,11 @@ def sample_block(output: str) -> str:
     return "```\n" + output.rstrip("\n") + "\n```\n"
 
 
+def elapsed_free(text: str) -> str:
+    """The render's output without its one varying figure, the seconds it took."""
+    return re.sub(r" in \d+\.\d\ds$", " in <seconds>s", text.strip(), flags=re.M)
+
+
 def update() -> None:
     """Rewrite render/<stack>/ for every shipped stack, the README's render sample and
     docs/config-reference.md."""
@@ -71,8 +77,11 @@ def update() -> None:
         shutil.rmtree(out, ignore_errors=True)
         render.write(render.run_program(STACKS_DIR, stack), out)
         print(f"wrote {out}")
-    README.write_text(replaced(README.read_text(), SAMPLE_START, SAMPLE_END, sample_block(render_dev_output())))
-    print(f"wrote the render sample in {README}")
+    sample, readme = sample_block(render_dev_output()), README.read_text()
+    # Only when more than the seconds changed: a refresh leaves the README alone otherwise.
+    if elapsed_free(sample) != elapsed_free(between(readme, SAMPLE_START, SAMPLE_END)):
+        README.write_text(replaced(readme, SAMPLE_START, SAMPLE_END, sample))
+        print(f"wrote the render sample in {README}")
     CONFIG_REFERENCE.write_text(replaced(CONFIG_REFERENCE.read_text(), REFERENCE_START, REFERENCE_END,
                                          config_reference()))
     print(f"wrote {CONFIG_REFERENCE}")
