@@ -10,18 +10,16 @@
 from __future__ import annotations
 
 import copy
-import json
 import re
 from datetime import datetime, timedelta, timezone
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 
 from tests.conftest import load_stack_doc, render_doc, render_stack
+from tests.support.node_classes import crd_schema, validator
 from warmstart import config, plan
 from warmstart.decisions import capacity, karpenter
 from warmstart.errors import ConfigError, ConfigErrors
@@ -32,26 +30,8 @@ MODES = ("auto", "karpenter")
 TERMS = "capacityReservationSelectorTerms"
 
 
-@cache
-def _crd(file: str) -> dict[str, Any]:
-    crd = yaml.safe_load((SCHEMAS / "karpenter" / file).read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return v1["schema"]["openAPIV3Schema"]
-
-
-@cache
-def _validator(kind: str) -> jsonschema.Draft7Validator:
-    if kind == "NodePool":
-        return jsonschema.Draft7Validator(_crd("karpenter.sh_nodepools.yaml"))
-    if kind == "EC2NodeClass":
-        return jsonschema.Draft7Validator(_crd("karpenter.k8s.aws_ec2nodeclasses.yaml"))
-    # UNOFFICIAL, reconstructed from the EKS User Guide (tests/schemas/SOURCES.md).
-    return jsonschema.Draft7Validator(json.loads(
-        (SCHEMAS / "eks-auto-mode" / "nodeclass.eks.amazonaws.com_v1.reconstructed.schema.json").read_text()))
-
-
 def _terms_schema() -> dict[str, Any]:
-    return _crd("karpenter.k8s.aws_ec2nodeclasses.yaml")["properties"]["spec"]["properties"][TERMS]
+    return crd_schema("karpenter.k8s.aws_ec2nodeclasses.yaml")["properties"]["spec"]["properties"][TERMS]
 
 
 def _cel_refuses(terms: list[dict]) -> list[str]:
@@ -132,7 +112,7 @@ def test_rendered_pools_with_reservations_validate_against_the_crds(mode, case):
     (pool,) = p.cluster.pools
     objects = _objects(p)
     for obj in objects:
-        errors = sorted(_validator(obj["kind"]).iter_errors(obj), key=str)
+        errors = sorted(validator(obj["kind"]).iter_errors(obj), key=str)
         assert not errors, f"{case}/{obj['kind']}: {[e.message for e in errors]}"
     node_class = next(o for o in objects if o["kind"] != "NodePool")
     terms = node_class["spec"].get(TERMS, [])
@@ -157,7 +137,7 @@ def test_the_shipped_prod_stack_takes_p5_from_a_reservation_then_on_demand():
     assert pool.capacity.placeholder_ids == (capacity.PLACEHOLDER_RESERVATION_ID,)
     (nc,) = [o for o in r.kind("EC2NodeClass") if o["metadata"]["name"] == pool.name]
     assert nc["spec"][TERMS] == [{"id": capacity.PLACEHOLDER_RESERVATION_ID}]
-    assert not list(_validator("EC2NodeClass").iter_errors(nc)) and not _cel_refuses(nc["spec"][TERMS])
+    assert not list(validator("EC2NodeClass").iter_errors(nc)) and not _cel_refuses(nc["spec"][TERMS])
     # The reservation is only used with the feature gate on (it is the chart's default in 1.14, and
     # set explicitly so a chart default never decides it).
     (controller,) = [x for x in r.of_type("kubernetes:helm.sh/v3:Release") if x.inputs.get("name") == "karpenter"]
@@ -197,9 +177,9 @@ def test_a_flipped_prod_renders_its_reservation_in_auto_mode_too(mode, tmp_path)
     kind = "NodeClass" if mode == "auto" else "EC2NodeClass"
     (nc,) = r.kind(kind)
     assert nc["spec"][TERMS] == [{"id": capacity.PLACEHOLDER_RESERVATION_ID}]
-    assert not list(_validator(kind).iter_errors(nc))
+    assert not list(validator(kind).iter_errors(nc))
     for np_ in r.kind("NodePool"):
-        assert not list(_validator("NodePool").iter_errors(np_))
+        assert not list(validator("NodePool").iter_errors(np_))
 
 
 # --------------------------------------------------------------------------------------
@@ -228,7 +208,7 @@ def test_a_selector_term_the_crd_refuses_is_a_config_error_first(case):
           "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
                    "subnetSelectorTerms": [{"id": "subnet-0"}], "securityGroupSelectorTerms": [{"id": "sg-0"}],
                    TERMS: [rendered]}}
-    assert list(_validator("EC2NodeClass").iter_errors(nc)) or _cel_refuses([rendered]), case
+    assert list(validator("EC2NodeClass").iter_errors(nc)) or _cel_refuses([rendered]), case
     # ... and warmstart says so before anything renders, naming the pool's key.
     msg = _errors(_stack("karpenter", {"types": ["reserved", "onDemand"], "reservations": [term]}))
     assert "warmstart:gpuPools[0].capacity.reservations[0]" in msg

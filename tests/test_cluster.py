@@ -12,11 +12,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 
 from tests.conftest import STACK_NAMES, STACKS_DIR, load_stack_doc, policy_json, render_doc, render_stack
+from tests.support.node_classes import crd_schema, validator
 from warmstart import mocks, render, versions
 from warmstart.manifests.nvme_check import nvme_check_min_bytes
 from warmstart.decisions import gpu_pools, instances, karpenter, naming, placement
@@ -63,24 +63,6 @@ def any_mode(request, flip_dir) -> render.Rendered:
     return r
 
 
-def _crd_schema(file: str) -> dict[str, Any]:
-    crd = yaml.safe_load((SCHEMAS / "karpenter" / file).read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return v1["schema"]["openAPIV3Schema"]
-
-
-@cache
-def _validator(kind: str) -> jsonschema.Draft7Validator:
-    if kind == "NodePool":
-        return jsonschema.Draft7Validator(_crd_schema("karpenter.sh_nodepools.yaml"))
-    if kind == "EC2NodeClass":
-        return jsonschema.Draft7Validator(_crd_schema("karpenter.k8s.aws_ec2nodeclasses.yaml"))
-    # UNOFFICIAL: reconstructed from the EKS User Guide (tests/schemas/SOURCES.md); EKS publishes
-    # no CRD for it outside a cluster.
-    schema = json.loads((SCHEMAS / "eks-auto-mode" / "nodeclass.eks.amazonaws.com_v1.reconstructed.schema.json").read_text())
-    return jsonschema.Draft7Validator(schema)
-
-
 def _one(r: render.Rendered, typ: str) -> render.Registered:
     (x,) = r.of_type(typ)
     return x
@@ -117,7 +99,7 @@ def test_every_karpenter_object_validates_against_the_upstream_crds(any_mode):
     objects = [o for o in any_mode.kubernetes_objects if o["kind"] in kinds]
     assert objects
     for obj in objects:
-        errors = sorted(_validator(obj["kind"]).iter_errors(obj), key=str)
+        errors = sorted(validator(obj["kind"]).iter_errors(obj), key=str)
         assert not errors, f"{obj['kind']}/{obj['metadata']['name']}: {[e.message for e in errors]}"
 
 
@@ -135,22 +117,22 @@ def test_each_mode_renders_its_own_node_class_kind(any_mode):
 def test_the_schemas_catch_a_broken_object(any_mode):
     pool = json.loads(json.dumps(any_mode.kind("NodePool")[0]))
     pool["spec"]["disruption"]["consolidationPolicy"] = "Sometimes"
-    assert list(_validator("NodePool").iter_errors(pool))
+    assert list(validator("NodePool").iter_errors(pool))
     if any_mode.stack_plan.cluster_mode == "karpenter":
         nc = json.loads(json.dumps(any_mode.kind("EC2NodeClass")[0]))
         nc["spec"]["instanceStorePolicy"] = "RAID1"
-        assert "'RAID1' is not one of ['RAID0']" in [e.message for e in _validator("EC2NodeClass").iter_errors(nc)]
+        assert "'RAID1' is not one of ['RAID0']" in [e.message for e in validator("EC2NodeClass").iter_errors(nc)]
     else:
         nc = json.loads(json.dumps(any_mode.kind("NodeClass")[0]))
         nc["spec"]["ephemeralStorage"]["size"] = "80GB"
-        assert list(_validator("NodeClass").iter_errors(nc))
+        assert list(validator("NodeClass").iter_errors(nc))
 
 
 @cache
 def _karpenter_allowed_aws_labels() -> frozenset[str]:
     """The `karpenter.k8s.aws/*` requirement keys the NodePool CRD's CEL rule allows (CEL is not
     evaluated by jsonschema, so the rule's list is read from the CRD itself)."""
-    key = (_crd_schema("karpenter.sh_nodepools.yaml")["properties"]["spec"]["properties"]["template"]
+    key = (crd_schema("karpenter.sh_nodepools.yaml")["properties"]["spec"]["properties"]["template"]
            ["properties"]["spec"]["properties"]["requirements"]["items"]["properties"]["key"])
     (rule,) = [v["rule"] for v in key["x-kubernetes-validations"] if "karpenter.k8s.aws/instance-local-nvme" in v["rule"]]
     return frozenset(re.findall(r'"(karpenter\.k8s\.aws/[^"]+)"', rule))
