@@ -11,13 +11,10 @@ import hashlib
 import http.server
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -27,6 +24,7 @@ from tests.podside.conftest import seaweed_s3  # noqa: F401 - a fixture
 from tests.node_cache.test_stage import _wait_for, digest_of, tree
 from tests.podside.faults import FaultProxy, Rule, get_of
 from tests.podside.servers import BUCKET, RcloneS3
+from tests.support.loopback import LoopbackServer
 from warmstart.podside import weights_select, weights_stage
 
 
@@ -288,7 +286,7 @@ def test_a_disk_that_fills_at_the_marker_leaves_no_partial_copy(node, upload, sm
     assert_intact(n, prev, prev_files)
 
 
-class FakeKubeApi:
+class FakeKubeApi(LoopbackServer):
     """The API server's NodeFeature endpoint: records (method, path, monotonic time)."""
 
     def __init__(self) -> None:
@@ -311,20 +309,11 @@ class FakeKubeApi:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> "FakeKubeApi":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return self.base_url
 
 
 def test_sigterm_unlabels_the_node_well_inside_the_grace_period(node, upload, tmp_path):

@@ -27,6 +27,8 @@ import time
 from typing import Callable
 from urllib.parse import unquote, urlsplit
 
+from tests.support.loopback import LoopbackServer
+
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
@@ -61,7 +63,7 @@ def get_of(key_suffix: str) -> Callable[[str, str, dict[str, str]], bool]:
     return lambda method, path, headers: method == "GET" and unquote(urlsplit(path).path).endswith(key_suffix)
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     def __init__(self, upstream: str) -> None:
         parts = urlsplit(upstream)
         self.upstream_host, self.upstream_port = parts.hostname or "127.0.0.1", parts.port or 80
@@ -82,13 +84,11 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any  # noqa: N815
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.base_url
 
     def add(self, rule: Rule) -> Rule:
         with self._lock:
@@ -104,17 +104,12 @@ class FaultProxy:
             time.sleep(0.05)
         return False
 
-    def __enter__(self) -> "FaultProxy":
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def stop(self) -> None:
         self._stop.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__exit__()
 
     # ---- one request ------------------------------------------------------------------
 

@@ -29,6 +29,8 @@ import time
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from tests.support.loopback import LoopbackServer
+
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$")
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/revision/(?P<rev>[^/]+)$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
@@ -50,7 +52,7 @@ def git_blob_sha1(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
-class HubStandIn:
+class HubStandIn(LoopbackServer):
     """The Hub for a few repositories; `requests` records (method, path, token) of each request."""
 
     def __init__(self) -> None:
@@ -77,13 +79,11 @@ class HubStandIn:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.base_url
 
     def add(self, repo_id: str, commit: str, files: dict[str, bytes], *, gated: bool = False,
             readers: tuple[str, ...] = ()) -> Repo:
@@ -94,14 +94,9 @@ class HubStandIn:
         """Paths of the file downloads (GET .../resolve/...) served so far."""
         return [p for m, p, _ in self.requests if m == "GET" and "/resolve/" in p]
 
-    def __enter__(self) -> "HubStandIn":
-        self.thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__exit__(*exc)
 
     # ---- the API ------------------------------------------------------------------------
 

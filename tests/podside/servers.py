@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.support.loopback import LoopbackServer
+
 BUCKET = "compile-cache"
 REGION = "us-east-1"
 
@@ -248,7 +250,7 @@ class SeaweedS3(S3Server):
                 sock.unlink(missing_ok=True)
 
 
-class HealthServer:
+class HealthServer(LoopbackServer):
     """Stands in for vLLM's /health: 503 for the first `ready_after` requests, then 200."""
 
     def __init__(self, ready_after: int = 0):
@@ -267,21 +269,11 @@ class HealthServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        # Port 0: the kernel gives this socket a free port, so it is ours by construction.
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._serve(Handler)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/health"
-
-    def __enter__(self) -> "HealthServer":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        return f"{self.base_url}/health"
 
 
 class FakeS3:
