@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.renders import node_group_of, platform_of
 from tests.conftest import ALL_STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import render
-from warmstart.decisions import image_cache, placement
+from warmstart.decisions import image_cache
 
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
@@ -55,28 +56,15 @@ def _roles_by_group(r: render.Rendered) -> dict[str | None, str]:
     return out
 
 
-def _where(selector: dict[str, str]) -> str | None:
-    if selector.get(placement.NODE_GROUP_LABEL) == placement.SYSTEM_NODE_GROUP:
-        return "system"
-    pool = selector.get(placement.NODEPOOL_LABEL)
-    return None if pool in (None, "general-purpose", "system") else pool
-
-
-def _platform(r: render.Rendered) -> render.Rendered:
-    """Where the nodes and their roles are: a model stack's platform render, else the stack's own."""
-    contract = getattr(r.stack_plan, "contract", None)
-    return render_stack(contract.stack) if contract is not None else r
-
-
 def pulls(r: render.Rendered) -> list[Pull]:
     """Every (pod, image, pulling node role) of the render."""
-    roles = _roles_by_group(_platform(r))
+    roles = _roles_by_group((platform_of(r) or r))
     out = []
     for o in r.kubernetes_objects:
         if o["kind"] not in ("Deployment", "DaemonSet", "Job"):
             continue
         spec = o["spec"]["template"]["spec"]
-        role = roles.get(_where(spec.get("nodeSelector") or {}), "?")
+        role = roles.get(node_group_of(spec.get("nodeSelector") or {}), "?")
         for c in spec.get("initContainers", []) + spec.get("containers", []):
             out.append(Pull(f"{o['kind']} {o['metadata']['name']}", c["image"], role))
     for rel in r.of_type("kubernetes:helm.sh/v3:Release"):
@@ -84,7 +72,7 @@ def pulls(r: render.Rendered) -> list[Pull]:
         image = (values.get("controller") or {}).get("image")
         if isinstance(image, dict):
             out.append(Pull(f"Release {rel.inputs.get('name')}", f"{image['repository']}:{image['tag']}",
-                            roles.get(_where(values.get("nodeSelector") or {}), "?")))
+                            roles.get(node_group_of(values.get("nodeSelector") or {}), "?")))
     return out
 
 
@@ -104,7 +92,7 @@ def _grants(r: render.Rendered) -> dict[str, set[str]]:
 
 
 def problems(r: render.Rendered) -> list[str]:
-    grants = _grants(_platform(r))
+    grants = _grants((platform_of(r) or r))
     out = []
     for p in pulls(r):
         have = grants.get(p.role, set())

@@ -18,42 +18,14 @@ from typing import Any
 
 import pytest
 
-import yaml
 
-from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
-from warmstart import config, mocks, render
+from tests.support.renders import EXAMPLE_NAMES, example, node_group_of, workloads
+from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
+from warmstart import render
 from warmstart.decisions import node_fit, instances, placement
 
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 RELEASE = "kubernetes:helm.sh/v3:Release"
-SYSTEM = {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
-
-
-def _pool_of(selector: dict[str, str]) -> str | None:
-    """Which node group a pod's nodeSelector pins it to: `system`, a NodePool's name, nodes of one
-    instance type (`type:<instance type>`, on a cluster the program does not own), or None (Auto
-    Mode's elastic built-in pools)."""
-    if selector.get(placement.NODE_GROUP_LABEL) == placement.SYSTEM_NODE_GROUP:
-        return "system"
-    pool = selector.get(placement.NODEPOOL_LABEL)
-    if pool is None and selector.get("node.kubernetes.io/instance-type"):
-        return f"type:{selector['node.kubernetes.io/instance-type']}"
-    return None if pool in ("general-purpose", "system") else pool
-
-
-def _workloads(r: Any) -> list[tuple[str, str, dict[str, Any], int]]:
-    """(kind, name, pod spec, pods at once) of every workload object in the render."""
-    out = []
-    for o in r.kubernetes_objects:
-        kind, spec = o["kind"], o.get("spec", {})
-        if kind not in ("Deployment", "DaemonSet", "Job"):
-            continue
-        count = 1
-        if kind == "Deployment":
-            surge = spec.get("strategy", {}).get("rollingUpdate", {}).get("maxSurge", 1)
-            count = spec.get("replicas", 1) + (surge if isinstance(surge, int) else 1)
-        out.append((kind, o["metadata"]["name"], spec["template"]["spec"], count))
-    return out
 
 
 def _release_pods(r: render.Rendered) -> list[tuple[str, node_fit.PodDemand]]:
@@ -61,7 +33,7 @@ def _release_pods(r: render.Rendered) -> list[tuple[str, node_fit.PodDemand]]:
     out = []
     for rel in r.of_type(RELEASE):
         values, name = rel.inputs.get("values") or {}, rel.inputs.get("name") or rel.name
-        where = _pool_of(values.get("nodeSelector") or {})
+        where = node_group_of(values.get("nodeSelector") or {})
         if name == "karpenter":
             req = values["controller"]["resources"]["requests"]
             out.append((where, node_fit.PodDemand("karpenter", node_fit.parse_cpu(req["cpu"]),
@@ -74,7 +46,7 @@ def _release_pods(r: render.Rendered) -> list[tuple[str, node_fit.PodDemand]]:
                                                       node_fit.parse_memory(req["memory"]))))
         elif name == "node-feature-discovery":
             for part, demand in (("master", node_fit.NFD_MASTER), ("gc", node_fit.NFD_GC)):
-                out.append((_pool_of(values[part]["nodeSelector"]), demand))
+                out.append((node_group_of(values[part]["nodeSelector"]), demand))
     return out
 
 
@@ -92,8 +64,8 @@ def _system_load(r: render.Rendered) -> tuple[list[node_fit.DaemonDemand], list[
     """The DaemonSets on every system node and the pods pinned to the system group."""
     pods = [node_fit.COREDNS]
     daemons = list(node_fit.NODE_DAEMONS)
-    for kind, name, spec, count in _workloads(r):
-        if _pool_of(spec.get("nodeSelector") or {}) != "system":
+    for kind, name, spec, count in workloads(r):
+        if node_group_of(spec.get("nodeSelector") or {}) != "system":
             continue
         cpu, mem = node_fit.pod_requests(spec)
         if kind == "DaemonSet":
@@ -129,18 +101,18 @@ def gpu_pool_misfits(r: Any) -> list[str]:
     DaemonSets (CPU, memory, pods and GPUs). A pod pinned to an instance type on a cluster the
     program does not own (an example) is held against one such node."""
     pools = _gpu_nodepools(r)
-    for _, _, spec, _ in _workloads(r):
-        pool = _pool_of(spec.get("nodeSelector") or {})
+    for _, _, spec, _ in workloads(r):
+        pool = node_group_of(spec.get("nodeSelector") or {})
         if pool is not None and pool.startswith("type:"):
             pools[pool] = [pool.removeprefix("type:")]
-    work = _workloads(r)
+    work = workloads(r)
     bad = []
     for pool, types in pools.items():
         daemons = list(node_fit.NODE_DAEMONS) + [
             node_fit.DaemonDemand(name, *node_fit.pod_requests(spec)) for kind, name, spec, _ in work
-            if kind == "DaemonSet" and _pool_of(spec.get("nodeSelector") or {}) == pool]
+            if kind == "DaemonSet" and node_group_of(spec.get("nodeSelector") or {}) == pool]
         for kind, name, spec, _ in work:
-            if kind == "DaemonSet" or _pool_of(spec.get("nodeSelector") or {}) != pool:
+            if kind == "DaemonSet" or node_group_of(spec.get("nodeSelector") or {}) != pool:
                 continue
             wanted = spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type")
             gpus = sum(int(c.get("resources", {}).get("requests", {}).get(placement.GPU_RESOURCE, 0))
@@ -164,20 +136,9 @@ def test_every_pod_of_every_stack_fits_its_nodes(stack):
     assert gpu_pool_misfits(r) == []
 
 
-class _Program:
-    """An example's registrations, shaped like a render."""
-
-    def __init__(self, resources):
-        self.kubernetes_objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
-
-
-@pytest.mark.parametrize("name", sorted(p.parent.name for p in (ROOT / "examples").glob("*/__main__.py")))
+@pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_every_pod_of_every_example_fits_its_nodes(name):
-    folder = ROOT / "examples" / name
-    raw = config.read_stack_file(folder / "Pulumi.example.yaml")
-    project = yaml.safe_load((folder / "Pulumi.yaml").read_text())["name"]
-    program = _Program(mocks.run_program_file(folder, region=raw[f"{project}:region"], stack="example", config=raw,
-                                              project=project))
+    program, _ = example(name)
     assert gpu_pool_misfits(program) == []
 
 

@@ -11,11 +11,12 @@ import ipaddress
 import itertools
 
 import pytest
-import yaml
 
-from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
+from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
 from tests.support import reachability as R
-from warmstart import config, mocks, render
+from tests.support import renders
+from tests.support.renders import EXAMPLE_NAMES
+from warmstart import mocks
 from warmstart.errors import ConfigError, ConfigErrors
 
 ROWS = {R.flow_id(row): row for row in R.FLOWS}
@@ -35,17 +36,11 @@ def _assert_flow(stack: R.Stack, flow: str) -> None:
     assert not violations, "\n".join(map(str, violations))
 
 
-def _platform(rendered):
-    """A model stack's platform render (its network, cluster and collector); None otherwise."""
-    platform = getattr(rendered.stack_plan.config, "platform", None)
-    return render_stack(platform.rsplit("/", 1)[-1]) if platform else None
-
-
 @functools.cache
 def shipped(name: str) -> R.Stack:
     """A stack of stacks/ as endpoints."""
     r = render_stack(name)
-    return R.stack_model(name, r, _platform(r))
+    return R.stack_model(name, r, renders.platform_of(r))
 
 
 @pytest.mark.parametrize(("stack", "flow"), _params(ALL_STACK_NAMES))
@@ -53,31 +48,16 @@ def test_shipped_stack_flow(stack, flow):
     _assert_flow(shipped(stack), flow)
 
 
-class _Program:
-    """An example's registrations, shaped like a render (no stack plan)."""
-
-    def __init__(self, resources):
-        self.resources = resources
-        self.kubernetes_objects = [r.inputs for r in resources if render.is_kubernetes_object(r)]
-
-
-EXAMPLE_NAMES = sorted(p.parent.name for p in (ROOT / "examples").glob("*/__main__.py"))
-
-
 @functools.cache
 def example(name: str) -> R.Stack:
     """An example (components alone on a cluster the user has): its network is not in the
     program, so it stands on a VPC like the shipped stacks' (10.0.0.0/16, two private subnets)."""
-    folder = ROOT / "examples" / name
-    raw = config.read_stack_file(folder / "Pulumi.example.yaml")
-    project = yaml.safe_load((folder / "Pulumi.yaml").read_text())["name"]
-    resources = mocks.run_program_file(folder, region=raw[f"{project}:region"], stack="example", config=raw,
-                                       project=project)
+    program, raw = renders.example(name)
     mode = next((v for k, v in raw.items() if k.endswith(":clusterMode")), "auto")
     subnets = [ipaddress.ip_network(c) for c in ("10.0.0.0/19", "10.0.32.0/19")]
     net = R.Network([ipaddress.ip_network("10.0.0.0/16")], subnets, [], ipaddress.ip_network("172.20.0.0/16"),
                     mode == "auto")
-    return R.stack_model(f"examples/{name}", _Program(resources), network=net)
+    return R.stack_model(f"examples/{name}", program, network=net)
 
 
 @pytest.mark.parametrize(("name", "flow"), _params(EXAMPLE_NAMES))
@@ -197,7 +177,7 @@ def _broken(stack_name: str, edit) -> list[R.Violation]:
     for o in objects:
         if o["kind"] == "NetworkPolicy":
             edit(o)
-    return R.check(R.stack_model(stack_name, r, _platform(r), objects=objects))
+    return R.check(R.stack_model(stack_name, r, renders.platform_of(r), objects=objects))
 
 
 def _selects(policy, name):
@@ -206,7 +186,7 @@ def _selects(policy, name):
 
 def _network(stack_name) -> R.Network:
     r = render_stack(stack_name)
-    return R.network_of(r, _platform(r))
+    return R.network_of(r, renders.platform_of(r))
 
 
 def _replace_egress(policy, covers, rule):
