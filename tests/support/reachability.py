@@ -36,6 +36,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from warmstart.decisions import network
 from warmstart.mocks import fake_id
 
 Net = ipaddress.IPv4Network
@@ -309,14 +310,6 @@ class Network:
     auto_mode: bool
 
 
-def default_service_cidr(vpc_cidrs: Sequence[Net]) -> Net:
-    """EKS's service range when `serviceIpv4Cidr` is not set: "either the 10.100.0.0/16 or
-    172.20.0.0/16" (EKS API reference, KubernetesNetworkConfigRequest), the latter when a VPC CIDR
-    is in 10.0.0.0/8 (awslabs/amazon-eks-ami's pre-nodeadm `files/bootstrap.sh`, DNS_CLUSTER_IP)."""
-    ten = ipaddress.ip_network("10.0.0.0/8")
-    return ipaddress.ip_network("172.20.0.0/16" if any(c.subnet_of(ten) for c in vpc_cidrs) else "10.100.0.0/16")
-
-
 def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
                subnet_cidrs: Mapping[str, str] | None = None) -> Network:
     """The stack's network, from its render (a model stack's from its platform's). An existing
@@ -331,7 +324,7 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
     if not vpcs:  # an existing VPC without its CIDRs given: what the plan takes it to be
         plan = rendered.stack_plan
         contract = getattr(plan, "contract", None)
-        cidrs = getattr(contract, "vpc_cidrs", None) or [contract.vpc_cidr] if contract else [plan.config.network.cidr]
+        cidrs = contract.vpc_cidrs if contract else [plan.config.network.cidr]
         vpcs = [ipaddress.ip_network(c) for c in cidrs]
     cluster = next(r.inputs for r in res if r.typ == "eks:index:Cluster")
     pods = [subnets[i] for i in cluster.get("privateSubnetIds") or [] if i in subnets] or vpcs
@@ -341,7 +334,7 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
     service = cluster.get("kubernetesServiceIpAddressRange") or (
         cluster.get("kubernetesNetworkConfig") or {}).get("serviceIpv4Cidr")
     return Network(vpcs, pods, scraper_subnets,
-                   ipaddress.ip_network(service) if service else default_service_cidr(vpcs),
+                   ipaddress.ip_network(service or network.default_service_cidr([str(c) for c in vpcs])),
                    rendered.stack_plan.cluster_mode == "auto")
 
 
