@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import load_stack_doc, policy_json, render_doc, render_stack
+from tests.support import reachability as R
 from warmstart import mocks, render, versions
 from warmstart.decisions import image_cache, network
 from warmstart.manifests import network_policy, serving
@@ -43,17 +44,12 @@ def _router_policies(r: render.Rendered) -> list[dict[str, Any]]:
 
 
 def _allows_https_to(policy: dict[str, Any], address: str) -> bool:
-    """Whether an egress rule of the policy admits TCP 443 to `address` (as the AWS agent sees
-    it: the destination before DNAT)."""
-    ip = ipaddress.ip_address(address)
-    for rule in policy["spec"].get("egress", []):
-        ports = rule.get("ports")
-        if ports and not any(p.get("port") == 443 for p in ports):
-            continue
-        peers = rule.get("to")
-        if not peers or any("ipBlock" in p and ip in ipaddress.ip_network(p["ipBlock"]["cidr"]) for p in peers):
-            return True
-    return False
+    """Whether the policy lets the pods it selects open TCP 443 to `address`, as the AWS network
+    policy agent judges egress (the destination before DNAT): tests/support/reachability.py."""
+    ns = policy["metadata"].get("namespace", "default")
+    src = R.Endpoint("router", ipaddress.ip_address("10.0.1.10"), "router", ns,
+                     dict(policy["spec"]["podSelector"].get("matchLabels") or {}))
+    return R.Cluster([policy], [src]).egress(src, ipaddress.ip_address(address), 443, "TCP") == ""
 
 
 # --- finding 1: the router reaches the API server at the `kubernetes` ClusterIP -----------------
