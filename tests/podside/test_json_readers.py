@@ -195,3 +195,13 @@ def test_history_skips_nested_records_and_keeps_the_rest(cases):
     bodies = [nest(encode(d), levels, as_list) for d, levels, as_list in cases] + [b'{"flags": {}}']
     records = history.read_records(_Records(bodies), "b", "p/")
     assert {"flags": {}} in records and all(isinstance(r, dict) for r in records)
+
+
+def test_the_scripts_carry_one_depth_check():
+    """Each script ships alone in its own ConfigMap and imports only the standard library, so each
+    carries its own copy of the nesting bound: the same copy, so a fix to one reaches all."""
+    import inspect
+
+    sources = {m.__name__: inspect.getsource(m._depth_ok)
+               for m in (first_token, weights_import, weights_select, weights_stage)}
+    assert len(set(sources.values())) == 1, sorted(sources)
