@@ -9,6 +9,7 @@ warmstart coldstart --history's read_records (a bad record is skipped)."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import tempfile
@@ -200,8 +201,6 @@ def test_history_skips_nested_records_and_keeps_the_rest(cases):
 def test_the_scripts_carry_one_depth_check():
     """Each script ships alone in its own ConfigMap and imports only the standard library, so each
     carries its own copy of the nesting bound: the same copy, so a fix to one reaches all."""
-    import inspect
-
     sources = {m.__name__: inspect.getsource(m._depth_ok)
                for m in (first_token, weights_import, weights_select, weights_stage)}
     assert len(set(sources.values())) == 1, sorted(sources)
