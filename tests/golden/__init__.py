@@ -7,8 +7,10 @@
   first command's output) and docs/config-reference.md, so a change to renders or to the config
   models is one refresh.
 - `state/urns-<stack>.json`: the URN of every resource of each stack as it was before the
-  components moved to `components/` (that is, what deployed stacks hold in their state). Never
-  regenerated: every one of these must keep resolving, by URN or by an alias.
+  components moved to `components/` (that is, what deployed stacks hold in their state), and
+  `state/urns-<stack>@<version>.json` as each stack was at that warmstart version (0.3: before
+  a model became the `ServedModel` component). Never regenerated: every one of these must keep
+  resolving, by URN or by an alias.
 """
 
 from __future__ import annotations
