@@ -33,7 +33,7 @@ from warmstart.config import ClusterConfig, GpuPool, spec_from_args
 from warmstart.decisions import iam, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigError
-from warmstart.plan_cluster import ClusterPlan, plan_cluster_layer, pool_model_of
+from warmstart.plan.cluster import ClusterPlan, plan_cluster_layer, pool_model_of
 
 from .enums import ClusterMode, mode_value
 from .gpu_pools import GpuPools, GpuPoolsArgs

@@ -12,7 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from warmstart.manifests.gpu_pools import node_class, node_pool
-from warmstart.plan_cluster import ClusterPlan
+from warmstart.plan.cluster import ClusterPlan
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import pulumi_aws as aws
 from warmstart.config import S3_URI
 from warmstart.decisions import iam, naming
 from warmstart.errors import ConfigError
-from warmstart.plan_aws import ImportAccess, ModelAccess, import_access, model_access
+from warmstart.plan.aws import ImportAccess, ModelAccess, import_access, model_access
 
 ROLE_POLICY_NAME = "s3-access"
 IMPORT_POLICY_NAME = "weights-import"

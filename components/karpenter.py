@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 from warmstart import versions
 from warmstart.decisions import iam, karpenter
 from warmstart.manifests.serving import IRSA_ROLE_ANNOTATION
-from warmstart.plan_cluster import ClusterPlan
+from warmstart.plan.cluster import ClusterPlan
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from warmstart.decisions import image_cache
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
-from warmstart.plan_model import ModelPlan
+from warmstart.plan.model import ModelPlan
 
 from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole

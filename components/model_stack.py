@@ -1,7 +1,7 @@
 """A model stack: one model deployed onto an environment's platform, read through a
 `pulumi.StackReference` (docs/model-stacks.md).
 
-The platform (an environment stack) exports its contract (`warmstart.platform`); the model
+The platform (an environment stack) exports its contract (`warmstart.plan.platform`); the model
 stack reads it, plans its one model exactly as the environment plans an inline one, and creates
 that model's resources only, through the same code (`model_layer.deploy_model`): its IRSA roles,
 weights import, node cache, serving objects, router and autoscaling. The cluster, network,
@@ -19,14 +19,14 @@ import pulumi_kubernetes as k8s
 from pulumi.runtime.sync_await import _sync_await
 
 from warmstart import config
-from warmstart import platform as contract_mod
+from warmstart.plan import platform as contract_mod
 from warmstart.config import ModelStackConfig
-from warmstart.platform import Contract, ModelStackPlan, plan_model_stack
+from warmstart.plan.platform import Contract, ModelStackPlan, plan_model_stack
 
 from .model_layer import ModelPlatform, ModelResources, deploy_model
 from .stack import program_config
 
-# The environment stack's outputs its model stacks read (warmstart/platform.py).
+# The environment stack's outputs its model stacks read (warmstart/plan/platform.py).
 PLATFORM_OUTPUT = contract_mod.OUTPUT
 KUBECONFIG_OUTPUT = contract_mod.KUBECONFIG_OUTPUT
 

@@ -15,7 +15,7 @@ import pulumi_aws as aws
 from warmstart.config import NetworkConfig, spec_from_args
 from warmstart.decisions import naming
 from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
-from warmstart.plan_aws import NetworkPlan, plan_network
+from warmstart.plan.aws import NetworkPlan, plan_network
 
 ANYWHERE = "0.0.0.0/0"
 

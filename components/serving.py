@@ -1,7 +1,7 @@
 """One model served by vLLM on an EKS cluster, tuned for a fast cold start.
 
 From its Args alone the component decides everything through the pure planner
-(`warmstart.plan_model.plan_model`: tensor parallel degree, streamer concurrency, distributed
+(`warmstart.plan.model.plan_model`: tensor parallel degree, streamer concurrency, distributed
 loading, pod size, start-up budget) and registers the objects `warmstart.manifests` builds:
 ServiceAccount (with its IRSA role), Deployment, Service and PodDisruptionBudget, the start-up
 NVMe check, the compile-cache restore/publish wiring when a cache bucket is given, and, with a
@@ -33,7 +33,7 @@ from warmstart.manifests.serving import (
     service_account_spec,
     service_spec,
 )
-from warmstart.plan_model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
+from warmstart.plan.model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
 
 from .node_cache import ModelNodeCache
 from .pod_scripts import PodScript

@@ -1,6 +1,6 @@
 """The whole warmstart stack as one component: the other components, wired together.
 
-`WarmstartStack` validates the stack config as a whole first (`warmstart.plan.plan_stack`:
+`WarmstartStack` validates the stack config as a whole first (`warmstart.plan.stack.plan_stack`:
 every broken rule of every layer, keyed by its config key), then maps the config onto each
 component's Args; each component decides inside, from its Args, through the same pure
 planners. The stack adds only what no single component owns: the AWS provider, the
@@ -26,8 +26,8 @@ from warmstart.errors import ConfigError
 from warmstart.decisions import weights_import as imports
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
-from warmstart import platform as platform_contract
-from warmstart.plan import StackPlan, plan_stack
+from warmstart.plan import platform as platform_contract
+from warmstart.plan.stack import StackPlan, plan_stack
 
 from .autoscaling import ModelAutoscaling
 from .cluster import Cluster, ClusterArgs

@@ -9,7 +9,7 @@ import pulumi_aws as aws
 
 from warmstart.config import CompileCacheBucketConfig, ModelBucketConfig, spec_from_args
 from warmstart.decisions import iam
-from warmstart.plan_aws import BucketsPlan, plan_buckets
+from warmstart.plan.aws import BucketsPlan, plan_buckets
 
 # Weight uploads are multi-GiB multipart uploads; parts of an abandoned one are billed until
 # aborted.

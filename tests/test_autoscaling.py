@@ -27,7 +27,7 @@ from warmstart.decisions.gpu_pools import SURGE_PODS, PoolModel
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import autoscaling as objects
 from warmstart.manifests import serving
-from warmstart.plan_model import plan_model
+from warmstart.plan.model import plan_model
 from warmstart.policies import Resource, autoscaling as policy
 
 SCHEMAS = Path(__file__).parent / "schemas" / "keda"

@@ -18,7 +18,7 @@ import yaml
 from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc
 from tests.policy_eval import DENY, allowed, evaluate, statements
 from warmstart import config as config_mod
-from warmstart import plan as plan_mod
+from warmstart.plan import stack as plan_mod
 from warmstart import mocks, render
 from warmstart.decisions import iam, naming
 from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG

@@ -1,5 +1,5 @@
 """Model stacks: one model on an environment's platform, through the exported contract
-(warmstart/platform.py, components/model_stack.py), rendered offline against the platform's
+(warmstart/plan/platform.py, components/model_stack.py), rendered offline against the platform's
 own render."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import yaml
 
 from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, PLATFORM_STACK_NAMES, STACKS_DIR, load_stack_doc, render_stack
 from tests.test_autoscaling import validate_keda
-from warmstart import config, mocks, platform, policies, render
+from warmstart import config, mocks, policies, render
+from warmstart.plan import platform
 from warmstart.errors import ConfigError, ConfigErrors
 
 
@@ -158,7 +159,8 @@ def test_a_second_model_stack_with_the_same_model_on_the_platform_is_refused(tmp
     assert e.key == "warmstart:model.name" and "'prod-y'" in str(e) and "two Deployments" in str(e), str(e)
     assert "fix:" in str(e)
     # Another name, or the same name on another platform, is fine.
-    from warmstart import config, platform
+    from warmstart import config
+    from warmstart.plan import platform
 
     ok = {"prod": _doc("prod"), "prod-x": _model_stack(), "prod-y": _model_stack(name="other"),
           "dev-x": _model_stack(platform_name="dev")}

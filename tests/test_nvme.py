@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import render_stack
-from warmstart import config, plan
+from warmstart import config
+from warmstart.plan import stack as plan
 from warmstart.manifests.nvme_check import nvme_check_min_bytes
 from warmstart.manifests import nvme_check as nvme_check_manifest, pod_scripts
 from warmstart.manifests.serving import COMPILE_CACHE_VOLUME

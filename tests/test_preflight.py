@@ -19,7 +19,8 @@ from botocore.stub import Stubber
 
 from tests.conftest import ROOT, load_stack_doc
 from tests.podside.servers import REGION, RcloneS3, SeaweedS3, find_binary
-from warmstart import automation, cli, config, plan
+from warmstart import automation, cli, config
+from warmstart.plan import stack as plan
 from warmstart.automation import preflight, prerequisites
 from warmstart.exit_codes import EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
 

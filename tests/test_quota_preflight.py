@@ -19,7 +19,8 @@ import yaml
 from botocore.stub import Stubber
 
 from tests.conftest import STACKS_DIR, load_stack_doc
-from warmstart import automation, cli, config, plan, render
+from warmstart import automation, cli, config, render
+from warmstart.plan import stack as plan
 from warmstart.automation import preflight, quotas
 from warmstart.decisions import capacity, gpu_pools, instances
 from warmstart.exit_codes import EXIT_OK, EXIT_QUOTA

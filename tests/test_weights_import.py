@@ -22,7 +22,7 @@ from warmstart.decisions import weights_import as imports
 from warmstart.decisions.instances import GIB
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import weights_import as import_job
-from warmstart.plan import plan_stack
+from warmstart.plan.stack import plan_stack
 
 ROLE, ROLE_POLICY = "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy"
 SA, JOB, DEPLOYMENT = ("kubernetes:core/v1:ServiceAccount", "kubernetes:batch/v1:Job",

@@ -17,9 +17,9 @@ import yaml
 
 from . import config as config_mod
 from . import mocks
-from . import plan as plan_mod
-from . import platform as platform_mod
-from . import plan_aws
+from .plan import stack as plan_mod
+from .plan import platform as platform_mod
+from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
 from .decisions import capacity, gpu_pools, image_cache, phases
 from .errors import ConfigError

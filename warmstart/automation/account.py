@@ -28,10 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import config, plan_aws
+from .. import config
+from ..plan import aws as plan_aws
 from ..config import NAMESPACE
 from ..errors import ConfigError
-from ..plan import StackPlan, plan_stack
+from ..plan.stack import StackPlan, plan_stack
 # Called through their modules, so tests that replace `preflight.caller_account` or
 # `engine.deployed_resources` replace what runs here.
 from . import engine, preflight

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from ..config import PLATFORM_KEY, read_stack_file, stack_file
-from .. import platform as platform_contract
+from ..plan import platform as platform_contract
 from ..errors import ConfigError, ConfigErrors, Problems
 from ..exit_codes import (
     EXIT_CHANGES,

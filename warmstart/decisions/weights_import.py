@@ -69,7 +69,7 @@ def token_secret_name(model: str) -> str:
 
 
 # What the import Job's pod requests (manifests/weights_import.py): it is placed on the non-GPU
-# nodes next to the routers and KEDA, which the system group is sized for (plan_cluster.py).
+# nodes next to the routers and KEDA, which the system group is sized for (warmstart/plan/cluster.py).
 IMPORT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..decisions import placement
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from .serving import labels, vllm_env
 
 CONFIGMAP_NAME = "warmstart-bench-loader"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import cachekey, placement
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from . import node_cache, pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import cachekey
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from . import node_cache, pod_scripts
 from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
 

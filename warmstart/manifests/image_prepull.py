@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import placement
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from . import network_policy
 from .serving import ANNOTATION_DOMAIN, IMAGE_PULL_POLICY, container_security_context, pod_security_context
 

@@ -10,7 +10,7 @@ pod wiring (pure); the script ships in a ConfigMap (`pod_scripts.config_map_spec
 from __future__ import annotations
 
 from ..decisions import placement
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,

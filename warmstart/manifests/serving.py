@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import placement, tuning
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 
 HTTP_PORT = 8000
 # vLLM serves /metrics on its serving port; scrapers get this metrics-only port of the pod's

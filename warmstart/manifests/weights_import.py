@@ -22,7 +22,7 @@ from typing import Any
 
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
-from ..plan_model import ModelPlan
+from ..plan.model import ModelPlan
 from ..podside import weights_import as script
 from . import pod_scripts
 from .serving import (

@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
-from .decisions import capacity, gpu_pools, image_cache, instances
-from .decisions import node_cache as staging
-from .errors import ConfigError, Problems
-from .plan import StackPlan, _pool_instance_type
-from . import plan_cluster
-from .plan_cluster import pool_model
-from .plan_model import ModelPlan, compile_cache_host_path, plan_model
+from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
+from ..decisions import capacity, gpu_pools, image_cache, instances
+from ..decisions import node_cache as staging
+from ..errors import ConfigError, Problems
+from .stack import StackPlan, _pool_instance_type
+from . import cluster as plan_cluster
+from .cluster import pool_model
+from .model import ModelPlan, compile_cache_host_path, plan_model
 
 CONTRACT_VERSION = 2
 """Bump on any change a model stack of the previous version would misread."""

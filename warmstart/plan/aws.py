@@ -11,9 +11,9 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from .config import NAMESPACE, S3_URI, CompileCacheBucketConfig, ModelBucketConfig, NetworkConfig, StackConfig
-from .decisions import cachekey, naming, network, weights_import
-from .errors import Problems
+from ..config import NAMESPACE, S3_URI, CompileCacheBucketConfig, ModelBucketConfig, NetworkConfig, StackConfig
+from ..decisions import cachekey, naming, network, weights_import
+from ..errors import Problems
 
 MODEL_BUCKET_PURPOSE = "models"
 CACHE_BUCKET_PURPOSE = "compile-cache"

@@ -1,7 +1,7 @@
 """The cluster layer's decisions and cross-field rules: cluster, system nodes, GPU pools (pure).
 
 The Cluster component plans from its own Args with `plan_cluster_layer` (pools sized by the
-models it is told run on them); `plan_cluster()` (called by `plan.plan_stack`) does the same
+models it is told run on them); `plan_cluster()` (called by `stack.plan_stack`) does the same
 for a stack, with the stack's planned models. Both raise ConfigErrors naming every broken rule.
 """
 
@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from . import versions
-from .config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
-from .decisions import autoscaling as scaling
-from .decisions import node_fit, routing
-from .decisions import weights_import as imports
-from .decisions import capacity, gpu_pools, instances, naming, placement
-from .decisions import node_cache as staging
-from .decisions.gpu_pools import PoolModel
-from .decisions.instances import GpuInstance
-from .errors import ConfigError, Problems
-from .plan_model import ModelPlan, check_compile_cache_host_path
+from .. import versions
+from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
+from ..decisions import autoscaling as scaling
+from ..decisions import node_fit, routing
+from ..decisions import weights_import as imports
+from ..decisions import capacity, gpu_pools, instances, naming, placement
+from ..decisions import node_cache as staging
+from ..decisions.gpu_pools import PoolModel
+from ..decisions.instances import GpuInstance
+from ..errors import ConfigError, Problems
+from .model import ModelPlan, check_compile_cache_host_path
 
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
 # zone spread (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml),

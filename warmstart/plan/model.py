@@ -9,13 +9,13 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from .config import S3_URI, AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig
-from .decisions import autoscaling as scaling
-from .decisions import instances, placement, routing, tuning
-from .decisions import node_cache as staging
-from .decisions import weights_import as imports
-from .decisions.instances import GIB, GpuInstance
-from .errors import ConfigError, Problems
+from ..config import S3_URI, AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig
+from ..decisions import autoscaling as scaling
+from ..decisions import instances, placement, routing, tuning
+from ..decisions import node_cache as staging
+from ..decisions import weights_import as imports
+from ..decisions.instances import GIB, GpuInstance
+from ..errors import ConfigError, Problems
 
 # Flags warmstart derives; a model's extraArgs may not set them, or two sources of truth
 # would disagree on the cluster.

@@ -1,6 +1,6 @@
 """Resolve a StackConfig into per-model decisions (pure; no Pulumi).
 
-`plan_model.plan_model` decides one model from its own spec (the VllmModel component calls it
+`model.plan_model` decides one model from its own spec (the VllmModel component calls it
 with its Args); `plan_stack` resolves a whole stack config, every layer, and reports every broken rule
 with its key, rule and fix, all at once.
 """
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import plan_aws, plan_cluster
-from .config import NAMESPACE, GpuPool, ModelConfig, StackConfig
-from .decisions import image_cache, naming
-from .decisions import network as network_rules
-from .errors import ConfigError, Problems
-from .plan_model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
+from . import aws as plan_aws
+from . import cluster as plan_cluster
+from ..config import NAMESPACE, GpuPool, ModelConfig, StackConfig
+from ..decisions import image_cache, naming
+from ..decisions import network as network_rules
+from ..errors import ConfigError, Problems
+from .model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
 
 __all__ = ["MANAGED_FLAGS", "ModelPlan", "StackPlan", "plan_model", "plan_stack", "plan_stack_model"]
 
@@ -26,9 +27,9 @@ class StackPlan:
     config: StackConfig
     models: tuple[ModelPlan, ...]
     aws: plan_aws.AwsPlan
-    """Network, bucket and role decisions (plan_aws.py)."""
+    """Network, bucket and role decisions (aws.py)."""
     cluster: plan_cluster.ClusterPlan
-    """Cluster, system node group and GPU pool decisions (plan_cluster.py)."""
+    """Cluster, system node group and GPU pool decisions (cluster.py)."""
 
     @property
     def cluster_mode(self) -> str:
