@@ -8,8 +8,8 @@ from components import (KUBECONFIG_OUTPUT, PLATFORM_OUTPUT, ModelStack, ModelSta
 if is_model_stack():
     model = ModelStack("warmstart", ModelStackArgs(config=model_stack_config(), stack=pulumi.get_stack()))
     pulumi.export("plan", model.plan.summary())
-    pulumi.export("roleArns", {model.plan.model.name: model.resources.role.role_arn})
-    pulumi.export("services", {model.plan.model.name: model.resources.model.service_name})
+    pulumi.export("roleArns", {model.plan.model.name: model.served.role_arn})
+    pulumi.export("services", {model.plan.model.name: model.served.service_name})
 else:
     stack = WarmstartStack("warmstart", WarmstartStackArgs(config=stack_config(), stack=pulumi.get_stack()))
     pulumi.export("plan", stack.plan.summary())

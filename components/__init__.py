@@ -13,8 +13,12 @@ through warmstart's pure planners, and registers only resources:
 - `ModelRouter`: an SMG router in front of a model's replicas (prefix-aware, with a load bound);
 - `Monitoring`: metrics for autoscaling (managed Prometheus and its collector) and KEDA;
 - `ModelAutoscaling`: one model's KEDA ScaledObject on vLLM's own metrics;
+- `ServingPlatform`: what a cluster's models share (namespace, pod-side scripts, node cache,
+  warm spares, image cache); its output is a `PlatformArgs`, the one handle a model takes;
+- `ServedModel`: one `models[]` entry on a platform (its roles, VllmModel, router, autoscaling):
+  the package's main component;
 - `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys);
-- `ModelStack`: one model on an existing WarmstartStack, through its exported contract.
+- `ModelStack`: one ServedModel on an existing WarmstartStack, through its exported PlatformArgs.
 
 All but the last two are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
 `__main__.py` here), so `pulumi package add` makes them usable from TypeScript, Go, C# or YAML.
@@ -28,6 +32,9 @@ from .identity import ModelImportRole, ModelImportRoleArgs, ModelRole, ModelRole
 from .model_stack import KUBECONFIG_OUTPUT, PLATFORM_OUTPUT, ModelStack, ModelStackArgs, is_model_stack, model_stack_config
 from .monitoring import Monitoring, MonitoringArgs
 from .network import Network, NetworkArgs
+from .platform import (PlatformArgs, PlatformCompileCacheArgs, PlatformMonitoringArgs, PlatformPoolArgs, ServingPlatform,
+                       ServingPlatformArgs)
+from .served_model import ServedModel, ServedModelArgs
 from .routing import ModelRouter, ModelRouterArgs, RoutingPolicy
 from .serving import HuggingFaceSourceArgs, LoaderArgs, VllmModel, VllmModelArgs, WeightsImportArgs
 from .stack import WarmstartStack, WarmstartStackArgs, stack_config
@@ -37,7 +44,8 @@ from .enums import ClusterMode, NvmeCheckMode
 __all__ = [
     "KUBECONFIG_OUTPUT", "PLATFORM_OUTPUT", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
     "LoaderArgs", "ModelAutoscaling", "ModelStack", "ModelStackArgs", "ModelAutoscalingArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs", "ModelRouter", "ModelRouterArgs",
-    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NvmeCheckMode", "PoolModelArgs", "RoutingPolicy",
-    "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
+    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NvmeCheckMode",
+    "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "PoolModelArgs", "RoutingPolicy",
+    "ServedModel", "ServedModelArgs", "ServingPlatform", "ServingPlatformArgs", "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
     "WeightsImportArgs", "is_model_stack", "model_stack_config", "stack_config",
 ]

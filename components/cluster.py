@@ -30,7 +30,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import ClusterConfig, GpuPool, spec_from_args
-from warmstart.decisions import iam, karpenter, naming, placement
+from warmstart.decisions import iam, image_cache, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigError
 from warmstart.plan.cluster import ClusterPlan, plan_cluster_layer, pool_model_of
@@ -171,6 +171,10 @@ class ClusterArgs(TypedDict):
     """Karpenter mode: the system node group (ignored in Auto Mode)."""
     tags: NotRequired[dict[str, str]]
     """Tags of the instances Karpenter launches (provider default tags do not reach them)."""
+    image_cache_account: NotRequired[str]
+    """The account whose ECR pull-through cache of Docker Hub (repository prefix `docker-hub`,
+    e.g. the ServingPlatform component's) serves the nodes' images: every node role may then
+    import an image there on its first pull. Default: none."""
 
 
 def plan(args: ClusterArgs) -> ClusterPlan:
@@ -325,6 +329,8 @@ class Cluster(pulumi.ComponentResource):
         self.node_role_names: list[pulumi.Output[str]] = [
             self.gpu_node_role_name, self.eks.auto_mode_node_role_name if auto else self.system_node_role_name]
         self.ready = [self.gpu_pools] + ([self.karpenter.device_plugin] if self.karpenter else [])
+        if args.get("image_cache_account"):
+            self.ready += self._pull_through_access(name, region, args["image_cache_account"], opts)
         self.register_outputs({
             "clusterName": self.cluster_name,
             "oidcProviderArn": self.oidc_provider_arn,
@@ -333,6 +339,22 @@ class Cluster(pulumi.ComponentResource):
             "securityGroupId": self.security_group_id,
             "gpuNodeRoleName": self.gpu_node_role_name,
         })
+
+    def _pull_through_access(self, name: str, region: str, account: str, opts: Optional[pulumi.ResourceOptions]
+                             ) -> list[pulumi.Resource]:
+        """Each node role that can be the first to pull a cached image may import it: the GPU
+        nodes', and the non-GPU nodes', where the weights import Job runs the model's image before
+        any GPU node has pulled it (https://docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache-iam.html)."""
+        p = self.plan
+        policy = iam.to_json(image_cache.node_pull_through_policy(p.partition, region, account))
+        # These were the warmstart stack's own children, `<stack>-<which>-node-pull-through`.
+        legacy = name.removesuffix("-cluster")
+        parent = opts.parent if opts is not None else None
+        return [aws.iam.RolePolicy(
+            f"{name}-{which}-node-pull-through", role=role, name="warmstart-pull-through", policy=policy,
+            opts=pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(
+                name=f"{legacy}-{which}-node-pull-through", parent=parent)] if parent is not None else None))
+            for which, role in zip(("gpu", "system"), self.node_role_names)]
 
     def _check_creator_not_listed(self) -> None:
         """Refuse an `up` that would create the cluster as a principal listed in `admins` or

@@ -1,30 +1,32 @@
 """A model stack: one model deployed onto an environment's platform, read through a
 `pulumi.StackReference` (docs/model-stacks.md).
 
-The platform (an environment stack) exports its contract (`warmstart.plan.platform`); the model
-stack reads it, plans its one model exactly as the environment plans an inline one, and creates
-that model's resources only, through the same code (`model_layer.deploy_model`): its IRSA roles,
-weights import, node cache, serving objects, router and autoscaling. The cluster, network,
-buckets, namespace, shared scripts, KEDA and node-feature-discovery stay the platform's.
+The platform (an environment stack) exports its `PlatformArgs` (`warmstartPlatform`, a
+versioned document; warmstart/plan/platform.py); the model stack reads it with the public
+`StackReference` API, checks its one model against it (`plan_model_stack`: the rules an inline
+model has, and those only a model added to a platform can break), and creates a `ServedModel`
+from its model entry and that `PlatformArgs`, as the environment does for an inline one. The
+cluster, network, buckets, namespace, shared scripts, KEDA and node-feature-discovery stay the
+platform's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
-from pulumi.runtime.sync_await import _sync_await
 
 from warmstart import config
-from warmstart.plan import platform as contract_mod
 from warmstart.config import ModelStackConfig
+from warmstart.plan import platform as contract_mod
 from warmstart.plan.platform import Contract, ModelStackPlan, plan_model_stack
 
-from .model_layer import ModelPlatform, ModelResources, deploy_model
-from .stack import program_config
+from ._pulumi_private import program_config, sync_await
+from .platform import from_contract
+from .served_model import ServedModel, _args
+from .stack import model_entry
 
 # The environment stack's outputs its model stacks read (warmstart/plan/platform.py).
 PLATFORM_OUTPUT = contract_mod.OUTPUT
@@ -52,10 +54,9 @@ def reference_name(platform: str) -> str:
 
 
 def read_contract(ref: pulumi.StackReference, platform: str, stack: str) -> Contract:
-    """The platform's contract, read while the program runs: a model's decisions (its pool, TP,
-    sizes) shape its resources, so they cannot wait for an Output. The SDK's own synchronous
-    invokes wait the same way (`pulumi.runtime.sync_await`)."""
-    details = _sync_await(ref.get_output_details(contract_mod.OUTPUT))
+    """The platform's `PlatformArgs`, checked, read while the program runs
+    (`StackReference.get_output_details`, waited for by `sync_await`)."""
+    details = sync_await(ref.get_output_details(contract_mod.OUTPUT))
     doc = details.value if details.value is not None else details.secret_value
     return contract_mod.parse(doc, platform, stack)
 
@@ -75,8 +76,8 @@ class ModelStack(pulumi.ComponentResource):
 
     plan: ModelStackPlan
     """Every decision of the model stack (`warmstart render`'s plan.json)."""
-    resources: ModelResources
-    """The model's components."""
+    served: ServedModel
+    """The model's component."""
 
     def __init__(self, name: str, args: ModelStackArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:index:ModelStack", name, None, opts)
@@ -94,19 +95,10 @@ class ModelStack(pulumi.ComponentResource):
         self.kubernetes_provider = k8s.Provider(
             f"{name}-k8s", kubeconfig=ref.require_output(contract_mod.KUBECONFIG_OUTPUT),
             opts=pulumi.ResourceOptions(parent=self))
-        monitoring: dict[str, Any] = dict(contract.monitoring or {})
         hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
                     if m.weights_import and m.weights_import.kind == "huggingFace" else None)
-        self.platform = ModelPlatform(
-            name=name, namespace=contract.namespace, region=contract.region, cluster_mode=contract.cluster_mode,
-            name_prefix=contract.name_prefix, nvme_check=contract.nvme_check, vpc_cidrs=contract.vpc_cidrs,
-            service_cidr=contract.service_cidr, image_cache_account=contract.image_cache_account,
-            scraper_pods=[(str(s["namespace"]), dict(s["podLabels"])) for s in monitoring.get("scraperPods") or []],
-            oidc_provider_arn=contract.oidc_provider_arn, oidc_issuer=contract.oidc_issuer,
-            compile_cache_bucket=contract.compile_cache_bucket, aws_provider=self.aws_provider,
-            kubernetes_provider=self.kubernetes_provider, managed_scraper=bool(monitoring.get("managedScraper")),
-            monitoring_server=monitoring.get("serverAddress"), monitoring_region=monitoring.get("region") or None,
-            hugging_face_token=hf_token)
-        spec = cfg.model.in_bucket(contract.model_bucket) if cfg.model.relative else cfg.model
-        self.resources = deploy_model(self, self.platform, spec, m)
+        self.served = ServedModel(
+            f"{name}-{m.name}", _args(model=model_entry(cfg.model), platform=from_contract(contract),
+                                      hugging_face_token=hf_token),
+            opts=pulumi.ResourceOptions(parent=self, providers=[self.aws_provider, self.kubernetes_provider]))
         self.register_outputs({})

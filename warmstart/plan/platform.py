@@ -14,18 +14,19 @@ both stacks. https://www.pulumi.com/docs/iac/concepts/stacks/#stackreferences
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelStackConfig
+from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
 from ..decisions import capacity, gpu_pools, image_cache, instances
 from ..decisions import node_cache as staging
 from ..errors import ConfigError, Problems
-from .stack import StackPlan, _pool_instance_type
+from .stack import StackPlan, plan_in_pool
 from . import cluster as plan_cluster
 from .cluster import pool_model
-from .model import ModelPlan, compile_cache_host_path, plan_model
+from .model import ModelPlan
 
 CONTRACT_VERSION = 2
 """Bump on any change a model stack of the previous version would misread."""
@@ -36,9 +37,10 @@ KUBECONFIG_OUTPUT = "kubeconfig"
 MODEL_KEY = f"{NAMESPACE}:model"
 
 
-def facts(plan: StackPlan) -> dict[str, Any]:
-    """The contract's plan-derived part (the platform program adds its resources' identifiers:
-    `oidcProviderArn`, `oidcIssuer`, `monitoring`)."""
+def platform_facts(plan: StackPlan) -> dict[str, Any]:
+    """The plan-derived part of an environment's `PlatformArgs` (snake_case keys, as the
+    components' TypedDict has them); the program adds its resources' identifiers: `vpc_cidrs`,
+    `service_cidr`, `oidc_provider_arn`, `oidc_issuer`, `compile_cache_bucket`, `monitoring`."""
     cfg = plan.config
     by_pool: dict[str, list[ModelPlan]] = {}
     for m in plan.models:
@@ -47,35 +49,64 @@ def facts(plan: StackPlan) -> dict[str, Any]:
     for p in plan.cluster.pools:
         inline = [pool_model(m) for m in by_pool.get(p.name, [])]
         pools.append({
-            "name": p.name, "instanceTypes": list(p.instance_types), "capacityTypes": list(p.capacity_types),
-            "maxGpus": p.max_gpus,
+            "name": p.name, "instance_types": list(p.instance_types), "capacity_types": list(p.capacity_types),
+            "max_gpus": p.max_gpus,
             # What the inline models take at their ceiling plus a rollout's surge pod each, and
             # the warm spares.
-            "inlineGpus": (gpu_pools.gpus_needed(inline, gpu_pools.SURGE_PODS) if inline else 0)
-                          + (p.warm_nodes * p.warm_instance.gpu_count if p.warm_instance else 0),
-            "stagedBytes": sum(m.staged_bytes for m in inline),
-            "compileCacheModels": p.compile_cache_models,
+            "inline_gpus": (gpu_pools.gpus_needed(inline, gpu_pools.SURGE_PODS) if inline else 0)
+                           + (p.warm_nodes * p.warm_instance.gpu_count if p.warm_instance else 0),
+            "staged_bytes": sum(m.staged_bytes for m in inline),
+            "compile_cache_models": p.compile_cache_models,
         })
     return {
-        "contractVersion": CONTRACT_VERSION,
         "stack": plan.stack,
         "region": cfg.region,
-        "clusterMode": cfg.cluster_mode,
-        "clusterName": plan.cluster.name,
-        "kubernetesVersion": cfg.kubernetes_version,
-        "namePrefix": plan.name_prefix,
+        "cluster_mode": cfg.cluster_mode,
+        "cluster_name": plan.cluster.name,
+        "kubernetes_version": cfg.kubernetes_version,
+        "name_prefix": plan.name_prefix,
         "namespace": cfg.namespace,
-        "modelBucket": plan.aws.buckets.model_bucket,
-        "compileCacheBucket": plan.aws.buckets.compile_cache_bucket,
-        "loader": cfg.loader.model_dump(by_alias=True),
-        "compileCache": cfg.compile_cache.model_dump(by_alias=True),
-        "nvmeCheck": cfg.cluster.nvme_check,
+        "model_bucket": plan.aws.buckets.model_bucket,
+        "loader": cfg.loader.model_dump(),
+        "compile_cache": cfg.compile_cache.model_dump(),
+        "nvme_check": cfg.cluster.nvme_check,
         "models": sorted(m.name for m in plan.models),
         "pools": pools,
-        "nodeCache": plan_stages(plan),
+        "node_cache": plan_stages(plan),
         # The account whose ECR pull-through cache serves Docker Hub images; None: no cache.
-        "imageCacheAccount": cfg.account_id if cfg.image_cache.ecr_pull_through else None,
+        "image_cache_account": cfg.account_id if cfg.image_cache.ecr_pull_through else None,
+        "pod_scripts": True,
     }
+
+
+# Keys whose values are label maps: their keys are Kubernetes label keys, never renamed.
+_LABEL_MAPS = ("pod_labels", "podLabels")
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+
+
+def _rekey(value: Any, how: Callable[[str], str]) -> Any:
+    if isinstance(value, Mapping):
+        return {how(k): (dict(v) if k in _LABEL_MAPS and isinstance(v, Mapping) else _rekey(v, how))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rekey(v, how) for v in value]
+    return value
+
+
+def document(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The `warmstartPlatform` output: a `PlatformArgs` with camelCase keys (as Pulumi's schema
+    names them, so a program in any language can pass it to `ServedModel` as its `platform`), and
+    its version. The kubeconfig is not in it: it is a secret output of its own."""
+    body = {k: v for k, v in args.items() if k != "kubeconfig"}
+    return {"contractVersion": CONTRACT_VERSION, **_rekey(body, _camel)}
 
 
 def plan_runs_node_cache(plan: StackPlan) -> bool:
@@ -100,14 +131,15 @@ class PoolFacts:
     instance_types: tuple[str, ...]
     capacity_types: tuple[str, ...]
     max_gpus: int
-    inline_gpus: int
-    staged_bytes: int
-    compile_cache_models: int
+    inline_gpus: int = 0
+    staged_bytes: int = 0
+    compile_cache_models: int = 0
 
 
 @dataclass(frozen=True)
 class Contract:
-    """A platform's contract, checked."""
+    """A platform's `PlatformArgs`, checked: the facts a model's decisions need, and the
+    identifiers its resources need (`Wired`: a string here, or a Pulumi Output in a program)."""
 
     stack: str
     region: str
@@ -119,23 +151,64 @@ class Contract:
     vpc_cidrs: tuple[str, ...]
     service_cidr: str
     model_bucket: str
-    compile_cache_bucket: str | None
+    compile_cache_bucket: Any
+    """The compile-cache bucket's name (Wired); None: the platform has none."""
     loader: LoaderTuning
     compile_cache: CompileCacheConfig
     nvme_check: str
     models: tuple[str, ...]
     pools: tuple[PoolFacts, ...]
     node_cache: bool
-    oidc_provider_arn: str
-    oidc_issuer: str
+    oidc_provider_arn: Any
+    oidc_issuer: Any
     monitoring: Mapping[str, Any] | None
-    """`{"serverAddress": ..., "region": ...}` when the platform runs KEDA; None otherwise."""
+    """`{"server_address": ..., "region": ..., "managed_scraper": ..., "scraper_pods": [...]}`
+    when the platform runs KEDA; None otherwise."""
     image_cache_account: str | None = None
     """The account of the platform's ECR pull-through cache for Docker Hub images, if any."""
+    pod_scripts: bool = False
+    """The platform ships the pod-side scripts' ConfigMaps in `namespace` (its models need not)."""
+
+    @property
+    def scraper_pods(self) -> list[tuple[str, dict[str, str]]]:
+        """A Prometheus of the platform's own, by namespace and pod labels (admitted to metrics ports)."""
+        return [(str(s["namespace"]), dict(s["pod_labels"])) for s in (self.monitoring or {}).get("scraper_pods") or []]
+
+    @property
+    def managed_scraper(self) -> bool:
+        """The AMP managed collector scrapes the pods from its ENIs in the VPC."""
+        return bool((self.monitoring or {}).get("managed_scraper"))
+
+
+def from_args(args: Mapping[str, Any]) -> Contract:
+    """The checked view of a `PlatformArgs` (snake_case keys); KeyError, TypeError or ValueError
+    on a missing or malformed fact."""
+    pools = tuple(PoolFacts(str(p["name"]), tuple(p["instance_types"]), tuple(p.get("capacity_types") or ("on-demand",)),
+                            int(p["max_gpus"]), int(p.get("inline_gpus") or 0), int(p.get("staged_bytes") or 0),
+                            int(p.get("compile_cache_models") or 0)) for p in args["pools"])
+    return Contract(
+        stack=str(args["stack"]), region=str(args["region"]), cluster_mode=_value(args["cluster_mode"]),
+        cluster_name=str(args["cluster_name"]), kubernetes_version=str(args["kubernetes_version"]),
+        name_prefix=str(args["name_prefix"]), namespace=str(args["namespace"]),
+        vpc_cidrs=tuple(str(c) for c in args["vpc_cidrs"]), service_cidr=str(args["service_cidr"]),
+        model_bucket=str(args["model_bucket"]), compile_cache_bucket=args.get("compile_cache_bucket") or None,
+        loader=LoaderTuning.model_validate(_ints(args.get("loader") or {})),
+        compile_cache=CompileCacheConfig.model_validate(args.get("compile_cache") or {}),
+        nvme_check=_value(args.get("nvme_check") or "warn"), models=tuple(str(m) for m in args.get("models") or ()),
+        pools=pools, node_cache=bool(args.get("node_cache")), oidc_provider_arn=args["oidc_provider_arn"],
+        oidc_issuer=args["oidc_issuer"], monitoring=dict(args["monitoring"]) if args.get("monitoring") else None,
+        image_cache_account=str(args["image_cache_account"]) if args.get("image_cache_account") else None,
+        pod_scripts=bool(args.get("pod_scripts")))
+
+
+def _value(v: Any) -> str:
+    """An enum member's value (ClusterMode, NvmeCheckMode), or the string itself."""
+    return str(getattr(v, "value", v))
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
-    """The contract a platform stack exported, or a ConfigError naming both stacks."""
+    """The `PlatformArgs` document a platform stack exported (`document`), or a ConfigError
+    naming both stacks."""
     key = f"{NAMESPACE}:platform"
     if not isinstance(doc, Mapping) or not doc:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r} exports no {OUTPUT} "
@@ -148,23 +221,9 @@ def parse(doc: Any, platform: str, model_stack: str) -> Contract:
                           f"deploy both with the same warmstart version (up {platform!r} first, then this stack)",
                           platform)
     try:
-        return Contract(
-            stack=str(doc["stack"]), region=str(doc["region"]), cluster_mode=str(doc["clusterMode"]),
-            cluster_name=str(doc["clusterName"]), kubernetes_version=str(doc["kubernetesVersion"]),
-            name_prefix=str(doc["namePrefix"]), namespace=str(doc["namespace"]),
-            vpc_cidrs=tuple(str(c) for c in doc["vpcCidrs"]), service_cidr=str(doc["serviceCidr"]),
-            model_bucket=str(doc["modelBucket"]),
-            compile_cache_bucket=str(doc["compileCacheBucket"]) if doc.get("compileCacheBucket") else None,
-            loader=LoaderTuning.model_validate(_ints(doc["loader"])),
-            compile_cache=CompileCacheConfig.model_validate(doc["compileCache"]),
-            nvme_check=str(doc["nvmeCheck"]), models=tuple(str(m) for m in doc["models"]),
-            pools=tuple(PoolFacts(str(p["name"]), tuple(p["instanceTypes"]), tuple(p["capacityTypes"]),
-                                  int(p["maxGpus"]), int(p["inlineGpus"]), int(p["stagedBytes"]),
-                                  int(p["compileCacheModels"])) for p in doc["pools"]),
-            node_cache=bool(doc["nodeCache"]), oidc_provider_arn=str(doc["oidcProviderArn"]),
-            oidc_issuer=str(doc["oidcIssuer"]),
-            monitoring=dict(doc["monitoring"]) if doc.get("monitoring") else None,
-            image_cache_account=str(doc["imageCacheAccount"]) if doc.get("imageCacheAccount") else None)
+        args = _rekey({k: v for k, v in doc.items() if k != "contractVersion"}, _snake)
+        # A version-2 platform exported before `podScripts` existed always shipped the scripts.
+        return from_args({"pod_scripts": True} | args)
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r}'s {OUTPUT} is not a "
                           f"version-{CONTRACT_VERSION} contract ({type(err).__name__}: {err})",
@@ -202,6 +261,28 @@ class ModelStackPlan:
                 "region": self.contract.region, "models": [self.model.summary()]}
 
 
+def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
+    """A model on a platform, by the rules every model has (those of an inline model): its pool
+    and instance type, the platform's defaults, its image through the platform's image cache,
+    a relative source in the platform's model bucket. What only a model added to a platform
+    can break (a duplicate, a pool's GPU room) is `plan_model_stack`'s."""
+    pools = {p.name: p for p in contract.pools}
+    facts_ = pools.get(m.pool)
+    if facts_ is None:
+        raise ConfigError(f"{key}.pool", f"platform {contract.stack!r} has no GPU pool {m.pool!r}",
+                          f"use one of its pools: {', '.join(sorted(pools)) or 'none'}", m.pool)
+    # The pool's purchase options are the platform's to decide; a model plans on its instance
+    # types and GPU limit only.
+    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types), max_gpus=facts_.max_gpus)
+    if m.relative:
+        m = m.in_bucket(contract.model_bucket)
+    if contract.image_cache_account:
+        m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
+                                                                    contract.region)})
+    return plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
+                        cluster_mode=contract.cluster_mode)
+
+
 def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> ModelStackPlan:
     """A model stack's one model on its platform, with the rules an inline model has, plus the
     ones only a model stack can break (a duplicate, a missing pool, a pool its platform cannot
@@ -222,19 +303,8 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"stacks/Pulumi.{platform}.yaml", m.pool)
     problems.raise_if_any()
     assert facts_ is not None
-    # The pool's purchase options are the platform's to decide; a model stack plans on its
-    # instance types and GPU limit only.
-    pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types), max_gpus=facts_.max_gpus)
-    if m.relative:
-        m = m.in_bucket(contract.model_bucket)
-    if contract.image_cache_account:
-        m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
-                                                                    contract.region)})
-    plan = plan_model(
-        m, key=key, instance_type=_pool_instance_type(key, m, pool), pool=pool.name, loader=m.loader or contract.loader,
-        compile_cache=(not m.eager and contract.compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
-        compile_cache_host_path=compile_cache_host_path(contract.cluster_mode, contract.compile_cache.host_path),  # type: ignore[arg-type]
-        cluster_mode=contract.cluster_mode, node_cache=m.node_cache)  # type: ignore[arg-type]
+    plan = plan_on_platform(m, contract, key)
+    pool = facts_
     # The pool's GPU limit is the platform's: what its inline models leave must hold this model
     # at its ceiling plus a surge pod (other model stacks on the pool are not known here).
     need = gpu_pools.gpus_needed([pool_model(plan)], gpu_pools.SURGE_PODS)

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from . import aws as plan_aws
 from . import cluster as plan_cluster
-from ..config import NAMESPACE, GpuPool, ModelConfig, StackConfig
+from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
 from ..decisions import image_cache, naming
 from ..decisions import network as network_rules
 from ..errors import ConfigError, Problems
 from .model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
 
-__all__ = ["MANAGED_FLAGS", "ModelPlan", "StackPlan", "plan_model", "plan_stack", "plan_stack_model"]
+__all__ = ["MANAGED_FLAGS", "ModelPlan", "StackPlan", "plan_in_pool", "plan_model", "plan_stack", "plan_stack_model"]
 
 
 @dataclass(frozen=True)
@@ -81,12 +81,21 @@ def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig) -> ModelPlan:
     if pool is None:
         raise ConfigError(f"{key}.pool", f"no gpuPools entry named {m.pool!r}",
                           f"use one of: {', '.join(sorted(pools))}", m.pool)
+    return plan_in_pool(m, key=key, pool=pool, loader=cfg.loader, compile_cache=cfg.compile_cache,
+                        cluster_mode=cfg.cluster_mode)
+
+
+def plan_in_pool(m: ModelConfig, *, key: str, pool: GpuPool, loader: LoaderTuning, compile_cache: CompileCacheConfig,
+                 cluster_mode: str) -> ModelPlan:
+    """A model on one GPU pool with its platform's defaults (streamer tuning, compile cache):
+    the one path by which an inline model and a model on an existing platform
+    (`platform.plan_on_platform`) are planned."""
     return plan_model(
         m, key=key, instance_type=_pool_instance_type(key, m, pool), pool=pool.name,
-        loader=m.loader or cfg.loader,
-        compile_cache=(not m.eager and cfg.compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
-        compile_cache_host_path=compile_cache_host_path(cfg.cluster_mode, cfg.compile_cache.host_path),
-        cluster_mode=cfg.cluster_mode, node_cache=m.node_cache)
+        loader=m.loader or loader,
+        compile_cache=(not m.eager and compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
+        compile_cache_host_path=compile_cache_host_path(cluster_mode, compile_cache.host_path),  # type: ignore[arg-type]
+        cluster_mode=cluster_mode, node_cache=m.node_cache)  # type: ignore[arg-type]
 
 
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:

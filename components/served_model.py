@@ -1,0 +1,195 @@
+"""One model on a platform: the package's main component.
+
+`ServedModel` takes one `models[]` entry, exactly as a stack config writes it (`ModelEntryArgs`,
+generated from the config model `warmstart.config.ModelConfig`, so a model field is declared
+once), and a `PlatformArgs` (components/platform.py). It plans the model on the platform
+(`warmstart.plan.platform.plan_on_platform`, the path an inline model of a stack is planned by)
+and registers the model's resources: its IRSA roles (serving, and its weights import's and
+staging pods' where it has them), the `VllmModel` (Deployment, Service, node cache or image
+pre-pull, weights import, NetworkPolicies), its router and its KEDA autoscaling. The warmstart
+stack, a model stack and a program of your own create it the same way.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NotRequired, Optional, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from warmstart import versions
+from warmstart.config import ModelConfig, parse_spec
+from warmstart.decisions import image_cache
+from warmstart.manifests import network_policy
+from warmstart.manifests import node_cache as staging_objects
+from warmstart.manifests import serving as serving_objects
+from warmstart.plan.model import ModelPlan
+from warmstart.plan.platform import Contract, plan_on_platform
+
+from .autoscaling import ModelAutoscaling
+from .identity import ModelImportRole, ModelRole
+from .platform import PlatformArgs, contract
+from .routing import ModelRouter, RoutingPolicy
+from .serving import VllmModel, VllmModelArgs
+
+KEY = "ServedModelArgs.model"
+
+# TEMPORARY until components/model_args.py (generated from ModelConfig) lands.
+ModelEntryArgs = dict[str, Any]
+
+
+def model_config(entry: Mapping[str, Any], key: str) -> ModelConfig:
+    return parse_spec(ModelConfig, dict(entry), f"{key}.")
+
+
+class ServedModelArgs(TypedDict):
+    """Inputs of the ServedModel component."""
+
+    model: ModelEntryArgs
+    """The model: one entry of a stack config's `models` (the same keys, the same rules)."""
+    platform: PlatformArgs
+    """The platform it runs on (a ServingPlatform's `platform` output, a platform stack's
+    `warmstartPlatform` output, or written for a cluster warmstart did not create)."""
+    hugging_face_token: NotRequired[pulumi.Input[str]]
+    """Hugging Face token (a secret) for the model's `import.huggingFace` of a gated repository."""
+
+
+def _args(**values: Any) -> dict[str, Any]:
+    """Component Args without the keys left unset (the component's defaults apply)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _scrapers(p: Contract) -> list[dict[str, Any]] | None:
+    """The platform's own Prometheus pods as the components' `metricsScrapers` (None: none)."""
+    return [{"namespace": ns, "pod_labels": labels} for ns, labels in p.scraper_pods] or None
+
+
+class ServedModel(pulumi.ComponentResource):
+    """One model served by vLLM on a warmstart platform (or one described by `PlatformArgs`):
+    its IRSA roles, weights import, node cache, serving objects, router and autoscaling, each
+    decided from the model entry and the platform alone."""
+
+    role_arn: pulumi.Output[str]
+    """The serving pods' IAM role (IRSA)."""
+    service_name: pulumi.Output[str]
+    """In-cluster Service name: the model's one endpoint, routed or not."""
+    endpoint: pulumi.Output[str]
+    """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
+
+    def __init__(self, name: str, args: ServedModelArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
+                 autoscaling_after: Sequence[pulumi.Resource] = (),
+                 legacy_types: Mapping[str, str] | None = None) -> None:
+        """Name it `<prefix>-<model name>`: its resources are then named `<prefix>-identity-<model>`,
+        `<prefix>-<model>-router`, ... as in the warmstart stack. Every Kubernetes object waits
+        for `opts.depends_on` (the platform); Python programs may also name `autoscaling_after`
+        (KEDA, which serves the ScaledObject's CRD) and `legacy_types` ({layer: old type token}
+        of the stack's own earlier layout, kept by alias)."""
+        super().__init__("warmstart:index:ServedModel", name, None, opts)
+        opts = opts or pulumi.ResourceOptions()
+        p = contract(args["platform"])
+        self.config: ModelConfig = model_config(args["model"], KEY)
+        # Every decision is made here, from the model entry and the platform alone.
+        self.plan: ModelPlan = plan_on_platform(self.config, p, KEY)
+        m = self.plan
+        self.platform = p
+        prefix = name.removesuffix(f"-{m.name}")
+        parent = opts.parent
+
+        def child(layer: str, **more: Any) -> pulumi.ResourceOptions:
+            # A model's resources were once the children of what now holds its ServedModel.
+            aliases = [pulumi.Alias(parent=parent)] if parent is not None else []
+            if parent is not None and legacy_types and layer in legacy_types:
+                aliases.append(pulumi.Alias(type_=legacy_types[layer], parent=parent))
+            return pulumi.ResourceOptions(parent=self, aliases=aliases, **more)
+
+        after = list(opts.depends_on or [])  # type: ignore[arg-type]
+        kube: dict[str, Any] = {}
+        kubeconfig = args["platform"].get("kubeconfig")
+        if kubeconfig is not None:
+            kube["provider"] = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))
+        wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,
+                     region=p.region, namespace=p.namespace, source=m.source)
+        bucket = p.compile_cache_bucket if m.compile_cache else None
+        self.role = ModelRole(f"{prefix}-identity-{m.name}", _args(
+            model_name=m.name, compile_cache_bucket=bucket, **wired), opts=child("identity"))
+        imp = m.weights_import
+        # A model with `import` also gets the role of its import Job: write its own prefix only.
+        self.import_role = ModelImportRole(f"{prefix}-import-{m.name}", _args(
+            model_name=m.name, import_s3=imp.source if imp.kind == "s3" else None, **wired),
+            opts=child("import")) if imp is not None else None
+        # A staged model: the staging pods' own read-only role, trusted by their one ServiceAccount.
+        staging_sa = staging_objects.service_account_name(m.name)
+        self.staging_role = ModelRole(f"{prefix}-staging-{m.name}", _args(
+            model_name=staging_sa, service_account=staging_sa, **wired), opts=child("staging")) if m.staged else None
+
+        self.router = self._router(prefix, p, m, child("router", depends_on=after, **kube))
+        scraped_cidrs = list(p.vpc_cidrs) if p.managed_scraper else None
+        token = args.get("hugging_face_token")
+        model_args: VllmModelArgs = _args(  # type: ignore[assignment]
+            model_name=m.name, source=m.source, weights_gib=self.config.weights_gib,
+            instance_type=m.instance.instance_type, region=p.region, namespace=p.namespace,
+            tensor_parallel_size=None if self.config.tensor_parallel_size == "auto" else self.config.tensor_parallel_size,
+            replicas=m.replicas, image=m.image, max_model_len=m.max_model_len,
+            gpu_memory_utilization=m.gpu_memory_utilization, eager=m.eager, extra_args=list(m.extra_args),
+            loader=m.loader.model_dump(), cluster_mode=p.cluster_mode, node_pool=m.pool,
+            compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
+            compile_cache_bucket=bucket, nvme_check=p.nvme_check, role_arn=self.role.role_arn,
+            ship_pod_scripts=not p.pod_scripts,
+            weights_import=self.config.weights_import.model_dump(exclude_none=True) if self.config.weights_import else None,
+            node_cache=m.load.mode if m.load else None,
+            node_cache_role_arn=self.staging_role.role_arn if self.staging_role else None,
+            import_role_arn=self.import_role.role_arn if self.import_role else None,
+            hugging_face_token=token if imp and imp.kind == "huggingFace" else None,
+            router_pod_labels=network_policy.router_selector(m.name) if self.router is not None else None,
+            # Scrapers reach vLLM's metrics-only port, never its serving port: the managed collector
+            # from its ENIs in the VPC's subnets, a Prometheus of the platform's own by its pods.
+            metrics_scraper_cidrs=scraped_cidrs, metrics_scrapers=_scrapers(p),
+            autoscaled=True if m.autoscaling is not None else None)
+        self.model = VllmModel(f"{prefix}-{m.name}", model_args, opts=child("model", depends_on=after, **kube),
+                               router=[self.router] if self.router is not None else [])
+        self.autoscaler = None
+        a = m.autoscaling
+        if a is not None:
+            if p.monitoring is None:
+                # plan_model_stack and plan_stack refuse it first, naming the stack's key.
+                raise ValueError(f"{m.name} autoscales but platform {p.stack!r} has no metrics endpoint")
+            self.autoscaler = ModelAutoscaling(f"{prefix}-{m.name}-autoscaling", _args(
+                model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
+                startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
+                region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
+                kv_cache_usage_ceiling=a.kv_cache_usage_ceiling),
+                opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
+        self.role_arn = self.role.role_arn
+        self.service_name = self.model.service_name
+        self.endpoint = self.model.endpoint
+        self.register_outputs({"roleArn": self.role_arn, "serviceName": self.service_name, "endpoint": self.endpoint})
+
+    @staticmethod
+    def _router(prefix: str, p: Contract, m: ModelPlan, opts: pulumi.ResourceOptions) -> ModelRouter | None:
+        """An SMG router in front of a model that can have several replicas. The model's own Service
+        (VllmModel, `routerPodLabels`) sends to it, so clients keep one URL; the router does not wait
+        for the model, which waits for it (its pods are Ready once one vLLM pod is)."""
+        if not m.routed:
+            return None
+        vpc = list(p.vpc_cidrs)
+        wait = m.startup_budget_seconds + serving_objects.NODE_LAUNCH_SECONDS + (
+            m.weights_import.deadline_seconds if m.weights_import else 0)
+        return ModelRouter(f"{prefix}-{m.name}-router", _args(
+            model_name=m.name, namespace=p.namespace, policy=RoutingPolicy(m.routing_policy),
+            cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,
+            max_excess_requests=m.routing.max_excess_requests,
+            client_cidrs=vpc if m.routing.internal_load_balancer else None,
+            # The routers' metrics listener serves only metrics: the managed collector's ENIs are in
+            # the VPC's subnets, a Prometheus of your own is named by its pods.
+            metrics_cidrs=vpc if p.managed_scraper else None,
+            metrics_scrapers=_scrapers(p),
+            # Pods reach the API at the `kubernetes` ClusterIP (judged before DNAT), its endpoints are
+            # ENIs in the VPC (warmstart/decisions/network.py).
+            api_server_cidrs=[p.service_cidr, *vpc],
+            expose=m.routing.internal_load_balancer, ready_timeout_seconds=wait,
+            image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
+            if p.image_cache_account else None,
+            # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
+            fence_vllm=False, create_service=False), opts=opts)
+
+
+__all__ = ["ServedModel", "ServedModelArgs"]
