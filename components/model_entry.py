@@ -4,13 +4,14 @@ the `ModelConfig` it declares, with the stack file's validation and errors."""
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel
 
-from warmstart.config import ModelConfig, _models_in, parse_spec
+from warmstart.config import ModelConfig, parse_spec
 from warmstart.errors import ConfigError, ConfigErrors
 
 from .model_args import ModelEntryArgs
@@ -28,6 +29,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
 
 
 def _schema_key(model: type[BaseModel], path: str) -> str:

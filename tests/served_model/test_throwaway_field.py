@@ -48,3 +48,13 @@ def test_the_args_check_names_it_missing_from_the_generated_file(probe_model):
     assert model_args_gen.source(probe_model) != model_args_gen.TARGET.read_text()
     assert f"    {PROBE}: NotRequired[bool]" in model_args_gen.source(probe_model)
 
+
+
+def test_a_field_without_a_sample_is_named_with_where_to_add_one(tmp_path):
+    """A field whose type and dev value give no sample (here an unset `str | None`) fails the
+    check itself, before any render."""
+    probe = create_model("ModelConfig", __base__=ModelConfig,
+                         throwaway_note=(str | None, Field(None, description="A throw-away note.")))
+    with pytest.raises(AssertionError, match=r"ModelConfig.throwaway_note \(`models\[\].throwawayNote`\) has no "
+                                             r"sample value .* add one to SAMPLES in tests/support/model_entry.py"):
+        FieldReach("dev", tmp_path).check(probe, "throwaway_note")

@@ -229,7 +229,7 @@ class FieldReach:
         return self._baselines[name]
 
     def samples(self, model: type[BaseModel], field: str) -> tuple[Sample | None, list[Any]]:
-        """The table's sample of `field`, else the values `auto_sample` derives; ([], None) when
+        """The table's sample of `field`, else the values `auto_sample` derives; (None, []) when
         there is neither."""
         if field in SAMPLES:
             return SAMPLES[field], [SAMPLES[field].value]
