@@ -5,7 +5,9 @@
   with the refreshed files, so the diff is reviewed: `python -m tests.golden` rewrites them.
 - the generated parts of the docs: the README's sample of `warmstart render --stack dev` (its
   first command's output) and docs/config-reference.md, so a change to renders or to the config
-  models is one refresh.
+  models is one refresh;
+- components/model_args.py, the TypedDicts of a `models[]` entry generated from
+  `warmstart.config.ModelConfig` (components/model_args_gen.py).
 - `state/urns-<stack>.json`: the URN of every resource of each stack as it was before the
   components moved to `components/` (that is, what deployed stacks hold in their state), and
   `state/urns-<stack>@<version>.json` as each stack was at that warmstart version (0.3: before
@@ -68,8 +70,9 @@ def elapsed_free(text: str) -> str:
 
 
 def update() -> None:
-    """Rewrite render/<stack>/ for every shipped stack, the README's render sample and
-    docs/config-reference.md."""
+    """Rewrite render/<stack>/ for every shipped stack, the README's render sample,
+    docs/config-reference.md and components/model_args.py."""
+    from components import model_args_gen
     from tests.conftest import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
     from warmstart.reference import config_reference
@@ -87,3 +90,4 @@ def update() -> None:
     CONFIG_REFERENCE.write_text(replaced(CONFIG_REFERENCE.read_text(), REFERENCE_START, REFERENCE_END,
                                          config_reference()))
     print(f"wrote {CONFIG_REFERENCE}")
+    print(f"wrote {model_args_gen.write()}")

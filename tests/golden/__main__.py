@@ -1,5 +1,5 @@
 """`python -m tests.golden`: after a deliberate change, refresh the shipped stacks' golden
-renders, the README's render sample and docs/config-reference.md."""
+renders, the README's render sample, docs/config-reference.md and components/model_args.py."""
 
 from tests.golden import update
 

@@ -1,0 +1,148 @@
+# Generated from warmstart.config.ModelConfig by components/model_args_gen.py: do not edit.
+# Regenerate with `python -m tests.golden` (tests/served_model/test_model_args.py fails while stale).
+"""One `models[]` entry of a stack as Args: every field of `warmstart.config.ModelConfig`, key for
+key, for the components that take a model entry (validate one with
+`components.model_entry.model_config`)."""
+
+from typing import NotRequired, TypedDict
+
+
+class ModelEntryLoaderArgs(TypedDict):
+    """Run:ai Model Streamer tuning, as AWS recommends in [Accelerate model loading on Amazon
+    EKS](https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html)."""
+
+    chunk_bytes: NotRequired[int]
+    """Bytes per ranged S3 read (`RUNAI_STREAMER_CHUNK_BYTESIZE`). 4 GiB is about one request per
+    safetensors shard; larger than a shard was 56 % slower. Default: `4294967296`."""
+    request_timeout_ms: NotRequired[int]
+    """Low-speed window after which a stalled transfer is cut and retried
+    (`RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS`). Default: `3000`."""
+    low_speed_limit_bytes_per_second: NotRequired[int]
+    """Throughput below which a transfer counts as stalled (`RUNAI_STREAMER_S3_LOW_SPEED_LIMIT`).
+    Default: `1048576`."""
+
+
+class ModelEntryHuggingFaceArgs(TypedDict):
+    """A Hugging Face Hub repository at a pinned commit."""
+
+    repo: str
+    """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
+    revision: str
+    """The commit (40 hex characters) to copy: a branch or tag could move under the same config."""
+
+
+class ModelEntryWeightsImportArgs(TypedDict):
+    """Where `up` copies the model's weights from into `source`, once, before its pods start."""
+
+    hugging_face: NotRequired[ModelEntryHuggingFaceArgs]
+    """From the Hugging Face Hub. A gated repository needs the secret `warmstart:huggingFaceToken`."""
+    s3: NotRequired[str]
+    """From another `s3://bucket/prefix`, which the import's role may read."""
+
+
+class ModelEntryRoutingArgs(TypedDict):
+    """How requests reach the model's replicas: a router (SMG, https://github.com/smg-project/smg)
+    in front of the vLLM pods, behind the model's one Service (see docs/routing.md)."""
+
+    policy: NotRequired[str]
+    """`prefix_hash`: the same prompt prefix goes to the same replica, which then reuses its prefix
+    cache, unless that replica is over the load bound (consistent hashing with bounded loads).
+    `round_robin`: plain load balancing. `none`: no router; the Service spreads requests over the
+    pods at random. `auto`: `prefix_hash` when the model can have more than one replica
+    (`replicas > 1` or `autoscaling.maxReplicas > 1`), else `none`. One of `auto`, `prefix_hash`,
+    `round_robin`, `none`. Default: `auto`."""
+    load_factor: NotRequired[float]
+    """Load bound, relative: a replica with more requests in flight than this multiple of the
+    replicas' mean (and more than `maxExcessRequests` over it) is skipped for the least-loaded
+    one. Default: `1.25`."""
+    max_excess_requests: NotRequired[int]
+    """Load bound, absolute: requests in flight a replica may carry over the mean, across the whole
+    fleet, before it is skipped (each of the two routers applies its share). Below SMG's 10,
+    which left one replica in seven up to 17 % off the mean share in warmstart's benchmark
+    (docs/routing.md). Default: `4`."""
+    internal_load_balancer: NotRequired[bool]
+    """Also expose the router through an internal Network Load Balancer (reachable from the VPC
+    only), for clients outside the cluster. Default: `false`."""
+
+
+class ModelEntryAutoscalingArgs(TypedDict):
+    """Replicas scaled by KEDA on vLLM's own metrics, queried from Prometheus (Amazon Managed
+    Service for Prometheus by default)."""
+
+    min_replicas: NotRequired[int]
+    """Fewest serving pods. At least 1: with none, vLLM exports no metric to scale up on and the
+    router has no queue to hold requests. Default: `1`."""
+    max_replicas: int
+    """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
+    target_waiting_per_replica: NotRequired[float]
+    """Requests waiting in vLLM's queue per replica (`vllm:num_requests_waiting`) above which a
+    replica is added. Default: `5`."""
+    kv_cache_usage_ceiling: NotRequired[float]
+    """Also scale up when any replica's KV cache is fuller than this fraction
+    (`vllm:kv_cache_usage_perc`). Default: not used."""
+
+
+class ModelEntryArgs(TypedDict):
+    """One served model: one vLLM Deployment. A stack's `models[]` entry
+    (`warmstart.config.ModelConfig`), key for key; its validation and defaults are that model's."""
+
+    name: str
+    """Deployment, Service and ServiceAccount name (a DNS label, at most 40 characters)."""
+    source: str
+    """Where the weights are: a key prefix in the stack's model bucket
+    (`meta-llama/Llama-3.1-8B-Instruct`, no scheme), or `s3://bucket/prefix` in full. Either way
+    the safetensors shards plus config and tokenizer files sit directly under the prefix (the
+    streamer does not list recursively)."""
+    weights_gib: float
+    """Total size of the safetensors weights in GiB (2^30 bytes). In a stack file the key is
+    `weightsGiB`."""
+    instance_type: NotRequired[str]
+    """Instance type within the pool; default: the pool's only instance type."""
+    tensor_parallel_size: NotRequired[int]
+    """GPUs per replica. `auto`: the fewest of 1, 2, 4, 8 that hold the weights and leave 15 % of
+    each GPU for KV cache. Omit the key for `auto` (the schema has no unions). Default: `auto`."""
+    replicas: NotRequired[int]
+    """Number of serving pods. Default: `1`."""
+    image: NotRequired[str]
+    """vLLM container image (>= 0.11.1 for distributed loading); pin by `@sha256:` digest. Default:
+    `vllm/vllm-openai:v0.33.0`."""
+    max_model_len: NotRequired[int]
+    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's."""
+    gpu_memory_utilization: NotRequired[float]
+    """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule. Default: `0.9`."""
+    eager: NotRequired[bool]
+    """Run with `--enforce-eager`: no torch.compile or CUDA graphs (faster start, 5-30 % lower
+    throughput). Incompatible with distributed loading and with the compile cache. Default:
+    `false`."""
+    compile_cache: NotRequired[bool]
+    """Use the compile cache. Default: the stack's `compileCache.enabled`, off for eager models."""
+    extra_args: NotRequired[list[str]]
+    """Extra `vllm serve` arguments, appended after the ones warmstart manages. Default: `[]`."""
+    loader: NotRequired[ModelEntryLoaderArgs]
+    """Per-model override of the stack's `loader`."""
+    weights_import: NotRequired[ModelEntryWeightsImportArgs]
+    """Copy the weights into `source` during `up` (a Job on non-GPU nodes), verified and recorded in
+    a manifest; without it `source` must already hold them. In a stack file the key is `import`."""
+    routing: NotRequired[ModelEntryRoutingArgs]
+    """The router in front of the replicas (see `RoutingConfig`). Default: every key at its default."""
+    autoscaling: NotRequired[ModelEntryAutoscalingArgs]
+    """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
+    Default: a fixed `replicas`."""
+    node_cache: NotRequired[str]
+    """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
+    model's image there), so pods on those nodes load them locally and pods elsewhere stream from
+    S3 (see docs/node-cache.md). `auto`: where the plan predicts a load from NVMe that saves at
+    least 10 s and a quarter of tuned streaming from S3 on the model's instance type. One of
+    `auto`, `on`, `off`. Default: `auto`."""
+    pool: str
+    """Name of the `gpuPools` entry the model runs on."""
+
+
+__all__ = [
+    "ModelEntryArgs",
+    "ModelEntryAutoscalingArgs",
+    "ModelEntryHuggingFaceArgs",
+    "ModelEntryLoaderArgs",
+    "ModelEntryRoutingArgs",
+    "ModelEntryWeightsImportArgs",
+]
