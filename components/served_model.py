@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
-from warmstart.config import ModelConfig, parse_spec
+from warmstart.config import ModelConfig
 from warmstart.decisions import image_cache
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
@@ -27,18 +27,12 @@ from warmstart.plan.platform import Contract, plan_on_platform
 
 from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole
+from .model_entry import ModelEntryArgs, model_config
 from .platform import PlatformArgs, contract
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
 
 KEY = "ServedModelArgs.model"
-
-# TEMPORARY until components/model_args.py (generated from ModelConfig) lands.
-ModelEntryArgs = dict[str, Any]
-
-
-def model_config(entry: Mapping[str, Any], key: str) -> ModelConfig:
-    return parse_spec(ModelConfig, dict(entry), f"{key}.")
 
 
 class ServedModelArgs(TypedDict):

@@ -38,7 +38,8 @@ def test_schema_inference_reads_every_key_with_its_description():
     assert set(mapping.values()) == set(ModelConfig.model_fields)
     assert [k for k, p in props.items() if not p.description] == []
     nested = {n: t for n, t in analyzer.type_definitions.items() if n.startswith("ModelEntry")}
-    assert set(nested) == {"ModelEntryLoaderArgs", "ModelEntryWeightsImportArgs", "ModelEntryHuggingFaceArgs",
+    # ModelEntryArgs itself is ServedModel's `model` input.
+    assert set(nested) == {"ModelEntryArgs", "ModelEntryLoaderArgs", "ModelEntryWeightsImportArgs", "ModelEntryHuggingFaceArgs",
                            "ModelEntryRoutingArgs", "ModelEntryAutoscalingArgs"}
     assert [f"{n}.{k}" for n, t in nested.items() for k, p in t.properties.items() if not p.description] == []
     assert props["weightsImport"].ref.endswith(":ModelEntryWeightsImportArgs")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import Field, create_model
 
-from components import model_args_gen
+from components import model_args_gen, model_entry
 from components.model_args import ModelEntryArgs
 from tests.support.model_entry import FieldReach, args_gaps
 from warmstart import config
@@ -26,6 +26,8 @@ def probe_model(monkeypatch) -> type[ModelConfig]:
                          throwaway_probe=(bool, Field(False, description="A throw-away option that reaches nothing.")))
     stack = create_model("StackConfig", __base__=StackConfig, models=(list[probe], Field([], description="Models.")))
     monkeypatch.setattr(config, "StackConfig", stack)
+    # ServedModel reads its `model` entry through the same config model (components/model_entry.py).
+    monkeypatch.setattr(model_entry, "ModelConfig", probe)
     return probe
 
 
