@@ -140,9 +140,12 @@ class PlatformArgs(TypedDict):
     """The pod-side scripts' ConfigMaps are in `namespace` already; otherwise each model ships its own."""
 
 
-class ServingPlatformArgs(PlatformArgs):
+class ServingPlatformArgs(TypedDict):
     """Inputs of the ServingPlatform component: the platform's facts, and what it is to run."""
 
+    platform: PlatformArgs
+    """The cluster and what it offers models (its `nodeCache`: run node-feature-discovery for
+    staged weights; `podScripts` is set by the component, which ships them)."""
     warm_spares: NotRequired[dict[str, WarmSpareArgs]]
     """Spare nodes kept staged, by pool name (placeholder pods that a serving pod preempts)."""
     docker_hub_credential_arn: NotRequired[pulumi.Input[str]]
@@ -166,8 +169,9 @@ class ServingPlatform(pulumi.ComponentResource):
         # Every child waits for what the platform waits for (the cluster's nodes and pools).
         child = pulumi.ResourceOptions(parent=self, aliases=legacy,
                                        depends_on=list(opts.depends_on or []) if opts is not None else [])  # type: ignore[arg-type]
-        mode = mode_value(args["cluster_mode"])
-        ns = args["namespace"]
+        given = args["platform"]
+        mode = mode_value(given["cluster_mode"])
+        ns = given["namespace"]
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata={"name": ns, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
             opts=child)
@@ -179,7 +183,7 @@ class ServingPlatform(pulumi.ComponentResource):
             ready.append(PodScript(f"{name}-{suffix}", ns, config_map, key, opts=pulumi.ResourceOptions.merge(
                 scripts_opts, pulumi.ResourceOptions(aliases=renamed))))
         spares = {pool: s for pool, s in (args.get("warm_spares") or {}).items() if s["warm_nodes"] > 0}
-        stages = bool(args.get("node_cache"))
+        stages = bool(given.get("node_cache"))
         node_cache: list[pulumi.Resource] = []
         if stages or spares:
             for pc in staging_objects.priority_class_specs():
@@ -201,14 +205,13 @@ class ServingPlatform(pulumi.ComponentResource):
         ready += node_cache
         for pool, spare in spares.items():
             register_warm_spares(name, pool, ns, spare, child, after=[namespace, *node_cache])
-        account, credential = args.get("image_cache_account"), args.get("docker_hub_credential_arn")
+        account, credential = given.get("image_cache_account"), args.get("docker_hub_credential_arn")
         if account and credential is not None:
             ready.append(aws.ecr.PullThroughCacheRule(
                 f"{name}-docker-hub-cache", ecr_repository_prefix=image_cache.DOCKER_HUB_PREFIX,
                 upstream_registry_url=image_cache.DOCKER_HUB_URL, credential_arn=credential, opts=child))
         self.ready = ready
         """What a model's Kubernetes objects wait for (Python programs)."""
-        given = {k: v for k, v in args.items() if k in PlatformArgs.__annotations__}
         self.args: PlatformArgs = given | {"pod_scripts": True, "node_cache": stages}  # type: ignore[assignment]
         """The platform as plain `PlatformArgs` (Python programs; outputs stay outputs)."""
         self.platform = pulumi.Output.from_input(self.args)  # type: ignore[arg-type]

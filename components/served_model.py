@@ -23,7 +23,7 @@ from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
 from warmstart.plan.model import ModelPlan
-from warmstart.plan.platform import Contract, plan_on_platform
+from warmstart.plan.platform import Contract, check_platform_runs, plan_on_platform
 
 from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole
@@ -83,6 +83,7 @@ class ServedModel(pulumi.ComponentResource):
         self.config: ModelConfig = model_config(args["model"], KEY)
         # Every decision is made here, from the model entry and the platform alone.
         self.plan: ModelPlan = plan_on_platform(self.config, p, KEY)
+        check_platform_runs(self.plan, p, KEY)
         m = self.plan
         self.platform = p
         prefix = name.removesuffix(f"-{m.name}")
@@ -143,9 +144,7 @@ class ServedModel(pulumi.ComponentResource):
         self.autoscaler = None
         a = m.autoscaling
         if a is not None:
-            if p.monitoring is None:
-                # plan_model_stack and plan_stack refuse it first, naming the stack's key.
-                raise ValueError(f"{m.name} autoscales but platform {p.stack!r} has no metrics endpoint")
+            assert p.monitoring is not None  # check_platform_runs
             self.autoscaler = ModelAutoscaling(f"{prefix}-{m.name}-autoscaling", _args(
                 model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
                 startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],

@@ -187,7 +187,7 @@ class WarmstartStack(pulumi.ComponentResource):
         self.monitoring = self._autoscaling(name, plan)
         # 5. the platform: namespace, pod-side scripts, node cache, warm spares, image cache.
         ecr = cfg.image_cache.ecr_pull_through
-        self.serving_platform = ServingPlatform(name, _args(
+        self.serving_platform = ServingPlatform(name, _args(platform=_args(
             **platform_contract.platform_facts(plan), vpc_cidrs=list(self.network.vpc_cidrs), service_cidr=service_cidr,
             oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
             compile_cache_bucket=self.storage.compile_cache_bucket,
@@ -195,7 +195,7 @@ class WarmstartStack(pulumi.ComponentResource):
                              region=cfg.region if not cfg.monitoring.prometheus_url else None,
                              managed_scraper=plan_has_managed_scraper(plan),
                              scraper_pods=[{"namespace": ns, "pod_labels": labels} for ns, labels in scraper_pods(cfg)])
-            if self.monitoring else None,
+            if self.monitoring else None),
             warm_spares={p.name: {"warm_nodes": p.warm_nodes, "instance_type": p.warm_instance.instance_type,
                                   "gpus": p.warm_instance.gpu_count}
                          for p in plan.cluster.pools if p.warm_nodes and p.warm_instance is not None} or None,

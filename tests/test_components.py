@@ -25,6 +25,8 @@ KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "
 # Inputs that are wired from other resources, so other languages can pass outputs to them; every
 # other input is a plan-time decision and must be plain.
 WIRED = {
+    "ServedModel": {"huggingFaceToken"},
+    "ServingPlatform": {"dockerHubCredentialArn"},
     "Network": set(),
     "Cluster": {"vpcId", "privateSubnetIds", "publicSubnetIds"},
     "ModelStorage": {"s3EndpointId"},

@@ -283,6 +283,22 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
                         cluster_mode=contract.cluster_mode)
 
 
+def check_platform_runs(plan: ModelPlan, contract: Contract, key: str) -> None:
+    """ConfigErrors when a model needs what its platform does not run: KEDA and metrics for
+    `autoscaling`, node-feature-discovery for weights staged on the nodes (`nodeCache`)."""
+    problems = Problems()
+    if plan.autoscaling is not None and contract.monitoring is None:
+        problems.add(f"{key}.autoscaling", f"{plan.name} autoscales, but platform {contract.stack!r} runs no KEDA or "
+                     "metrics collection (its `monitoring` is unset)", "give the platform's monitoring, or remove "
+                     "autoscaling", True)
+    if plan.staged and not contract.node_cache:
+        problems.add(f"{key}.nodeCache", f"{plan.name}'s weights would be staged on the nodes, but platform "
+                     f"{contract.stack!r} runs no node-feature-discovery (the node labels; its `nodeCache` is unset)",
+                     "set nodeCache: off, or run node-feature-discovery and say so (nodeCache: true)",
+                     plan.load.mode if plan.load else None)
+    problems.raise_if_any()
+
+
 def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> ModelStackPlan:
     """A model stack's one model on its platform, with the rules an inline model has, plus the
     ones only a model stack can break (a duplicate, a missing pool, a pool its platform cannot
