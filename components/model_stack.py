@@ -23,7 +23,7 @@ from warmstart.config import ModelStackConfig
 from warmstart.plan import platform as contract_mod
 from warmstart.plan.platform import Contract, ModelStackPlan, plan_model_stack
 
-from ._pulumi_private import program_config, sync_await
+from warmstart.sdk_private import program_config, sync_await
 from .platform import from_contract
 from .served_model import ServedModel, _args
 from .stack import model_entry

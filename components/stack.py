@@ -23,7 +23,7 @@ from warmstart.errors import ConfigError
 from warmstart.plan import platform as platform_contract
 from warmstart.plan.stack import StackPlan, plan_stack
 
-from ._pulumi_private import program_config
+from warmstart.sdk_private import program_config
 from .autoscaling import ModelAutoscaling
 from .cluster import Cluster, ClusterArgs
 from .identity import ModelImportRole, ModelRole

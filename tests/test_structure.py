@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 PACKAGES = {"warmstart": ROOT / "warmstart", "components": ROOT / "components"}
 # What the components may use of the core: pure decisions, config, planners and object builders.
 CORE_FOR_COMPONENTS = ("warmstart.config", "warmstart.errors", "warmstart.versions", "warmstart.decisions",
-                       "warmstart.manifests", "warmstart.plan")
+                       "warmstart.manifests", "warmstart.plan", "warmstart.sdk_private")
 
 
 def _modules() -> dict[str, Path]:

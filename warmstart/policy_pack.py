@@ -18,9 +18,9 @@ from pulumi_policy import (
     StackValidationArgs,
     StackValidationPolicy,
 )
-from pulumi_policy.proxy import _DictProxy, _ListProxy, _is_unknown
 
 from . import policies
+from .sdk_private import DictProxy, ListProxy, is_unknown
 
 PACK_NAME = "warmstart-guardrails"
 # Guardrails block by default; a team can lower one policy with a policy-pack config file
@@ -30,15 +30,15 @@ DEFAULT_ENFORCEMENT = EnforcementLevel.MANDATORY
 
 def plain(value: Any) -> Any:
     """A property value without the SDK's unknown-checking proxies; unknowns become UNKNOWN."""
-    if isinstance(value, _DictProxy):
+    if isinstance(value, DictProxy):
         value = value["__target"]
-    elif isinstance(value, _ListProxy):
+    elif isinstance(value, ListProxy):
         value = value["__target"]
     if isinstance(value, Mapping):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
-    if _is_unknown(value):
+    if is_unknown(value):
         return policies.UNKNOWN
     return value
 

@@ -104,8 +104,9 @@ def _rekey(value: Any, how: Callable[[str], str]) -> Any:
 def document(args: Mapping[str, Any]) -> dict[str, Any]:
     """The `warmstartPlatform` output: a `PlatformArgs` with camelCase keys (as Pulumi's schema
     names them, so a program in any language can pass it to `ServedModel` as its `platform`), and
-    its version. The kubeconfig is not in it: it is a secret output of its own."""
-    body = {k: v for k, v in args.items() if k != "kubeconfig"}
+    its version. The kubeconfig is not in it: it is a secret output of its own. An unset fact
+    (None) is left out, as a program leaves the key out."""
+    body = {k: v for k, v in args.items() if k != "kubeconfig" and v is not None}
     return {"contractVersion": CONTRACT_VERSION, **_rekey(body, _camel)}
 
 

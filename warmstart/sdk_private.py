@@ -1,7 +1,7 @@
-"""Every use of the Pulumi SDK's private API in warmstart, in one place.
+"""Every use of the Pulumi SDKs' private API in warmstart, in one place.
 
-Each is here because the public SDK has no equivalent yet; tests/test_pulumi_private.py fails,
-naming what to do, the day an SDK upgrade removes or changes one (pin pulumi in pyproject.toml
+Each is here because the public SDK has no equivalent yet; tests/test_sdk_private.py fails,
+naming what to do, the day an SDK upgrade removes or changes one (pin the SDK in pyproject.toml
 back, or replace the use below).
 
 - `program_config`: the flat config map the program was given (`pulumi.Config` reads one key
@@ -9,6 +9,8 @@ back, or replace the use below).
 - `sync_await`: a model stack's decisions (its pool, TP, sizes) shape its resources, so its
   platform's `PlatformArgs` must be read while the program runs, not in an Output; the SDK's
   own synchronous invokes wait the same way.
+- `DictProxy`, `ListProxy`, `is_unknown` (pulumi-policy): a policy reads a resource's inputs
+  through these proxies; the checks (warmstart/policies) take plain values, unknowns marked.
 """
 
 from __future__ import annotations
@@ -18,11 +20,16 @@ from typing import TypeVar
 
 from pulumi.runtime import config as _runtime_config
 from pulumi.runtime.sync_await import _sync_await
+from pulumi_policy.proxy import _DictProxy as DictProxy
+from pulumi_policy.proxy import _ListProxy as ListProxy
+from pulumi_policy.proxy import _is_unknown as is_unknown
 
 T = TypeVar("T")
+__all__ = ["DictProxy", "ListProxy", "is_unknown", "program_config", "sync_await"]
 
-# The names this module uses, for tests/test_pulumi_private.py.
-USES = ("pulumi.runtime.config.get_config_env", "pulumi.runtime.config.CONFIG", "pulumi.runtime.sync_await._sync_await")
+# The names this module uses, for tests/test_sdk_private.py.
+USES = ("pulumi.runtime.config.get_config_env", "pulumi.runtime.config.CONFIG", "pulumi.runtime.sync_await._sync_await",
+        "pulumi_policy.proxy._DictProxy", "pulumi_policy.proxy._ListProxy", "pulumi_policy.proxy._is_unknown")
 
 
 def program_config() -> dict[str, str]:

@@ -1,0 +1,95 @@
+"""ServingPlatform from its own Args, its `PlatformArgs` output, and that output as the
+document a platform stack exports and a model stack reads back."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+import components
+from components import platform as platform_component
+from components.platform import POD_SCRIPTS, PlatformArgs
+from tests.conftest import render_stack
+from tests.served_model.test_served_model import PLATFORM
+from warmstart import mocks
+from warmstart.plan import platform as contract
+
+
+def _platform(**more):
+    built = {}
+    args = {"platform": PLATFORM} | more
+    resources = mocks.run(lambda: built.setdefault("p", components.ServingPlatform("research", args)),  # type: ignore[arg-type]
+                          region="us-east-1", stack="alone")
+    return built["p"], resources
+
+
+def _kinds(resources):
+    return sorted(r.inputs["kind"] for r in resources if r.typ.startswith("kubernetes:") and "kind" in r.inputs)
+
+
+def test_it_ships_every_pod_script_once_into_its_namespace_and_offers_them():
+    p, rs = _platform()
+    maps = [r.inputs for r in rs if r.typ == "kubernetes:core/v1:ConfigMap"]
+    assert sorted(m["metadata"]["name"] for m in maps) == sorted(c for _, c, _ in POD_SCRIPTS)
+    assert {m["metadata"]["namespace"] for m in maps} == {"inference"}
+    assert _kinds(rs).count("Namespace") == 1
+    # Nothing staged, no spares: no PriorityClasses, no node-feature-discovery.
+    assert "PriorityClass" not in _kinds(rs) and not [r for r in rs if r.typ.endswith(":Release")]
+    assert p.args["pod_scripts"] is True and p.args["node_cache"] is False
+    for r in rs:
+        if r.typ.startswith("kubernetes:") and "apiVersion" in r.inputs:
+            kubernetes_validate.validate(r.inputs, "1.33", strict=True)
+
+
+def test_its_output_is_a_platform_args_a_served_model_deploys_on():
+    built = {}
+
+    def program():
+        p = components.ServingPlatform("research", {"platform": PLATFORM})
+        built["m"] = components.ServedModel("research-llama-70b", {
+            "model": {"name": "llama-70b", "source": "s3://team-models/llama", "weights_gib": 140, "pool": "h100",
+                      "node_cache": "on"}, "platform": p.args | {"node_cache": True}},
+            opts=__import__("pulumi").ResourceOptions(depends_on=p.ready))
+
+    _, rs = _platform(platform=PLATFORM | {"node_cache": True})
+    assert "PriorityClass" in _kinds(rs) and [r for r in rs if r.typ.endswith(":Release")]
+    rs = mocks.run(program, region="us-east-1", stack="alone")
+    # The model uses the platform's scripts instead of shipping its own.
+    own = [r for r in rs if r.typ == "kubernetes:core/v1:ConfigMap" and r.inputs["metadata"]["name"].startswith("llama")]
+    assert own == [] and built["m"].plan.staged
+
+
+def test_warm_spares_and_the_docker_hub_cache_are_its_own():
+    spares = {"h100": {"warm_nodes": 1, "instance_type": "p5.48xlarge", "gpus": 8}}
+    _, rs = _platform(platform=PLATFORM | {"image_cache_account": "123456789012"}, warm_spares=spares,
+                      docker_hub_credential_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:ecr-pullthroughcache/hub")
+    assert [r.name for r in rs if r.typ == "kubernetes:apps/v1:Deployment"] == ["research-h100-warm-spare"]
+    assert "PriorityClass" in _kinds(rs)
+    (rule,) = [r for r in rs if r.typ == "aws:ecr/pullThroughCacheRule:PullThroughCacheRule"]
+    assert rule.inputs["ecrRepositoryPrefix"] == "docker-hub"
+
+
+def test_platform_args_and_the_checked_contract_have_the_same_facts():
+    """One declaration per platform fact: every PlatformArgs key is a field of the checked view
+    the planners read (and back), so a new fact cannot reach one and not the other."""
+    keys = set(PlatformArgs.__annotations__) - {"kubeconfig"}
+    assert keys == set(contract.Contract.__dataclass_fields__)
+    pool_keys = set(platform_component.PlatformPoolArgs.__annotations__)
+    assert pool_keys == set(contract.PoolFacts.__dataclass_fields__)
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_the_exported_document_reads_back_as_the_same_platform_args(stack):
+    """What a platform stack exports (`warmstartPlatform`) is its PlatformArgs in the schema's
+    camelCase, and a model stack reads exactly those facts back."""
+    doc = render_stack(stack).outputs[contract.OUTPUT]
+    assert doc["contractVersion"] == contract.CONTRACT_VERSION and "clusterMode" in doc and "podScripts" in doc
+    back = platform_component.from_contract(contract.parse(doc, stack, "reader"))
+    again = contract.document(back)
+    assert again == doc
+
+
+def test_a_platform_exported_before_pod_scripts_were_listed_still_offers_them():
+    doc = render_stack("staging").outputs[contract.OUTPUT]
+    old = {k: v for k, v in doc.items() if k != "podScripts"}
+    assert contract.parse(old, "staging", "reader").pod_scripts is True
