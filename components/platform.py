@@ -194,10 +194,7 @@ class ServingPlatform(pulumi.ComponentResource):
         if stages:
             # Only the master and its garbage collector, on non-GPU nodes
             # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
-            values = staging_objects.nfd_values()
-            where = imports.node_selector(mode)  # type: ignore[arg-type]
-            for part in ("master", "gc"):
-                values[part] = values.get(part, {}) | {"nodeSelector": dict(where)}
+            values = staging_objects.nfd_values(node_selector=imports.node_selector(mode))  # type: ignore[arg-type]
             node_cache.append(k8s.helm.v3.Release(
                 f"{name}-node-feature-discovery", name="node-feature-discovery", chart=versions.NFD_CHART,
                 version=versions.NFD_VERSION, namespace=NFD_NAMESPACE, create_namespace=True,

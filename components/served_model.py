@@ -97,10 +97,11 @@ class ServedModel(pulumi.ComponentResource):
             return pulumi.ResourceOptions(parent=self, aliases=aliases, **more)
 
         after = list(opts.depends_on or [])  # type: ignore[arg-type]
-        kube: dict[str, Any] = {}
+        # A platform given by its kubeconfig gets a provider of this model's own; else the
+        # Kubernetes provider of the resource options (the warmstart stack's cluster's).
         kubeconfig = args["platform"].get("kubeconfig")
-        if kubeconfig is not None:
-            kube["provider"] = k8s.Provider(f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))
+        kube: dict[str, Any] = {"provider": k8s.Provider(
+            f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))} if kubeconfig is not None else {}
         wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,
                      region=p.region, namespace=p.namespace, source=m.source)
         bucket = p.compile_cache_bucket if m.compile_cache else None

@@ -297,12 +297,6 @@ class VllmModel(pulumi.ComponentResource):
             # Not staged: the image alone goes onto every node of the pool before the pods roll.
             before_pods.append(self._image_prepull(name, ns, child))
         dep = deployment_spec(m, ns, args["region"], extras)
-        if m.staged:
-            pod = dep["spec"]["template"]["spec"]
-            # Preferred, never required: with no node holding the copy the pod streams from S3.
-            pod["affinity"] = staging_objects.serving_affinity(m.name, m.weights_digest)
-            (vllm,) = [c for c in pod["containers"] if c["name"] == "vllm"]
-            vllm["command"], vllm["args"] = staging_objects.serving_command(vllm["args"])
         timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
         k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
@@ -314,10 +308,8 @@ class VllmModel(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout}s", update=f"{timeout}s"))))
         routed = args.get("router_pod_labels")
         after_router = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(router)))
-        svc = service_spec(m, ns)
-        if routed:
-            # The model's one endpoint: the same Service object, now in front of the routers.
-            svc["spec"]["selector"] = dict(routed)
+        # The model's one endpoint: the same Service object, in front of the routers when routed.
+        svc = service_spec(m, ns, routed)
         service = k8s.core.v1.Service(f"{name}-service", metadata=svc["metadata"], spec=svc["spec"],
                                       opts=after_router if routed else child)
         pdb = pdb_spec(m, ns)

@@ -22,6 +22,7 @@ mount a Kubernetes API token (the NodeFeature calls); `staging_network_policy` a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .. import versions
@@ -292,7 +293,9 @@ def serving_affinity(model: str, digest: str) -> dict[str, Any]:
 
 def serving_extras(*, model: str, source: str, digest: str, image: str, nvme_mount: str,
                    pause_seconds: int, script_config_map: str = SELECT_CONFIGMAP) -> PodExtras:
-    """The serving pod's `weights-select` init container and volumes. Merge it before the
+    """The serving pod's `weights-select` init container and volumes, its preference for the
+    nodes that hold the weights (`serving_affinity`) and its vLLM command (`serving_command`).
+    Merge it before the
     compile-cache extras (`compile_cache_extras(..., weights_choice=True)`): the restore reads
     CHOICE_FILE for its `weights` key factor. The vLLM container mounts WEIGHTS_VOLUME read-only
     at CONTAINER_WEIGHTS_ROOT (volume_mounts here) and starts with `serving_command()`.
@@ -332,6 +335,9 @@ def serving_extras(*, model: str, source: str, digest: str, image: str, nvme_mou
                        {"name": CHOICE_VOLUME, "mountPath": CHOICE_MOUNT, "readOnly": True}),
         pod_annotations={f"{ANNOTATION_DOMAIN}/weights-digest": digest,
                          f"{ANNOTATION_DOMAIN}/weights-select-script-sha256": pod_scripts.script_digest(SELECT_SCRIPT)},
+        # Preferred, never required: with no node holding the copy the pod streams from S3.
+        affinity=serving_affinity(model, digest),
+        vllm_command=serving_command,
     )
 
 
@@ -418,10 +424,13 @@ def placeholder_network_policy(pool: str, namespace: Any) -> dict[str, Any]:
         placeholder_selector(pool) | {"app.kubernetes.io/part-of": "warmstart", "app.kubernetes.io/managed-by": "pulumi"})
 
 
-def nfd_values(label_namespaces: tuple[str, ...] = (LABEL_NAMESPACE,)) -> dict[str, Any]:
+def nfd_values(label_namespaces: tuple[str, ...] = (LABEL_NAMESPACE,),
+               node_selector: Mapping[str, str] | None = None) -> dict[str, Any]:
     """node-feature-discovery chart values: only nfd-master (it turns NodeFeature objects into
-    labels) and its garbage collector; no worker, no topology updater. `extraLabelNs` keeps the
-    label namespace allowed even if a stack denies others (chart `master.extraLabelNs`,
+    labels) and its garbage collector, on the nodes `node_selector` picks (non-GPU ones); no
+    worker, no topology updater. `extraLabelNs` keeps the label namespace allowed even if a
+    stack denies others (chart `master.extraLabelNs`, `master.nodeSelector`, `gc.nodeSelector`,
     https://github.com/kubernetes-sigs/node-feature-discovery/blob/v0.19.0/deployment/helm/node-feature-discovery/values.yaml)."""
-    return {"master": {"enable": True, "extraLabelNs": sorted(label_namespaces)},
-            "worker": {"enable": False}, "topologyUpdater": {"enable": False}, "gc": {"enable": True}}
+    where = {"nodeSelector": dict(node_selector)} if node_selector else {}
+    return {"master": {"enable": True, "extraLabelNs": sorted(label_namespaces), **where},
+            "worker": {"enable": False}, "topologyUpdater": {"enable": False}, "gc": {"enable": True, **where}}

@@ -8,6 +8,7 @@ Kubernetes schemas.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +182,11 @@ class PodExtras:
     env: tuple[dict, ...] = ()
     volume_mounts: tuple[dict, ...] = ()
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    affinity: dict[str, Any] | None = None
+    """The pod's affinity (the node cache prefers the nodes that hold the weights)."""
+    vllm_command: Callable[[list[str]], tuple[list[str], list[str]]] | None = None
+    """(command, args) of the vLLM container from its `vllm serve` args (the node cache's
+    reads the model path its picker chose); None: `vllm serve <args>`."""
 
 
 def merge_extras(*extras: PodExtras) -> PodExtras:
@@ -193,8 +199,17 @@ def merge_extras(*extras: PodExtras) -> PodExtras:
             env=out.env + tuple(e.env),
             volume_mounts=out.volume_mounts + tuple(e.volume_mounts),
             pod_annotations=out.pod_annotations | dict(e.pod_annotations),
+            affinity=_one("affinity", out.affinity, e.affinity),
+            vllm_command=_one("vllm_command", out.vllm_command, e.vllm_command),
         )
     return out
+
+
+def _one(what: str, a: Any, b: Any) -> Any:
+    """The one part that sets `what` (two would each undo the other)."""
+    if a is not None and b is not None:
+        raise ValueError(f"two pod extras both set the serving pod's {what}")
+    return a if b is None else b
 
 
 def _writes_cache(container: dict[str, Any]) -> bool:
@@ -235,15 +250,16 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
     volumes.extend(extras.volumes)
     mounts.extend(extras.volume_mounts)
     gpu = str(m.tensor_parallel_size)
+    # Explicit: older images start `python3 -m vllm.entrypoints.openai.api_server`.
+    command, args = extras.vllm_command(vllm_args(m)) if extras.vllm_command else (["vllm", "serve"], vllm_args(m))
     container = {
         "name": "vllm",
         "image": m.image,
         "imagePullPolicy": IMAGE_PULL_POLICY,
-        # Explicit: older images start `python3 -m vllm.entrypoints.openai.api_server`.
-        "command": ["vllm", "serve"],
+        "command": command,
         # The image's WORKDIR is root's; vLLM probes relative paths in the working directory.
         "workingDir": HOME_MOUNT,
-        "args": vllm_args(m),
+        "args": args,
         "env": vllm_env(m, region) + list(extras.env),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         # No CPU limit: CFS quota throttles the API server, tokenizer and engine-core busy loop
@@ -296,6 +312,8 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
     }
     if not spec["template"]["spec"]["initContainers"]:
         del spec["template"]["spec"]["initContainers"]
+    if extras.affinity is not None:
+        spec["template"]["spec"]["affinity"] = extras.affinity
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -317,14 +335,16 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
     }
 
 
-def service_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
+def service_spec(m: ModelPlan, namespace: Any, router_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """The model's one endpoint: in front of its vLLM pods, or of its routers' pods when a router
+    fronts the model (`router_selector`), so clients keep one URL either way."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": m.name, "namespace": namespace, "labels": labels(m.name)},
         "spec": {
             "type": "ClusterIP",
-            "selector": selector(m.name),
+            "selector": dict(router_selector) if router_selector else selector(m.name),
             "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }
