@@ -120,18 +120,13 @@ class ServedModel(pulumi.ComponentResource):
         self.router = self._router(prefix, p, m, child("router", depends_on=after, **kube))
         scraped_cidrs = list(p.vpc_cidrs) if p.managed_scraper else None
         token = args.get("hugging_face_token")
+        # The serving objects are built from this model's plan (made once, above); the Args
+        # carry what names it and the wiring.
         model_args: VllmModelArgs = _args(  # type: ignore[assignment]
             model_name=m.name, source=m.source, weights_gib=self.config.weights_gib,
-            instance_type=m.instance.instance_type, region=p.region, namespace=p.namespace,
-            tensor_parallel_size=None if self.config.tensor_parallel_size == "auto" else self.config.tensor_parallel_size,
-            replicas=m.replicas, image=m.image, max_model_len=m.max_model_len,
-            gpu_memory_utilization=m.gpu_memory_utilization, eager=m.eager, extra_args=list(m.extra_args),
-            loader=m.loader.model_dump(), cluster_mode=p.cluster_mode, node_pool=m.pool,
-            compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
+            instance_type=m.instance.instance_type, region=p.region, namespace=p.namespace, cluster_mode=p.cluster_mode,
             compile_cache_bucket=bucket, nvme_check=p.nvme_check, role_arn=self.role.role_arn,
             ship_pod_scripts=not p.pod_scripts,
-            weights_import=self.config.weights_import.model_dump(exclude_none=True) if self.config.weights_import else None,
-            node_cache=m.load.mode if m.load else None,
             node_cache_role_arn=self.staging_role.role_arn if self.staging_role else None,
             import_role_arn=self.import_role.role_arn if self.import_role else None,
             hugging_face_token=token if imp and imp.kind == "huggingFace" else None,
@@ -141,7 +136,7 @@ class ServedModel(pulumi.ComponentResource):
             metrics_scraper_cidrs=scraped_cidrs, metrics_scrapers=_scrapers(p),
             autoscaled=True if m.autoscaling is not None else None)
         self.model = VllmModel(f"{prefix}-{m.name}", model_args, opts=child("model", depends_on=after, **kube),
-                               router=[self.router] if self.router is not None else [])
+                               router=[self.router] if self.router is not None else [], plan=m.serving)
         self.autoscaler = None
         a = m.autoscaling
         if a is not None:

@@ -33,7 +33,7 @@ from warmstart.manifests.serving import (
     service_account_spec,
     service_spec,
 )
-from warmstart.plan.model import ModelPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
+from warmstart.plan.model import ServingPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
 
 from .node_cache import ModelNodeCache
 from .pod_scripts import PodScript
@@ -185,8 +185,9 @@ class VllmModelArgs(TypedDict):
     is the count of the first create only, and `up` and the drift check never reset it."""
 
 
-def plan(args: VllmModelArgs) -> ModelPlan:
-    """The model's decisions from its Args alone (ConfigErrors keyed `VllmModelArgs.*`)."""
+def plan_serving(args: VllmModelArgs) -> ServingPlan:
+    """The model's serving decisions from its Args alone (ConfigErrors keyed `VllmModelArgs.*`);
+    its router and autoscaling are other components'."""
     mode = mode_value(args.get("cluster_mode", ClusterMode.AUTO))
     tp = args.get("tensor_parallel_size")
     spec = spec_from_args(ModelSpec, {
@@ -204,7 +205,7 @@ def plan(args: VllmModelArgs) -> ModelPlan:
         compile_cache=args.get("compile_cache", not spec.eager),
         compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
         cluster_mode=mode, import_key="VllmModelArgs.weightsImport",  # type: ignore[arg-type]
-        node_cache=args.get("node_cache", "off"))  # type: ignore[arg-type]
+        node_cache=args.get("node_cache", "off")).serving  # type: ignore[arg-type]
 
 
 class VllmModel(pulumi.ComponentResource):
@@ -218,16 +219,20 @@ class VllmModel(pulumi.ComponentResource):
     """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
 
     def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
-                 router: Sequence[pulumi.Resource] = ()) -> None:
+                 router: Sequence[pulumi.Resource] = (), plan: ServingPlan | None = None) -> None:
         """`router` (Python programs): the model's router resources (ModelRouter), with
         `routerPodLabels` given; the Service switches to the routers only once they are up, so
         turning routing on never leaves the endpoint without a backend. The NetworkPolicy comes
         before any pod and admits only the routers from the start: while routing is turned on
         for a running model, clients that call its Service are refused until the routers are
-        Ready (seconds, as the vLLM pods are already Ready)."""
+        Ready (seconds, as the vLLM pods are already Ready).
+
+        `plan` (Python programs): the model's serving plan, made already from a model entry
+        (ServedModel plans it on its platform, the one planning of that model); the model
+        fields of `args` are then not read again, its wiring is."""
         super().__init__("warmstart:index:VllmModel", name, None, opts)
-        # Every decision is made here, from the Args alone, by the pure planner.
-        self.plan: ModelPlan = plan(args)
+        # Every decision is made from the Args alone, by the pure planner, unless made already.
+        self.plan: ServingPlan = plan if plan is not None else plan_serving(args)
         m = self.plan
         ns = args.get("namespace") or DEFAULT_NAMESPACE
         child = pulumi.ResourceOptions(parent=self)
@@ -407,5 +412,8 @@ class VllmModel(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s"))))
 
 
-__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan",
+# The component's planner, by the name Python programs have used.
+plan = plan_serving
+
+__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan", "plan_serving",
            "versions"]

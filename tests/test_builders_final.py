@@ -49,3 +49,15 @@ def test_the_check_sees_each_kind_of_edit():
     code = ('dep = build()\ndep["spec"]["template"]["affinity"] = a\nsvc["spec"]["selector"] |= s\n'
             'del pod["affinity"]\npod["containers"].append(c)\nfine = {"a": 1}\nfine["a"]\n')
     assert edits(code) == [2, 3, 4, 5]
+
+
+def test_builders_take_plan_records_without_loading_a_planner():
+    """warmstart/manifests imports what a plan is (warmstart/plan/records.py), never how one is made."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, pkgutil, sys, warmstart.manifests as m\n"
+            "for i in pkgutil.iter_modules(m.__path__): importlib.import_module(f'warmstart.manifests.{i.name}')\n"
+            "print(sorted(n for n in sys.modules if n.startswith('warmstart.plan.') and n != 'warmstart.plan.records'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", f"builders load planners: {out.stdout.strip()}"

@@ -3,7 +3,6 @@ alone from Args a person writes, and inside a stack each decides exactly what th
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -13,7 +12,6 @@ import yaml
 
 from tests.conftest import ROOT, STACK_NAMES, STACKS_DIR
 from warmstart import config, mocks, policies, render
-from warmstart.config import RoutingConfig
 from warmstart.errors import ConfigErrors
 
 import components
@@ -107,8 +105,9 @@ def _stack(stack: str):
 def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack):
     plan, s = _stack(stack)
     # Routing and autoscaling are the ModelRouter's and ModelAutoscaling's decisions, not VllmModel's.
-    serving_only = {m.name: dataclasses.replace(m, routing=RoutingConfig(), autoscaling=None) for m in plan.models}
-    assert {name: m.plan for name, m in s.models.items()} == serving_only
+    assert {name: m.plan for name, m in s.models.items()} == {m.name: m.serving for m in plan.models}
+    # Each ServedModel planned, from its model entry and PlatformArgs alone, what the stack planned.
+    assert {name: sm.plan for name, sm in s.served.items()} == {m.name: m for m in plan.models}
     assert {name: r.plan.policy for name, r in s.routers.items()} == {
         m.name: m.routing_policy for m in plan.models if m.routed}
     assert {name: (a.plan.min_replicas, a.plan.max_replicas) for name, a in s.autoscalers.items()} == {
@@ -118,6 +117,31 @@ def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack
     assert {name: r.access for name, r in s.roles.items()} == {a.model: a for a in plan.aws.access}
     assert s.cluster.plan.pools == plan.cluster.pools
     assert s.cluster.plan.system_node_group == plan.cluster.system_node_group
+
+
+def _flat_args(spec, m, cfg) -> dict:
+    """The VllmModel Args a program writes for a planned model (its model fields flat)."""
+    values = dict(model_name=m.name, source=m.source, weights_gib=spec.weights_gib,
+                  instance_type=m.instance.instance_type, region=cfg.region, namespace=cfg.namespace,
+                  tensor_parallel_size=None if spec.tensor_parallel_size == "auto" else spec.tensor_parallel_size,
+                  replicas=m.replicas, image=m.image, max_model_len=m.max_model_len,
+                  gpu_memory_utilization=m.gpu_memory_utilization, eager=m.eager, extra_args=list(m.extra_args),
+                  loader=m.loader.model_dump(), cluster_mode=cfg.cluster_mode, node_pool=m.pool,
+                  compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
+                  weights_import=spec.weights_import.model_dump(exclude_none=True) if spec.weights_import else None,
+                  node_cache=m.load.mode if m.load else None)
+    return {k: v for k, v in values.items() if v is not None}
+
+
+@pytest.mark.parametrize("stack", STACK_NAMES)
+def test_vllm_model_alone_plans_from_flat_args_what_the_served_model_planned(stack):
+    """VllmModel used alone (flat Args, no plan handed in) decides exactly what a ServedModel
+    decided for the same model: one planner, whichever way in."""
+    from components.serving import plan_serving
+
+    _, plan = render.load_plan(STACKS_DIR, stack)
+    for spec, m in zip(plan.config.models, plan.models):
+        assert plan_serving(_flat_args(spec, m, plan.config)) == m.serving, m.name
 
 
 # --------------------------------------------------------------------------------------

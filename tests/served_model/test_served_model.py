@@ -125,3 +125,35 @@ def test_another_languages_inputs_reach_it_as_its_args():
     with pytest.raises(Exception, match="weightsGib"):
         provider.map_inputs({"model": {k: v for k, v in model.items() if k != "weightsGib"}, "platform": platform},
                             provider._component_defs["ServedModel"])
+
+
+def test_the_components_pages_yaml_program_reaches_the_served_model_intact():
+    """The YAML program of docs/components.md, as its SDK sends it (camelCase properties), is
+    mapped onto ServedModelArgs and deploys: every key it sets arrives."""
+    import re
+
+    import yaml
+    from pulumi.provider.experimental.component import ComponentProvider
+
+    from components.__main__ import HOSTED
+    from tests.conftest import ROOT
+
+    doc = (ROOT / "docs" / "components.md").read_text()
+    program = next(yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "ServedModel" in b)
+    (resource,) = program["resources"].values()
+    assert resource["type"] == "warmstart:index:ServedModel"
+    props = resource["properties"]
+    props["platform"]["kubeconfig"] = KUBECONFIG  # `${kubeconfig}`: the program's secret
+    provider = ComponentProvider(HOSTED, "warmstart")
+    args = provider.map_inputs(props, provider._component_defs["ServedModel"])
+    m, rs = _served(model=args["model"], platform=args["platform"], name="research-llama-3-1-70b")
+    from components.model_args_gen import camel_case
+
+    # Every key the program writes arrives, under its Python name, and nothing else.
+    assert {camel_case(k) for k in args["model"]} == set(props["model"])
+    assert {camel_case(k) for k in args["platform"]} == set(props["platform"])
+    assert (m.plan.name, m.plan.weights_bytes, m.plan.pool, m.plan.routing.policy) == (
+        "llama-3-1-70b", 140 * 2**30, "h100", "prefix_hash")
+    assert m.platform.cluster_mode == "karpenter" and m.platform.vpc_cidrs == ("10.40.0.0/16",)
+    assert m.plan.source == "s3://my-models/meta-llama/Llama-3.1-70B-Instruct" and not m.plan.staged
+    assert [r for r in rs if r.typ == "kubernetes:apps/v1:Deployment"]

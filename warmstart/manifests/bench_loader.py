@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from ..decisions import placement
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from .serving import labels, vllm_env
 
 CONFIGMAP_NAME = "warmstart-bench-loader"
@@ -23,14 +23,14 @@ def job_name(model: str) -> str:
     return f"{model}-bench-loader"[:63].rstrip("-")
 
 
-def tuned_streamer_env(m: ModelPlan, region: str) -> dict[str, str]:
+def tuned_streamer_env(m: ServingPlan, region: str) -> dict[str, str]:
     """The RUNAI_STREAMER_* values of the serving container, plus the concurrency vLLM exports
     from --model-loader-extra-config."""
     env = {e["name"]: e["value"] for e in vllm_env(m, region) if e["name"].startswith("RUNAI_STREAMER_")}
     return env | {"RUNAI_STREAMER_CONCURRENCY": str(m.concurrency)}
 
 
-def bench_loader_job(m: ModelPlan, namespace: str, region: str, config_map: str = CONFIGMAP_NAME,
+def bench_loader_job(m: ServingPlan, namespace: str, region: str, config_map: str = CONFIGMAP_NAME,
                      max_bytes: int = 0) -> dict[str, Any]:
     """The Job object (batch/v1). `max_bytes`: stream at most this much of the model (0: all)."""
     env = {

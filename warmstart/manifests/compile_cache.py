@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import cachekey, placement
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from . import node_cache, pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -48,7 +48,7 @@ def script_source() -> str:
     return pod_scripts.script_source(SCRIPT_KEY)
 
 
-def _env(m: ModelPlan, bucket: Any, region: str) -> list[dict]:
+def _env(m: ServingPlan, bucket: Any, region: str) -> list[dict]:
     values: dict[str, Any] = {
         "WARMSTART_CACHE_DIR": placement.COMPILE_CACHE_MOUNT,
         "WARMSTART_CACHE_BUCKET": bucket,
@@ -75,7 +75,7 @@ def _env(m: ModelPlan, bucket: Any, region: str) -> list[dict]:
     return env
 
 
-def compile_cache_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
+def compile_cache_extras(m: ServingPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
                          weights_choice: bool = False) -> PodExtras:
     """Restore/publish wiring for one model; nothing for a model without the compile cache or
     without a bucket. `bucket` is the cache bucket's name (a string or a Pulumi Input);

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import cachekey
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from . import node_cache, pod_scripts
 from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
 
@@ -40,7 +40,7 @@ def script_source() -> str:
     return pod_scripts.script_source(SCRIPT_KEY)
 
 
-def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: str | None = None,
+def first_token_container(m: ServingPlan, bucket: Any, region: str, state_volume: str | None = None,
                           weights_choice: bool = False) -> dict[str, Any]:
     """The sidecar container. `bucket`: the compile-cache bucket's name (a string or a Pulumi
     Input; None: the probe runs and logs, no record is kept). `state_volume`: the pod's shared
@@ -88,7 +88,7 @@ def first_token_container(m: ModelPlan, bucket: Any, region: str, state_volume: 
     }
 
 
-def first_token_extras(m: ModelPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
+def first_token_extras(m: ServingPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
                        state_volume: str | None = None, weights_choice: bool = False) -> PodExtras:
     """The sidecar, its script volume, the two vLLM env vars and the script-digest annotation.
     `weights_choice`: merge `node_cache.serving_extras` too (it defines the choice volume)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import versions
 from ..decisions import placement, soci
-from ..plan.cluster import PoolPlan
+from ..plan.records import PoolPlan
 
 NODEPOOL_API = "karpenter.sh/v1"
 # (apiVersion, group, kind) of each mode's node class.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..decisions import placement
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from . import network_policy
 from .serving import ANNOTATION_DOMAIN, IMAGE_PULL_POLICY, container_security_context, pod_security_context
 
@@ -34,7 +34,7 @@ def labels(model: str, pool: str) -> dict[str, str]:
             f"{ANNOTATION_DOMAIN}/pool": pool}
 
 
-def daemonset_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
+def daemonset_spec(m: ServingPlan, namespace: Any) -> dict[str, Any]:
     """One idle pod of `m.image` on every node of the model's pool."""
     assert m.pool is not None, "a pre-pull DaemonSet needs the model's NodePool"
     pod_labels = labels(m.name, m.pool)
@@ -74,7 +74,7 @@ def daemonset_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
     }
 
 
-def network_policy_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
+def network_policy_spec(m: ServingPlan, namespace: Any) -> dict[str, Any]:
     """The pre-pull pods neither accept nor send anything."""
     assert m.pool is not None
     return network_policy.deny_all_network_policy(name(m.name, m.pool), namespace, labels(m.name, m.pool),

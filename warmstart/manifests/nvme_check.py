@@ -10,7 +10,7 @@ pod wiring (pure); the script ships in a ConfigMap (`pod_scripts.config_map_spec
 from __future__ import annotations
 
 from ..decisions import placement
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -41,7 +41,7 @@ def nvme_check_min_bytes(min_nvme_bytes: int) -> int:
     return int(min_nvme_bytes * 0.8)
 
 
-def nvme_check_extras(m: ModelPlan, mode: str, config_map: str = CONFIGMAP_NAME) -> PodExtras:
+def nvme_check_extras(m: ServingPlan, mode: str, config_map: str = CONFIGMAP_NAME) -> PodExtras:
     """The init container (and its script volume) for one model; nothing when the model keeps
     no compile cache on the node. `mode`: `warn` or `fail` when the cache is not on NVMe. The
     size floor is the model's instance type's NVMe (its pods select that type)."""

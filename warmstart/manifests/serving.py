@@ -1,6 +1,6 @@
 """The tuned vLLM serving objects of one model as plain Kubernetes object dicts (pure).
 
-ServiceAccount, Deployment, Service and PodDisruptionBudget from a ModelPlan; the VllmModel
+ServiceAccount, Deployment, Service and PodDisruptionBudget from a ServingPlan; the VllmModel
 component (components/serving.py) registers them, and the tests validate them against the
 Kubernetes schemas.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import placement, tuning
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 
 HTTP_PORT = 8000
 # vLLM serves /metrics on its serving port; scrapers get this metrics-only port of the pod's
@@ -70,7 +70,7 @@ def pod_security_context() -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def cache_owner_container(m: ModelPlan) -> dict[str, Any]:
+def cache_owner_container(m: ServingPlan) -> dict[str, Any]:
     """The first init container of a pod with the compile cache: kubelet creates the hostPath
     directory (`DirectoryOrCreate`) as root, mode 0755
     (https://kubernetes.io/docs/concepts/storage/volumes/#hostpath-volume-types), and fsGroup
@@ -113,7 +113,7 @@ def _quantity(n_bytes: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-def vllm_args(m: ModelPlan) -> list[str]:
+def vllm_args(m: ServingPlan) -> list[str]:
     """`vllm serve` arguments; the model URI first."""
     extra_config = {"concurrency": m.concurrency, "distributed": m.distributed}
     args = [
@@ -134,7 +134,7 @@ def vllm_args(m: ModelPlan) -> list[str]:
     return args
 
 
-def vllm_env(m: ModelPlan, region: str) -> list[dict[str, str]]:
+def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
     env = {
         # One ~4 GiB request per shard; cut stalled transfers after 3 s below 1 MiB/s and
         # retry, since the pod is ready only when the slowest chunk lands
@@ -216,7 +216,7 @@ def _writes_cache(container: dict[str, Any]) -> bool:
     return any(v.get("name") == COMPILE_CACHE_VOLUME and not v.get("readOnly") for v in container.get("volumeMounts", []))
 
 
-def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
+def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtras = PodExtras()) -> dict[str, Any]:
     """The Deployment object (apps/v1) for one model."""
     size = m.pod
     probe = {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": tuning.PROBE_PERIOD_SECONDS}
@@ -335,7 +335,7 @@ def deployment_spec(m: ModelPlan, namespace: Any, region: str, extras: PodExtras
     }
 
 
-def service_spec(m: ModelPlan, namespace: Any, router_selector: dict[str, str] | None = None) -> dict[str, Any]:
+def service_spec(m: ServingPlan, namespace: Any, router_selector: dict[str, str] | None = None) -> dict[str, Any]:
     """The model's one endpoint: in front of its vLLM pods, or of its routers' pods when a router
     fronts the model (`router_selector`), so clients keep one URL either way."""
     return {
@@ -350,7 +350,7 @@ def service_spec(m: ModelPlan, namespace: Any, router_selector: dict[str, str] |
     }
 
 
-def pdb_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
+def pdb_spec(m: ServingPlan, namespace: Any) -> dict[str, Any]:
     # maxUnavailable rather than minAvailable: a single-replica model must not block node
     # drains forever.
     return {
@@ -361,7 +361,7 @@ def pdb_spec(m: ModelPlan, namespace: Any) -> dict[str, Any]:
     }
 
 
-def service_account_spec(m: ModelPlan, namespace: str, role_arn: Any = None) -> dict[str, Any]:
+def service_account_spec(m: ServingPlan, namespace: str, role_arn: Any = None) -> dict[str, Any]:
     """The model's ServiceAccount; `role_arn` (a string or a Pulumi Input) is the IRSA role."""
     meta: dict[str, Any] = {"name": m.name, "namespace": namespace, "labels": labels(m.name)}
     if role_arn is not None:

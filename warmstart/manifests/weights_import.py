@@ -22,7 +22,7 @@ from typing import Any
 
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
-from ..plan.model import ModelPlan
+from ..plan.records import ServingPlan
 from ..podside import weights_import as script
 from . import pod_scripts
 from .serving import (
@@ -88,13 +88,13 @@ def labels(model: str) -> dict[str, str]:
     }
 
 
-def _plan(m: ModelPlan) -> imports.ImportPlan:
+def _plan(m: ServingPlan) -> imports.ImportPlan:
     if m.weights_import is None:
         raise ValueError(f"model {m.name} has no weights import")
     return m.weights_import
 
 
-def service_account_spec(m: ModelPlan, namespace: Any, role_arn: Any = None) -> dict[str, Any]:
+def service_account_spec(m: ServingPlan, namespace: Any, role_arn: Any = None) -> dict[str, Any]:
     """The import Job's ServiceAccount; `role_arn` (a string or a Pulumi Input) is its IRSA role."""
     imp = _plan(m)
     meta: dict[str, Any] = {"name": imp.service_account, "namespace": namespace, "labels": labels(m.name)}
@@ -103,14 +103,14 @@ def service_account_spec(m: ModelPlan, namespace: Any, role_arn: Any = None) -> 
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False}
 
 
-def token_secret_spec(m: ModelPlan, namespace: Any, token: Any) -> dict[str, Any]:
+def token_secret_spec(m: ServingPlan, namespace: Any, token: Any) -> dict[str, Any]:
     """The Hugging Face token as a Secret (`token`: a Pulumi secret Output in a program)."""
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"name": imports.token_secret_name(m.name), "namespace": namespace, "labels": labels(m.name)},
             "stringData": {TOKEN_KEY: token}}
 
 
-def _env(m: ModelPlan, imp: imports.ImportPlan, region: str, token_secret: str | None) -> list[dict]:
+def _env(m: ServingPlan, imp: imports.ImportPlan, region: str, token_secret: str | None) -> list[dict]:
     values: dict[str, str] = {
         "WARMSTART_MODEL": m.name,
         "WARMSTART_DEST_BUCKET": imp.dest_bucket,
@@ -137,7 +137,7 @@ def _env(m: ModelPlan, imp: imports.ImportPlan, region: str, token_secret: str |
     return env
 
 
-def job_spec(m: ModelPlan, namespace: Any, region: str, config_map: str = CONFIGMAP_NAME,
+def job_spec(m: ServingPlan, namespace: Any, region: str, config_map: str = CONFIGMAP_NAME,
              token_secret: str | None = None) -> dict[str, Any]:
     """The batch/v1 Job that imports one model's weights. `config_map` carries the script;
     `token_secret` names the Secret with the Hugging Face token (None: no token)."""

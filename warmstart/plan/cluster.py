@@ -23,6 +23,7 @@ from ..decisions.gpu_pools import PoolModel
 from ..decisions.instances import GpuInstance
 from ..errors import ConfigError, Problems
 from .model import ModelPlan, check_compile_cache_host_path
+from .records import CapacityPlan, PoolPlan
 
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
 # zone spread (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml),
@@ -42,108 +43,6 @@ AUTO_MODE_RESERVED_POOL_NAMES = ("default", "general-purpose", "system")
 class SystemNodeGroupPlan:
     instance_types: tuple[str, ...]
     size: int
-
-
-@dataclass(frozen=True)
-class CapacityPlan:
-    """A pool's purchase options and reservations, as the engines take them."""
-
-    types: tuple[str, ...]
-    """First choice first (reserved, spot, onDemand): `capacity.types`."""
-    reservation_terms: tuple[tuple[str | None, tuple[tuple[str, str], ...] | None, str | None], ...] = ()
-    """Each selector term as (id, sorted tags, owner id)."""
-    capacity_block: bool = False
-    capacity_block_ends_at: datetime | None = None
-    reserved_nodes: int | None = None
-    """Nodes the reservations hold for the pool; None: unknown."""
-    spot_hourly_price_usd: float | None = None
-
-    @property
-    def reserved(self) -> bool:
-        return "reserved" in self.types
-
-    def selector_terms(self, mode: placement.ClusterMode) -> list[dict]:
-        """The node class's `capacityReservationSelectorTerms`, in the mode's spelling."""
-        return [capacity.selector_term(mode, i, dict(t) if t is not None else None, o)
-                for i, t, o in self.reservation_terms]
-
-    @property
-    def placeholder_ids(self) -> tuple[str, ...]:
-        return tuple(i for i, _, _ in self.reservation_terms if i == capacity.PLACEHOLDER_RESERVATION_ID)
-
-    def summary(self) -> dict:
-        return {
-            "types": list(self.types),
-            "reservations": self.selector_terms("karpenter"),
-            "capacityBlock": self.capacity_block,
-            "capacityBlockEndsAt": self.capacity_block_ends_at.isoformat() if self.capacity_block_ends_at else None,
-            "reservedNodes": self.reserved_nodes,
-        }
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    """Everything decided for one GPU pool (one NodePool and its node class)."""
-
-    name: str
-    instances: tuple[GpuInstance, ...]
-    """The pool's instance types, sorted by name."""
-    capacity_types: tuple[str, ...]
-    max_gpus: int
-    """NodePool `limits` on `nvidia.com/gpu`."""
-    models: tuple[str, ...]
-    """Models that run on the pool."""
-    compile_cache_models: int
-    """How many of them keep a compile cache on the node's NVMe."""
-    required_nvme_bytes: int
-    """NVMe every node of the pool must have (reserve plus caches)."""
-    min_nvme_bytes: int
-    """The smallest NVMe of the pool's instance types."""
-    nvme_label_floor: int
-    """N in the requirement `<domain>/instance-local-nvme Gt N`."""
-    gpu_count_label_floor: int
-    """N in the requirement `<domain>/instance-gpu-count Gt N` (the smallest TP on the pool, less one)."""
-    ephemeral_storage_gib: int | None
-    """Auto Mode NodeClass `ephemeralStorage.size` in GiB; None in karpenter mode."""
-    warm_nodes: int = 0
-    """Spare nodes kept staged by placeholder pods (`warmNodes`)."""
-    warm_instance: GpuInstance | None = None
-    """The spares' instance type; None without spares."""
-    hourly_price_usd: float | None = None
-    """The stack's price of one of the pool's nodes per hour, if given."""
-    staged_models: tuple[str, ...] = ()
-    """Models whose weights are staged on the pool's nodes."""
-    capacity: CapacityPlan = CapacityPlan(("onDemand",))
-    """Where the pool's nodes come from (reservations, spot, on-demand), first choice first."""
-    launch_nodes: tuple[tuple[GpuInstance, int], ...] = ()
-    """Nodes per instance type the pool launches at its limits (models at maxReplicas plus a
-    surge pod, warm spares): what the vCPU quotas must allow."""
-
-    @property
-    def warm_cost_per_hour(self) -> float | None:
-        """What the spares cost per hour; None when the price is not given."""
-        return staging.warm_nodes_cost_per_hour(self.warm_nodes, self.hourly_price_usd)
-
-    @property
-    def instance_types(self) -> tuple[str, ...]:
-        return tuple(i.instance_type for i in self.instances)
-
-    def summary(self) -> dict:
-        return {
-            "name": self.name,
-            "instanceTypes": list(self.instance_types),
-            "capacityTypes": list(self.capacity_types),
-            "maxGpus": self.max_gpus,
-            "minNvmeGB": self.min_nvme_bytes // instances.GB,
-            "requiredNvmeBytes": self.required_nvme_bytes,
-            "ephemeralStorageGiB": self.ephemeral_storage_gib,
-            "models": list(self.models),
-            "stagedModels": list(self.staged_models),
-            "warmNodes": self.warm_nodes,
-            "warmInstanceType": self.warm_instance.instance_type if self.warm_instance else None,
-            "warmCostPerHourUsd": self.warm_cost_per_hour,
-            "capacity": self.capacity.summary(),
-        }
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,18 @@ ConfigErrors naming each broken rule under the key it is given.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 
-from ..config import S3_URI, AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig
+from ..config import S3_URI, LoaderTuning, ModelSpec
 from ..decisions import autoscaling as scaling
-from ..decisions import instances, placement, routing, tuning
+from ..decisions import instances, placement, tuning
 from ..decisions import node_cache as staging
 from ..decisions import weights_import as imports
-from ..decisions.instances import GIB, GpuInstance
+from ..decisions.instances import GIB
 from ..errors import ConfigError, Problems
+from .records import ModelPlan, ServingPlan
+
+__all__ = ["MANAGED_FLAGS", "ModelPlan", "ServingPlan", "check_compile_cache_host_path", "compile_cache_host_path",
+           "plan_import", "plan_model"]
 
 # Flags warmstart derives; a model's extraArgs may not set them, or two sources of truth
 # would disagree on the cluster.
@@ -29,98 +32,6 @@ MANAGED_FLAGS = (
     "--port",
     "--host",
 )
-
-
-@dataclass(frozen=True)
-class ModelPlan:
-    """Everything decided for one model."""
-
-    name: str
-    source: str
-    bucket: str
-    prefix: str
-    pool: str | None
-    """The NodePool the pods select (`karpenter.sh/nodepool`); None: any node of the instance type."""
-    instance: GpuInstance
-    tensor_parallel_size: int
-    weights_bytes: int
-    loader: LoaderTuning
-    concurrency: int
-    distributed: bool
-    eager: bool
-    compile_cache: bool
-    compile_cache_host_path: str
-    startup_budget_seconds: int
-    pod: tuning.PodSize
-    replicas: int
-    image: str
-    max_model_len: int | None
-    gpu_memory_utilization: float
-    extra_args: tuple[str, ...]
-    weights_import: imports.ImportPlan | None = None
-    """The Job that copies the weights into `source` before the pods start; None: they are there."""
-    routing: RoutingConfig = RoutingConfig()
-    """The router in front of the replicas, as configured (`routing_policy` is the resolved one)."""
-    autoscaling: AutoscalingConfig | None = None
-    """KEDA's replica range and triggers; None: a fixed `replicas`."""
-    load: staging.LoadPrediction | None = None
-    """Predicted weight-load time from S3 and from the node's NVMe, and whether the weights are
-    staged on the pool's nodes (`nodeCache`)."""
-    weights_digest: str | None = None
-    """Immutable name of this version of the weights: the node directory and label value."""
-
-    @property
-    def staged(self) -> bool:
-        """Whether the weights are staged on the nodes' NVMe (the node cache)."""
-        return self.load is not None and self.load.staged
-
-    @property
-    def autoscaling_spec(self) -> scaling.AutoscalingSpec | None:
-        a = self.autoscaling
-        return None if a is None else scaling.AutoscalingSpec(
-            min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-            target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling)
-
-    @property
-    def routed(self) -> bool:
-        """Whether a router fronts the model (`routing.policy`, `auto` resolved)."""
-        return routing.wanted(self.routing.policy, self.replicas, self.max_replicas)
-
-    @property
-    def routing_policy(self) -> str:
-        """SMG's `--policy` for the model's router, or `none`."""
-        return routing.POLICY_OF[self.routing.policy] if self.routed else "none"
-
-    @property
-    def max_replicas(self) -> int:
-        """The most serving pods the model can have: what GPU pools are sized for."""
-        return self.autoscaling.max_replicas if self.autoscaling else self.replicas
-
-    def summary(self) -> dict:
-        """The plan.json entry for this model."""
-        return ({"import": self.weights_import.summary()} if self.weights_import else {}) | {
-            "name": self.name,
-            "source": self.source,
-            "pool": self.pool,
-            "instanceType": self.instance.instance_type,
-            "gpuName": self.instance.gpu_model,
-            "gpusPerNode": self.instance.gpu_count,
-            "tensorParallelSize": self.tensor_parallel_size,
-            "replicas": self.replicas,
-            "autoscaling": self.autoscaling.model_dump(by_alias=True) if self.autoscaling else None,
-            "routing": self.routing_policy,
-            "nodeCache": (self.load.summary() | {"digest": self.weights_digest}) if self.load else None,
-            "weightsBytes": self.weights_bytes,
-            "chunkBytes": self.loader.chunk_bytes,
-            "concurrency": self.concurrency,
-            "distributed": self.distributed,
-            "eager": self.eager,
-            "compileCache": self.compile_cache,
-            "compileCacheHostPath": self.compile_cache_host_path,
-            "startupBudgetSeconds": self.startup_budget_seconds,
-            "image": self.image,
-            "imagePinnedByDigest": "@sha256:" in self.image,
-        }
 
 
 def compile_cache_host_path(mode: placement.ClusterMode, host_path: str | None = None) -> str:
