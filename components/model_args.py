@@ -128,6 +128,9 @@ class ModelEntryArgs(TypedDict):
     autoscaling: NotRequired[ModelEntryAutoscalingArgs]
     """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
     Default: a fixed `replicas`."""
+    priority_class_name: NotRequired[str]
+    """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
+    shared pool; `system-*` classes are for kube-system only. Default: the cluster's default."""
     node_cache: NotRequired[str]
     """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
     model's image there), so pods on those nodes load them locally and pods elsewhere stream from

@@ -30,6 +30,7 @@ from .errors import ConfigError, ConfigErrors
 NAMESPACE = "warmstart"
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
 # A stack model's `source` relative to the stack's model bucket: a key prefix, no scheme.
 KEY_PREFIX = re.compile(r"^(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?!/)(?!.*//)[^\s]*[^\s/]/?$")
@@ -315,6 +316,9 @@ class ModelSpec(_Strict):
     autoscaling: AutoscalingConfig | None = None
     """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
     Default: a fixed `replicas`."""
+    priority_class_name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)] | None = None
+    """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
+    shared pool; `system-*` classes are for kube-system only. Default: the cluster's default."""
     node_cache: Literal["auto", "on", "off"] = "auto"
     """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
     model's image there), so pods on those nodes load them locally and pods elsewhere stream
@@ -342,6 +346,15 @@ class ModelSpec(_Strict):
     @classmethod
     def _known_instance_type(cls, v: str | None) -> str | None:
         return v if v is None else _gpu_instance_type(v)
+
+    @field_validator("priority_class_name")
+    @classmethod
+    def _not_a_system_class(cls, v: str | None) -> str | None:
+        # Kubernetes admits `system-node-critical` and `system-cluster-critical` pods only in
+        # kube-system (https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/#priorityclass).
+        if v is not None and v.startswith("system-"):
+            raise ValueError("system- PriorityClasses are for kube-system only; name a class of your own")
+        return v
 
     @field_validator("image")
     @classmethod

@@ -131,6 +131,7 @@ SAMPLES: dict[str, Sample] = {
     "routing": Sample({"policy": "round_robin"}),
     "autoscaling": Sample({"maxReplicas": 2}),
     "pool": Sample("l40s-b", _second_pool, "a second pool, l40s-b"),
+    "priority_class_name": Sample("inference-high"),
 }
 
 

@@ -307,6 +307,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
                 "volumes": volumes,
                 "terminationGracePeriodSeconds": 60,
                 "securityContext": pod_security_context(),
+                **({"priorityClassName": m.priority_class_name} if m.priority_class_name else {}),
             },
         },
     }

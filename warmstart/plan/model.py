@@ -189,4 +189,5 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         autoscaling=m.autoscaling,
         load=load,
         weights_digest=digest,
+        priority_class_name=m.priority_class_name,
     )

@@ -49,6 +49,8 @@ class ServingPlan:
     staged on the pool's nodes (`nodeCache`)."""
     weights_digest: str | None = None
     """Immutable name of this version of the weights: the node directory and label value."""
+    priority_class_name: str | None = None
+    """The serving pods' PriorityClass; None: the cluster's default."""
 
     @property
     def staged(self) -> bool:
