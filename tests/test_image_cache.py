@@ -91,3 +91,17 @@ def test_an_image_from_a_registry_the_cache_does_not_serve_gets_a_note(tmp_path)
     # Docker Hub images alone: no such note.
     (tmp_path / "hub").mkdir()
     assert "caches Docker Hub images only" not in render.table(_cached_dev(tmp_path / "hub", **{"warmstart:accountId": ACCOUNT}).stack_plan)
+
+
+def test_the_cache_rule_and_node_permissions_keep_their_state_where_they_moved(tmp_path):
+    """The rule (now ServingPlatform's) and the nodes' import permissions (now Cluster's) were the
+    stack's own children: each answers to its URN from then, so `up` updates, never replaces."""
+    r = _cached_dev(tmp_path, **{"warmstart:accountId": ACCOUNT})
+    root = "urn:pulumi:cached::warmstart::warmstart:index:Stack$"
+    was = {f"{root}aws:ecr/pullThroughCacheRule:PullThroughCacheRule::warmstart-docker-hub-cache",
+           f"{root}aws:iam/rolePolicy:RolePolicy::warmstart-gpu-node-pull-through",
+           f"{root}aws:iam/rolePolicy:RolePolicy::warmstart-system-node-pull-through"}
+    answers = {a for x in r.resources for a in (x.urn, *x.aliases)}
+    assert was <= answers, sorted(was - answers)
+    (rule,) = r.of_type("aws:ecr/pullThroughCacheRule:PullThroughCacheRule")
+    assert "warmstart:index:ServingPlatform$" in rule.urn

@@ -340,10 +340,10 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
 
 def named_scrapers(plan) -> list[tuple[str, Mapping[str, str]]]:
     """(namespace, pod labels) of the user's Prometheus pods: `monitoring.scraper` of an
-    environment stack, the contract's `monitoring.scraperPods` for a model stack."""
+    environment stack, its platform's `monitoring.scraper_pods` for a model stack."""
     contract = getattr(plan, "contract", None)
     if contract is not None:
-        return [(s["namespace"], dict(s["podLabels"])) for s in (contract.monitoring or {}).get("scraperPods") or []]
+        return contract.scraper_pods
     scraper = getattr(getattr(getattr(plan, "config", None), "monitoring", None), "scraper", None)
     return [] if scraper is None else [(scraper.namespace, dict(scraper.pod_labels))]
 
