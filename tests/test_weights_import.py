@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import components
 from tests.conftest import render_doc, render_stack
-from tests.policy_eval import allowed, statements
-from tests.test_naming_iam import models, prefixes
+from tests.support.policy_eval import allowed, statements
+from tests.support.strategies import models, prefixes
 from warmstart import config, mocks, policies, render
 from warmstart.decisions import iam, naming, placement
 from warmstart.decisions import weights_import as imports

@@ -88,7 +88,7 @@ def test_an_unreadable_choice_is_s3_and_the_tool_still_runs(tmp_path: Path, rclo
 
 def test_the_picker_output_is_what_the_key_reads(tmp_path: Path) -> None:
     """The real picker's choice.json, for a complete copy and for none, gives the two factors."""
-    from tests.node_cache.test_select import DIGEST, pick, write_copy
+    from tests.support.weights_select import DIGEST, pick, write_copy
 
     write_copy(tmp_path / "weights")
     _, line, out = pick(tmp_path)

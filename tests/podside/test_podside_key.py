@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.podside.pods import IMAGE
+from tests.podside.pods import BASE_ENV
 from warmstart.podside import compile_cache as cc
 
-BASE_ENV = {
-    "WARMSTART_CACHE_PREFIX": "llama-8b/",
-    "WARMSTART_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
-    "WARMSTART_TP": "2",
-    "WARMSTART_IMAGE": IMAGE,
-    "WARMSTART_COMPILE_FINGERPRINT": "fp-1",
-    "WARMSTART_ACCELERATOR": "NVIDIA H100 80GB HBM3, 9.0",
-}
 
 factor_values = st.one_of(st.text(max_size=20), st.integers(), st.booleans())
 factor_dicts = st.dictionaries(st.text(min_size=1, max_size=12), factor_values, min_size=1, max_size=8)
