@@ -149,6 +149,7 @@ def test_destroy_and_outputs_do_not_block_on_config(tmp_path, monkeypatch, engin
 
 
 
+@pytest.mark.servers
 def test_missing_cli_says_which_and_how(bare_env, capsys, tmp_path):
     summary = tmp_path / "s.json"
     rc = cli.main(["preview", "--stack", "dev", "--summary", str(summary)])
@@ -173,6 +174,7 @@ def _fake_pulumi(bin_dir: Path, plugins: list[dict]) -> None:
     script.chmod(0o755)
 
 
+@pytest.mark.servers
 def test_missing_plugins_are_named_with_their_install_command(bare_env, capsys, monkeypatch, tmp_path):
     wanted = automation.required_plugins()
     have, *absent = wanted
@@ -199,6 +201,7 @@ def test_required_plugins_follow_the_pinned_provider_sdks():
     assert {n: v for n, v in automation.required_plugins()} == pins
 
 
+@pytest.mark.servers
 def test_real_cli_run_without_pulumi_exits_with_the_missing_cli_message(tmp_path):
     """`warmstart preview --stack dev` for real, in a subprocess, with no `pulumi` on PATH."""
     exe = Path(sys.executable).parent / "warmstart"
@@ -213,6 +216,7 @@ def test_real_cli_run_without_pulumi_exits_with_the_missing_cli_message(tmp_path
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.servers
 def test_passphrase_is_required_for_self_managed_backends_only(tmp_path):
     req = automation.Request("preview", "dev", ROOT, backend=f"file://{tmp_path}")
 

@@ -491,6 +491,7 @@ def test_the_dev_stack_itself_plans(stack_name):
     assert _plan(load_stack_doc(stack_name)).aws is not None
 
 
+@pytest.mark.servers
 def test_bad_aws_input_through_the_cli_exits_2_without_traceback(tmp_path):
     doc = copy.deepcopy(load_stack_doc("dev"))
     doc["config"]["warmstart:network"] = {"s3GatewayEndpoint": False}

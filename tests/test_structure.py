@@ -9,6 +9,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 # Packages of this repository, by the name they are imported under here.
@@ -127,6 +129,7 @@ def test_pure_code_imports_no_pulumi():
             assert not top_level & {"pulumi", "pulumi_aws", "pulumi_eks", "pulumi_kubernetes"}, name
 
 
+@pytest.mark.servers
 def test_no_bare_components_package_is_installed():
     """Outside this project, `components` is whatever the user's own program has; warmstart's
     components are `warmstart_components`."""

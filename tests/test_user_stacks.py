@@ -56,6 +56,7 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.servers
 @pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get(INNER)), reason="runs in the outer suite only")
 def test_your_stacks_never_break_the_shipped_stacks_tests(tmp_path):

@@ -18,6 +18,8 @@ from tests.podside.pods import clean_environ
 from tests.podside.servers import BUCKET
 from warmstart.podside import first_token, weights_select
 
+pytestmark = pytest.mark.servers  # the sidecar script against a fake vLLM and rclone
+
 SCRIPT = Path(first_token.__file__).resolve()
 
 

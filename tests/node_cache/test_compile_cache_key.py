@@ -24,6 +24,8 @@ from tests.podside.pods import pod_factory
 from warmstart.decisions.node_cache import container_model_path, model_version_digest
 from warmstart.podside import compile_cache as cc
 
+pytestmark = pytest.mark.servers  # pod scripts as subprocesses
+
 SOURCE = "s3://team-models/llama/v1"
 LOCAL = container_model_path(model_version_digest(SOURCE))
 

@@ -256,6 +256,7 @@ def _scanned_objects() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.servers
 def test_the_scanner_fails_only_justified_checks_on_the_node_cache_objects(tmp_path: Path) -> None:
     from tests.support.checkov import justified, load_exceptions, run_checkov
 

@@ -199,6 +199,7 @@ def test_serving_pods_prefer_cached_nodes_and_never_require_them() -> None:
     assert SOURCE in vllm["command"][2] and nc.MODEL_PATH_FILE in vllm["command"][2]  # the fallback
 
 
+@pytest.mark.servers
 def test_the_serving_command_falls_back_to_s3_without_the_picker_file(tmp_path: Path) -> None:
     command, args = nc.serving_command([SOURCE, "--load-format=runai_streamer"])
     fake_bin = tmp_path / "vllm"

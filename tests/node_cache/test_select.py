@@ -10,6 +10,8 @@ import pytest
 from tests.support.weights_select import DIGEST, FILES, SOURCE, pick, write_copy
 from warmstart.podside import weights_select
 
+pytestmark = pytest.mark.servers  # the picker script as a subprocess
+
 
 def _truncate(root: Path) -> None:
     (root / DIGEST / "model.safetensors").write_bytes(b"w" * 100)

@@ -18,6 +18,8 @@ from tests.podside.servers import BUCKET
 from tests.support.node_cache import SELECT, STAGE, digest_of, tree, wait_for
 from warmstart.podside import weights_select, weights_stage
 
+pytestmark = pytest.mark.servers  # the staging script with s5cmd against rclone
+
 
 
 

@@ -26,6 +26,8 @@ from tests.podside.servers import BUCKET, RcloneS3
 from tests.support.loopback import LoopbackServer
 from warmstart.podside import weights_select, weights_stage
 
+pytestmark = pytest.mark.servers  # the staging script with s5cmd against S3 servers
+
 
 @pytest.fixture
 def proxy(rclone_s3: RcloneS3) -> Iterator[FaultProxy]:

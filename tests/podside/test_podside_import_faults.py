@@ -18,6 +18,8 @@ from tests.podside.servers import BUCKET, S3Server, SeaweedS3, find_binary
 from tests.support.weights_import import DST, SRC, WANTED, Job, assert_copied, objects, sha
 from warmstart.podside import weights_import as wi
 
+pytestmark = pytest.mark.servers  # the import script against S3 servers
+
 
 class _RoomySeaweed(SeaweedS3):
     volume_max = 24

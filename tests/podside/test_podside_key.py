@@ -100,6 +100,7 @@ def fake_nvidia_smi(tmp_path: Path, output: str, code: int = 0) -> str:
     return str(script)
 
 
+@pytest.mark.servers
 def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
     one = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n")
     ident = cc.detect_accelerator(None, "12.8", which=lambda _: one)
@@ -111,6 +112,7 @@ def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
     assert cc.detect_accelerator(None, "12.8", which=lambda _: l4) != ident
 
 
+@pytest.mark.servers
 def test_a_failing_nvidia_smi_is_an_error_not_a_guess(tmp_path: Path) -> None:
     broken = fake_nvidia_smi(tmp_path, "NVIDIA-SMI has failed", code=9)
     with pytest.raises(cc.CacheError, match="nvidia-smi exited 9"):

@@ -28,6 +28,8 @@ from tests.support.weights_import import (COMMIT, DST, MIB, MODULE, OTHER_COMMIT
 from warmstart.decisions import weights_import as decisions
 from warmstart.podside import weights_import as wi
 
+pytestmark = pytest.mark.servers  # the import script against S3 servers and a Hub stand-in
+
 
 # --------------------------------------------------------------------------------------------
 # S3 to S3 (server-side copies)
