@@ -28,7 +28,7 @@ SHIPPED_STACK_NAMES = ("dev", "prod", "staging", "staging-llama-3-1-8b")
 ALL_STACK_NAMES = sorted(SHIPPED_STACK_NAMES)
 USER_STACK_NAMES = sorted(set(config.stack_names(STACKS_DIR)) - set(SHIPPED_STACK_NAMES))
 # Environment (platform) stacks, which most tests exercise; model stacks (a model on a platform,
-# `warmstart:platform` in their file) have tests/test_model_stacks.py.
+# `warmstart:platform` in their file) have tests/model_stack/test_model_stacks.py.
 _CONFIGS = {s: yaml.safe_load((STACKS_DIR / f"Pulumi.{s}.yaml").read_text()).get("config") or {}
             for s in ALL_STACK_NAMES}
 MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONFIGS[s]]
@@ -45,7 +45,7 @@ SERVER_FIXTURES = (
     "health", "hub", "hub_job", "s3_job", "pod", "mount_tmpfs",  # tests/podside/conftest.py
     "backend", "proxy_for", "proxy", "api", "fake_api",  # stand-ins and proxies on 127.0.0.1
     "s5cmd", "upload", "node", "small_disk",  # tests/node_cache/conftest.py
-    "promtool", "scans",  # tests/test_promql.py, tests/test_security_scan.py (checkov)
+    "promtool", "scans",  # tests/autoscaling/test_promql.py, tests/test_security_scan.py (checkov)
     "analyzer",  # tests/test_policies.py: the policy pack's gRPC server
 )
 

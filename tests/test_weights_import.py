@@ -160,7 +160,7 @@ def test_the_token_reaches_only_the_hub_import_through_a_secret(prod_imports, tm
 def test_every_rendered_object_validates_and_the_policy_pack_passes(prod_imports):
     version = prod_imports.stack_plan.config.kubernetes_version
     for obj in prod_imports.kubernetes_objects:
-        # Custom resources: against their CRDs in tests/test_cluster.py and tests/test_serving.py.
+        # Custom resources: against their CRDs in tests/cluster/test_cluster.py and tests/serving/test_serving.py.
         if not obj["apiVersion"].startswith(("karpenter.", "eks.amazonaws.com/", "keda.sh/")):
             kubernetes_validate.validate(obj, version, strict=True)
     records = mocks.policy_records(prod_imports.resources, prod_imports.stack_plan.config.region)

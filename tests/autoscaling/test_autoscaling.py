@@ -1,7 +1,7 @@
 """Autoscaling on vLLM's metrics: the pure decisions (properties), the KEDA objects against the
 vendored KEDA 2.20.2 CRDs and chart values, the components under Pulumi mocks (IAM least
 privilege on one workspace, KEDA on non-GPU nodes), and the policy that re-checks pool limits.
-The PromQL itself runs through promtool in tests/test_promql.py."""
+The PromQL itself runs through promtool in tests/autoscaling/test_promql.py."""
 
 from __future__ import annotations
 
