@@ -23,7 +23,7 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import FakeVllm
 from tests.routing.router import SmgRouter, chat, served_by, write_discovery_file
 from warmstart.decisions import routing
-from warmstart.manifests import router as router_objects
+from warmstart.manifests import routing as router_objects
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router
 
