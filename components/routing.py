@@ -2,7 +2,7 @@
 
 From its Args the component plans the router (`warmstart.decisions.routing.plan`: SMG's
 `prefix_hash` policy and its load bound, accounted for two router replicas) and registers the
-objects `warmstart.manifests.router` builds: ServiceAccount, Role and RoleBinding (read pods in
+objects `warmstart.manifests.routing` builds: ServiceAccount, Role and RoleBinding (read pods in
 the namespace), the SMG Deployment on non-GPU nodes, its PodDisruptionBudget, the Service that is
 the model's endpoint, the NetworkPolicies, and optionally an internal load balancer and the
 control-plane key Secret.
@@ -17,8 +17,8 @@ import pulumi_kubernetes as k8s
 from warmstart import versions
 from warmstart.decisions import routing
 from warmstart.decisions.routing import RoutingPlan
-from warmstart.manifests import router as objects
-from warmstart.manifests.router import SERVICE_PORT
+from warmstart.manifests import routing as objects
+from warmstart.manifests.routing import SERVICE_PORT
 
 from .enums import ClusterMode, mode_value
 from .serving import ScraperPodsArgs

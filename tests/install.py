@@ -7,7 +7,7 @@ Run by the README's test command and by `.ci/run`, into the virtual environment 
    build, gigabytes of GPU libraries the tests never use. Only torch comes from that index, without
    its dependencies (they come from PyPI in step 2); `TORCH_INDEX_URL` names another (a mirror);
 2. the project with its `test` extra, from pyproject.toml's pins;
-3. checkov and promtool into the tools cache (tests/tools.py).
+3. checkov and promtool into the tools cache (tests/support/tools.py).
 
 Already installed parts are kept, so a second run takes seconds.
 """
@@ -21,7 +21,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from tests import tools
+from tests.support import tools
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCH_INDEX_URL = os.environ.get("TORCH_INDEX_URL", "https://download.pytorch.org/whl/cpu")

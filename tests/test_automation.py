@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,11 @@ import yaml
 from pulumi import automation as auto
 from pulumi.automation import events
 from pulumi.automation._cmd import CommandResult
-from pulumi.automation.errors import CommandError
 
 from warmstart import automation, cli
 from warmstart.exit_codes import EXIT_PREFLIGHT
 from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc
+from tests.support.automation import FakeStack
 
 BAD_CONFIG = ROOT / "tests" / "bad_configs" / "bad-cluster-mode.yaml"
 
@@ -36,63 +35,8 @@ BAD_CONFIG = ROOT / "tests" / "bad_configs" / "bad-cluster-mode.yaml"
 # Fakes at the Automation API boundary
 
 
-def _update_summary(kind: str, changes: dict[str, int]) -> auto.UpdateSummary:
-    return auto.UpdateSummary(kind=kind, start_time=datetime(2026, 1, 1), message="", environment={},
-                              config={}, result="succeeded", end_time=datetime(2026, 1, 1),
-                              version=7, resource_changes=changes)
 
 
-class FakeStack:
-    """Stands in for pulumi.automation.Stack; records each call and its keyword arguments."""
-
-    def __init__(self, changes: dict[str, int] | None = None, outputs: dict | None = None,
-                 fail: bool = False, policy_events: list[events.PolicyEvent] = ()) -> None:
-        self.changes = changes if changes is not None else {"same": 5}
-        self.outputs_map = outputs or {}
-        self.fail = fail
-        self.policy_events = list(policy_events)
-        self.calls: list[tuple[str, dict]] = []
-        self.config_file: Path | None = None
-
-    def _run(self, op: str, kwargs: dict) -> None:
-        self.calls.append((op, kwargs))
-        kwargs["on_output"](f"fake engine output for {op}")
-        for i, p in enumerate(self.policy_events):
-            kwargs["on_event"](events.EngineEvent(sequence=i, timestamp=0, policy_event=p))
-        if self.fail:
-            raise CommandError(CommandResult(stdout="", stderr="error: update failed", code=255))
-
-    def preview(self, **kw):
-        self._run("preview", kw)
-        return auto.PreviewResult(stdout="", stderr="", change_summary=self.changes)
-
-    def preview_refresh(self, **kw):
-        self._run("preview_refresh", kw)
-        return auto.PreviewResult(stdout="", stderr="", change_summary=self.changes)
-
-    def up(self, **kw):
-        self._run("up", kw)
-        return auto.UpResult(stdout="", stderr="", summary=_update_summary("update", self.changes),
-                             outputs=self.outputs_map)
-
-    def refresh(self, **kw):
-        self._run("refresh", kw)
-        return auto.RefreshResult(stdout="", stderr="", summary=_update_summary("refresh", self.changes))
-
-    def destroy(self, **kw):
-        self._run("destroy", kw)
-        return auto.DestroyResult(stdout="", stderr="", summary=_update_summary("destroy", self.changes))
-
-    def outputs(self):
-        self.calls.append(("outputs", {}))
-        return self.outputs_map
-
-    def set_config(self, key, value, *, path=False):
-        """As `pulumi config set` does: the key in the stack file of `config_file`, if any."""
-        self.calls.append(("set_config", {"key": key, "value": value.value, "secret": value.secret}))
-        if self.config_file is not None:
-            with self.config_file.open("a") as f:
-                f.write(f'  {key}: "{value.value}"\n')
 
 
 @pytest.fixture
@@ -203,21 +147,9 @@ def test_destroy_and_outputs_do_not_block_on_config(tmp_path, monkeypatch, engin
 # Missing prerequisites: one message, exit 4
 
 
-@pytest.fixture
-def bare_env(tmp_path, monkeypatch):
-    """No pulumi on PATH, no AWS credentials, no backend, no passphrase, an empty HOME."""
-    for k in list(os.environ):
-        if k.startswith(("AWS_", "PULUMI_")):
-            monkeypatch.delenv(k)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role probe in tests
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    empty = tmp_path / "empty-bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.chdir(ROOT)
-    return empty
 
 
+@pytest.mark.servers
 def test_missing_cli_says_which_and_how(bare_env, capsys, tmp_path):
     summary = tmp_path / "s.json"
     rc = cli.main(["preview", "--stack", "dev", "--summary", str(summary)])
@@ -242,6 +174,7 @@ def _fake_pulumi(bin_dir: Path, plugins: list[dict]) -> None:
     script.chmod(0o755)
 
 
+@pytest.mark.servers
 def test_missing_plugins_are_named_with_their_install_command(bare_env, capsys, monkeypatch, tmp_path):
     wanted = automation.required_plugins()
     have, *absent = wanted
@@ -268,6 +201,7 @@ def test_required_plugins_follow_the_pinned_provider_sdks():
     assert {n: v for n, v in automation.required_plugins()} == pins
 
 
+@pytest.mark.servers
 def test_real_cli_run_without_pulumi_exits_with_the_missing_cli_message(tmp_path):
     """`warmstart preview --stack dev` for real, in a subprocess, with no `pulumi` on PATH."""
     exe = Path(sys.executable).parent / "warmstart"
@@ -282,6 +216,7 @@ def test_real_cli_run_without_pulumi_exits_with_the_missing_cli_message(tmp_path
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.servers
 def test_passphrase_is_required_for_self_managed_backends_only(tmp_path):
     req = automation.Request("preview", "dev", ROOT, backend=f"file://{tmp_path}")
 

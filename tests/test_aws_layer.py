@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc
-from tests.policy_eval import DENY, allowed, evaluate, statements
+from tests.support.policy_eval import DENY, allowed, evaluate, statements
 from warmstart import config as config_mod
 from warmstart.plan import stack as plan_mod
 from warmstart import mocks, render
@@ -491,6 +491,7 @@ def test_the_dev_stack_itself_plans(stack_name):
     assert _plan(load_stack_doc(stack_name)).aws is not None
 
 
+@pytest.mark.servers
 def test_bad_aws_input_through_the_cli_exits_2_without_traceback(tmp_path):
     doc = copy.deepcopy(load_stack_doc("dev"))
     doc["config"]["warmstart:network"] = {"s3GatewayEndpoint": False}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from warmstart.manifests import compile_cache
 from warmstart.decisions import placement
 from tests.conftest import render_doc
-from tests.policy_eval import allowed
+from tests.support.policy_eval import allowed
 
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 

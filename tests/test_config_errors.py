@@ -45,6 +45,7 @@ def test_messages_are_distinct():
     assert len(set(expects)) == len(expects)
 
 
+@pytest.mark.servers
 def test_cli_exits_2_without_traceback(tmp_path):
     root = _write_stack(tmp_path, BAD[0])
     proc = subprocess.run([sys.executable, "-m", "warmstart.cli", "render", "--stack", "bad"],

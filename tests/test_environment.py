@@ -26,7 +26,7 @@ from warmstart import automation, cli, config, render
 from warmstart.automation import environment
 from warmstart.errors import ConfigError, ConfigErrors
 from tests.conftest import ROOT
-from tests.test_automation import FakeStack, bare_env  # noqa: F401 - bare_env is a fixture
+from tests.support.automation import FakeStack
 
 MODELS = ("dev-a", "dev-b", "dev-c")
 PLATFORM_OUTPUTS = {environment.PLATFORM_OUTPUT: auto.OutputValue({"clusterName": "ws-dev"}, False)}
@@ -409,6 +409,7 @@ def test_without_a_pulumi_cli_nothing_runs_and_one_message_says_why(bare_env, pr
     assert {s["stack"]: s["result"] for s in doc["stacks"]} == dict.fromkeys(["dev", *MODELS], "not-run")
 
 
+@pytest.mark.servers
 def test_real_cli_without_pulumi_exits_4_without_a_traceback(project, tmp_path):
     """`warmstart destroy --env dev` for real, in a subprocess, with no `pulumi` on PATH."""
     exe = Path(sys.executable).parent / "warmstart"

@@ -10,17 +10,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.policy_eval import ALLOW, DENY, allowed, evaluate, statements
-from warmstart.config import DNS_LABEL
+from tests.support.policy_eval import ALLOW, DENY, allowed, evaluate, statements
+from tests.support.strategies import dns_label, models, prefixes
 from warmstart.decisions import iam, naming, network
 
-# Strategies shaped like the config's own constraints (DNS labels; prefix <= 20, model <= 40).
-def dns_label(max_size: int) -> st.SearchStrategy[str]:
-    return st.from_regex(re.compile(DNS_LABEL[:-1] + r"\Z"), fullmatch=True).filter(lambda s: len(s) <= max_size)
-
-
-prefixes = dns_label(20)
-models = dns_label(40)
 stacks = st.from_regex(r"\A[a-z0-9][a-z0-9-]{0,30}\Z", fullmatch=True)
 regions = st.sampled_from(["us-east-1", "us-west-2", "eu-central-1", "ap-southeast-2", "us-gov-west-1", "cn-north-1"])
 purposes = st.sampled_from(["models", "compile-cache"])

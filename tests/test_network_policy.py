@@ -11,7 +11,8 @@ import kubernetes_validate
 import pytest
 
 from tests.conftest import ROOT, render_stack
-from warmstart.manifests import gpu_pools, network_policy, node_cache, serving
+from tests.support.pod_security import _selects, assert_pod_hardened
+from warmstart.manifests import gpu_pools, network_policy, serving
 from warmstart.manifests import weights_import as import_job
 
 K8S_VERSION = "1.33"
@@ -31,9 +32,6 @@ def _vllm_deployments(rendered):
             if d["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/name") == "vllm"]
 
 
-def _selects(policy: dict, namespace: str, labels: dict) -> bool:
-    sel = policy["spec"]["podSelector"].get("matchLabels", {})
-    return policy["metadata"]["namespace"] == namespace and sel.items() <= labels.items()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -88,44 +86,8 @@ def test_import_pods_accept_nothing(stack_name):
         assert policy["spec"]["egress"] == network_policy.egress_rules()
 
 
-def _owner_volume_is_a_host_path(spec: dict, container: dict) -> bool:
-    """The chown target is the container's one mount, of a hostPath volume of the pod."""
-    (mount,) = container["volumeMounts"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    return "hostPath" in volume and container["command"][-1] == mount["mountPath"]
 
 
-def assert_pod_hardened(name: str, spec: dict, labels: dict) -> int:
-    """The rules every warmstart pod follows; returns the number of containers checked."""
-    # Only the routers (their pod watch) and the node cache's staging pods (their NodeFeature)
-    # call the Kubernetes API (docs/security.md, CKV_K8S_38).
-    router = labels.get("app.kubernetes.io/name") == "router"
-    staging = (labels.get("app.kubernetes.io/name"), labels.get("app.kubernetes.io/component")) == (
-        "warmstart-weights", "weights-staging")
-    assert spec["automountServiceAccountToken"] is (router or staging), name
-    pod = spec["securityContext"]
-    assert pod["runAsNonRoot"] is True and pod["runAsUser"] >= 10000 and pod["runAsGroup"] != 0
-    assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
-    checked = 0
-    for c in spec.get("initContainers", []) + spec["containers"]:
-        sc = c["securityContext"]
-        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
-        assert sc["capabilities"]["drop"] == ["ALL"]
-        assert c["imagePullPolicy"] == "IfNotPresent"
-        if c["name"] == serving.CACHE_OWNER_CONTAINER:
-            # The root containers: chown only (docs/security.md).
-            assert sc["runAsUser"] == 0 and sorted(sc["capabilities"]["add"]) == ["CHOWN", "DAC_READ_SEARCH"]
-            assert c["command"][:3] == ["chown", "-R", "-h"]
-        elif c["name"] == node_cache.WEIGHTS_OWNER_CONTAINER:
-            # Not recursive, so CAP_CHOWN alone; and only the node weights directory.
-            assert sc["runAsUser"] == 0 and sc["capabilities"]["add"] == ["CHOWN"]
-            assert c["command"][:3] == ["chown", "-h", f"{serving.RUN_AS_UID}:{serving.RUN_AS_GID}"]
-            assert _owner_volume_is_a_host_path(spec, c), name
-        else:
-            assert sc["runAsNonRoot"] is True and "add" not in sc["capabilities"]
-            assert sc.get("runAsUser", pod["runAsUser"]) == pod["runAsUser"]
-        checked += 1
-    return checked
 
 
 def test_every_container_is_non_root_read_only_without_capabilities(rendered):

@@ -340,6 +340,7 @@ def _run_script(tmp_path: Path, sysfs: Path, mode: str, disk_model: str) -> subp
         capture_output=True, text=True, timeout=60, env={"PATH": os.environ.get("PATH", "")})
 
 
+@pytest.mark.servers
 def test_script_warn_mode_logs_and_starts(tmp_path, sysfs):
     proc = _run_script(tmp_path, sysfs, "warn", nvme_check.EBS_MODEL)
     assert proc.returncode == 0
@@ -349,6 +350,7 @@ def test_script_warn_mode_logs_and_starts(tmp_path, sysfs):
     assert details["disks"] and details["path"].endswith("cache")
 
 
+@pytest.mark.servers
 def test_script_fail_mode_refuses_to_start_with_the_reason(tmp_path, sysfs):
     proc = _run_script(tmp_path, sysfs, "fail", nvme_check.EBS_MODEL)
     assert proc.returncode == 1
@@ -356,6 +358,7 @@ def test_script_fail_mode_refuses_to_start_with_the_reason(tmp_path, sysfs):
     assert "EBS volume" in (tmp_path / "termination-log").read_text()
 
 
+@pytest.mark.servers
 def test_script_passes_on_instance_store(tmp_path, sysfs):
     proc = _run_script(tmp_path, sysfs, "fail", nvme_check.INSTANCE_STORE_MODEL)
     assert proc.returncode == 0, proc.stderr
@@ -407,6 +410,7 @@ def _run_raw(tmp_path: Path, sysfs: Path, *, mode: str | None, mountinfo: bytes,
 NON_UTF8_LINE = b"1500 1288 0:61 / /mnt/caf\xe9\xff\\040x rw - ext4 /dev/sd\xfe rw\n"
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("mode", ["warn", "fail"])
 def test_non_utf8_mountinfo_and_disk_model_are_read_not_crashed_on(tmp_path, sysfs, mode):
     proc = _run_raw(tmp_path, sysfs, mode=mode, mountinfo=NON_UTF8_LINE,
@@ -416,6 +420,7 @@ def test_non_utf8_mountinfo_and_disk_model_are_read_not_crashed_on(tmp_path, sys
     assert proc.returncode == 0 and "warmstart nvme-check: OK:" in out, (out, err)  # still read as instance store
 
 
+@pytest.mark.servers
 def test_a_non_utf8_cache_path_is_checked_and_logged(tmp_path, sysfs):
     proc = _run_raw(tmp_path, sysfs, mode="warn", mountinfo=NON_UTF8_LINE, model=nvme_check.EBS_MODEL.encode(),
                     cache_name=b"cache-\xff")
@@ -424,6 +429,7 @@ def test_a_non_utf8_cache_path_is_checked_and_logged(tmp_path, sysfs):
     assert "cache-\\udcff" in err  # the undecodable byte, printed escaped
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("variable, value", [("WARMSTART_NVME_MIN_BYTES", "3.8TB"),
                                              ("WARMSTART_NVME_MIN_BYTES", "-5"),
                                              ("WARMSTART_MIN_NVIDIA_DRIVER", "r580"),
@@ -436,6 +442,7 @@ def test_a_malformed_variable_in_warn_mode_is_a_warning_and_the_pod_starts(tmp_p
     assert f"WARNING: {variable}={value!r}" in err and "EBS volume" in err  # the check still ran
 
 
+@pytest.mark.servers
 def test_a_malformed_minimum_in_fail_mode_refuses_naming_the_variable(tmp_path, sysfs):
     proc = _run_raw(tmp_path, sysfs, mode="fail", mountinfo=b"", model=nvme_check.INSTANCE_STORE_MODEL.encode(),
                     env={"WARMSTART_NVME_MIN_BYTES": "lots"})

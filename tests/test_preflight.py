@@ -476,6 +476,7 @@ def _fake_aws(bin_dir: Path, version_line: str, stream: str = "stdout") -> None:
     script.chmod(0o755)
 
 
+@pytest.mark.servers
 @pytest.mark.parametrize("line, stream, ok", [
     ("aws-cli/2.27.50 Python/3.13.4 Linux/6.8.0 exe/x86_64.ubuntu.24", "stdout", True),
     ("aws-cli/1.45.11 Python/3.11.7 Linux/6.18.44 botocore/1.43.11", "stdout", False),
@@ -505,6 +506,7 @@ def test_aws_cli_not_on_path_is_missing_for_every_operation_that_reaches_the_clu
         assert ("AWS CLI v2" in [x.what for x in missing]) == (op != "outputs"), op
 
 
+@pytest.mark.servers
 def test_aws_cli_in_the_one_prerequisites_message(tmp_path, monkeypatch, capsys):
     (tmp_path / "empty").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))

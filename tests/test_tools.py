@@ -1,4 +1,4 @@
-"""The suite's external tools (tests/tools.py): found in one cache, never installed by a test;
+"""The suite's external tools (tests/support/tools.py): found in one cache, never installed by a test;
 missing, they skip with the install command, or fail where CI requires them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests import tools
+from tests.support import tools
 from tests.conftest import ROOT
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, SHIPPED_STACK_NAMES, STACKS_DIR, USER_STACK_NAMES, render_stack
-from tests.test_model_stacks import validate_rendered
+from tests.support.validation import validate_rendered
 from warmstart.errors import ConfigError, ConfigErrors
 
 # Set in the copy of the project the test below runs, so that the copy does not run it again.
@@ -56,6 +56,7 @@ def _outcomes(junit: Path) -> dict[str, str]:
     return out
 
 
+@pytest.mark.servers
 @pytest.mark.slow
 @pytest.mark.skipif(bool(os.environ.get(INNER)), reason="runs in the outer suite only")
 def test_your_stacks_never_break_the_shipped_stacks_tests(tmp_path):

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import components
 from tests.conftest import render_doc, render_stack
-from tests.policy_eval import allowed, statements
-from tests.test_naming_iam import models, prefixes
+from tests.support.policy_eval import allowed, statements
+from tests.support.strategies import models, prefixes
 from warmstart import config, mocks, policies, render
 from warmstart.decisions import iam, naming, placement
 from warmstart.decisions import weights_import as imports
@@ -160,7 +160,7 @@ def test_the_token_reaches_only_the_hub_import_through_a_secret(prod_imports, tm
 def test_every_rendered_object_validates_and_the_policy_pack_passes(prod_imports):
     version = prod_imports.stack_plan.config.kubernetes_version
     for obj in prod_imports.kubernetes_objects:
-        # Custom resources: against their CRDs in tests/test_cluster.py and tests/test_serving.py.
+        # Custom resources: against their CRDs in tests/cluster/test_cluster.py and tests/serving/test_serving.py.
         if not obj["apiVersion"].startswith(("karpenter.", "eks.amazonaws.com/", "keda.sh/")):
             kubernetes_validate.validate(obj, version, strict=True)
     records = mocks.policy_records(prod_imports.resources, prod_imports.stack_plan.config.region)

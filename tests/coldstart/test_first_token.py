@@ -18,6 +18,8 @@ from tests.podside.pods import clean_environ
 from tests.podside.servers import BUCKET
 from warmstart.podside import first_token, weights_select
 
+pytestmark = pytest.mark.servers  # the sidecar script against a fake vLLM and rclone
+
 SCRIPT = Path(first_token.__file__).resolve()
 
 
@@ -199,7 +201,7 @@ def test_host_uptime(tmp_path, text, expected):
 def test_the_restore_outcome_reaches_the_first_token_record(tmp_path):
     """The compile-cache restore leaves its outcome line in the pod's state directory, where the
     first-token sidecar reads it into the record `warmstart coldstart --history` splits by."""
-    from tests.podside.test_podside_key import BASE_ENV
+    from tests.podside.pods import BASE_ENV
     from warmstart.podside import compile_cache as cc
     from warmstart.podside import first_token as ft
 
@@ -233,7 +235,7 @@ def test_a_trickled_stream_without_a_newline_ends_at_the_deadline(rclone_s3, tmp
 
 
 def test_the_pickers_choice_reaches_the_record_and_the_history_splits_by_it(rclone_s3, tmp_path):
-    from tests.node_cache.conftest import SELECT
+    from tests.support.node_cache import SELECT
     from warmstart.coldstart import history
 
     prefix = "nc-model/coldstart/"

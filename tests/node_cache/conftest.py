@@ -16,10 +16,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from tests.podside.servers import BUCKET, RcloneS3
-from warmstart.podside import weights_select, weights_stage
+from warmstart.podside import weights_stage
 
-STAGE = Path(weights_stage.__file__).resolve()
-SELECT = Path(weights_select.__file__).resolve()
 _ids = itertools.count()
 
 

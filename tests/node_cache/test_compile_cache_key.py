@@ -24,6 +24,8 @@ from tests.podside.pods import pod_factory
 from warmstart.decisions.node_cache import container_model_path, model_version_digest
 from warmstart.podside import compile_cache as cc
 
+pytestmark = pytest.mark.servers  # pod scripts as subprocesses
+
 SOURCE = "s3://team-models/llama/v1"
 LOCAL = container_model_path(model_version_digest(SOURCE))
 
@@ -88,7 +90,7 @@ def test_an_unreadable_choice_is_s3_and_the_tool_still_runs(tmp_path: Path, rclo
 
 def test_the_picker_output_is_what_the_key_reads(tmp_path: Path) -> None:
     """The real picker's choice.json, for a complete copy and for none, gives the two factors."""
-    from tests.node_cache.test_select import DIGEST, pick, write_copy
+    from tests.support.weights_select import DIGEST, pick, write_copy
 
     write_copy(tmp_path / "weights")
     _, line, out = pick(tmp_path)

@@ -19,9 +19,9 @@ import yaml
 
 import components
 from components.serving import plan as plan_model
-from tests.node_cache.conftest import SELECT, STAGE, model_files
-from tests.node_cache.test_manifests import DIGEST, IMAGE, K8S, SOURCE, _component
-from tests.test_network_policy import _selects, assert_pod_hardened
+from tests.node_cache.conftest import model_files
+from tests.support.node_cache import DIGEST, IMAGE, K8S, SELECT, SOURCE, STAGE, node_cache_component
+from tests.support.pod_security import _selects, assert_pod_hardened
 from warmstart.decisions import instances, placement
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import compile_cache as ccm
@@ -46,7 +46,7 @@ def _workloads(resources: list) -> list[tuple[dict, dict, dict]]:
 
 
 def test_every_node_cache_pod_is_hardened_and_selected_by_its_own_policy() -> None:
-    _, resources = _component()
+    _, resources = node_cache_component()
     policies = [dict(r.inputs) for r in resources if _kind(r) == "NetworkPolicy"]
     workloads = _workloads(resources)
     kinds = sorted(obj["metadata"]["name"] for obj, _, _ in workloads)
@@ -69,12 +69,12 @@ def test_every_node_cache_pod_is_hardened_and_selected_by_its_own_policy() -> No
 
 
 def test_without_network_policies_none_is_registered() -> None:
-    _, resources = _component(network_policies=False)
+    _, resources = node_cache_component(network_policies=False)
     assert not [r for r in resources if _kind(r) == "NetworkPolicy"]
 
 
 def test_the_staging_service_account_carries_the_role_and_only_the_pod_asks_for_a_token() -> None:
-    _, resources = _component()
+    _, resources = node_cache_component()
     (sa,) = [r.inputs for r in resources if _kind(r) == "ServiceAccount"]
     assert sa["metadata"]["name"] == nc.service_account_name("llama")
     assert sa["metadata"]["annotations"] == {serving.IRSA_ROLE_ANNOTATION: "arn:aws:iam::123456789012:role/llama-read"}
@@ -84,7 +84,7 @@ def test_the_staging_service_account_carries_the_role_and_only_the_pod_asks_for_
         assert spec["automountServiceAccountToken"] is staging
         assert (spec.get("serviceAccountName") == sa["metadata"]["name"]) is staging
     # No role: no annotation (the copy then has no AWS credentials; the pods stream from S3).
-    _, resources = _component(role_arn=None)
+    _, resources = node_cache_component(role_arn=None)
     (sa,) = [r.inputs for r in resources if _kind(r) == "ServiceAccount"]
     assert "annotations" not in sa["metadata"]
 
@@ -256,8 +256,9 @@ def _scanned_objects() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.servers
 def test_the_scanner_fails_only_justified_checks_on_the_node_cache_objects(tmp_path: Path) -> None:
-    from tests.test_security_scan import justified, load_exceptions, run_checkov
+    from tests.support.checkov import justified, load_exceptions, run_checkov
 
     for i, obj in enumerate(_scanned_objects()):
         (tmp_path / f"{i}-{obj['kind'].lower()}.yaml").write_text(yaml.safe_dump(obj))

@@ -17,19 +17,15 @@ import pytest
 import yaml
 
 import components
-from components.node_cache import ModelNodeCache
 from components.serving import plan as plan_model
-from warmstart import mocks, versions
+from tests.support.node_cache import DIGEST, IMAGE, K8S, SOURCE, node_cache_component
+from warmstart import versions
 from warmstart.decisions import instances, node_cache as decide, placement, soci
 from warmstart.manifests import node_cache as nc
 from warmstart.manifests.serving import deployment_spec, merge_extras, vllm_args
 from warmstart.podside import weights_stage
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-K8S = "1.33"
-SOURCE = "s3://team-models/llama-8b/v3"
-IMAGE = "vllm/vllm-openai:v0.33.0@sha256:" + "cd" * 32
-DIGEST = decide.model_version_digest(SOURCE)
 
 
 def crd_validator(path: Path, kind: str, version: str) -> jsonschema.Draft7Validator:
@@ -203,6 +199,7 @@ def test_serving_pods_prefer_cached_nodes_and_never_require_them() -> None:
     assert SOURCE in vllm["command"][2] and nc.MODEL_PATH_FILE in vllm["command"][2]  # the fallback
 
 
+@pytest.mark.servers
 def test_the_serving_command_falls_back_to_s3_without_the_picker_file(tmp_path: Path) -> None:
     command, args = nc.serving_command([SOURCE, "--load-format=runai_streamer"])
     fake_bin = tmp_path / "vllm"
@@ -248,31 +245,10 @@ def test_the_karpenter_user_data_turns_on_soci_parallel_pull_on_the_raid() -> No
                              "metadata": {"name": "l40s"}, "spec": spec})
 
 
-def _component(**overrides: Any) -> tuple[Any, list[mocks.Registered]]:
-    built: dict[str, Any] = {}
-    args = {"model_name": "llama", "source": SOURCE, "digest": DIGEST, "image": IMAGE, "pools": ["l40s", "h100"],
-            "weights_gib": 15, "region": "us-east-1", "namespace": "inference",
-            "cluster_mode": components.ClusterMode.KARPENTER, "role_arn": "arn:aws:iam::123456789012:role/llama-read",
-            "warm_spares": {"l40s": {"warm_nodes": 1, "instance_type": "g6e.xlarge", "gpus": 1}}} | overrides
-
-    def program() -> None:
-        cache = ModelNodeCache("llama-cache", args)
-        built["cache"] = cache
-        # The integrator's edge: the serving Deployment waits for the staging rollout.
-        import pulumi
-        import pulumi_kubernetes as k8s
-        k8s.apps.v1.Deployment("llama-deployment", metadata={"name": "llama", "namespace": "inference"},
-                               spec={"selector": {"matchLabels": {"a": "b"}},
-                                     "template": {"metadata": {"labels": {"a": "b"}},
-                                                  "spec": {"containers": [{"name": "vllm", "image": IMAGE}]}}},
-                               opts=pulumi.ResourceOptions(depends_on=cache.daemon_sets))
-
-    resources = mocks.run(program, region="us-east-1", stack="unit")
-    return built["cache"], resources
 
 
 def test_the_component_registers_valid_objects_and_the_deployment_waits_for_the_daemonsets() -> None:
-    cache, resources = _component()
+    cache, resources = node_cache_component()
     objects = {r.urn: r for r in resources if r.typ.startswith("kubernetes:")}
     for r in objects.values():
         obj = dict(r.inputs)

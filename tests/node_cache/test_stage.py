@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.node_cache.conftest import SELECT, STAGE, Node, Version, model_files
+from tests.node_cache.conftest import Node, Version, model_files
 from tests.podside.servers import BUCKET
-from warmstart.decisions.node_cache import model_version_digest
+from tests.support.node_cache import SELECT, STAGE, digest_of, tree, wait_for
 from warmstart.podside import weights_select, weights_stage
 
-
-def tree(path: Path) -> dict[str, bytes]:
-    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*")
-            if p.is_file() and p.name != weights_stage.MARKER}
+pytestmark = pytest.mark.servers  # the staging script with s5cmd against rclone
 
 
-def digest_of(v: Version) -> str:
-    return model_version_digest(v.source)
+
+
 
 
 def test_complete_copy_is_promoted_with_its_marker_and_selected(node: Node, upload) -> None:
@@ -55,13 +52,6 @@ def test_a_rerun_copies_nothing(node: Node, upload, rclone_s3) -> None:
     assert {p: p.stat().st_mtime_ns for p in (node.root / d).rglob("*")} == mtimes
 
 
-def _wait_for(pred, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _partial_bytes(root: Path) -> int:
@@ -75,7 +65,7 @@ def test_an_interrupted_copy_is_never_promoted_and_resumes(node: Node, upload) -
     proc = subprocess.Popen([sys.executable, str(STAGE), "stage"], env=node.env(v, d, WARMSTART_STAGE_WORKERS="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
-        assert _wait_for(lambda: _partial_bytes(node.root) > 0), "the copy never started"
+        assert wait_for(lambda: _partial_bytes(node.root) > 0), "the copy never started"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the node dies: no cleanup runs
         proc.wait(timeout=10)
@@ -214,7 +204,7 @@ def test_a_copy_in_flight_stops_for_a_serving_pod_and_resumes(node: Node, upload
     proc = subprocess.Popen([sys.executable, str(STAGE), "stage"], env=node.env(v, d, WARMSTART_STAGE_WORKERS="1"),
                             stdout=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(lambda: _partial_bytes(node.root) > 0)
+        assert wait_for(lambda: _partial_bytes(node.root) > 0)
         weights_select.request_pause(node.root, "uid-2", 2.0)
         time.sleep(0.6)  # a poll period and the copier's stop
         frozen = _partial_bytes(node.root)

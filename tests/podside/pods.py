@@ -168,3 +168,14 @@ def leftovers(cache_dir: Path) -> list[str]:
     """Temp files the tool left in its state dir (there must be none after any outcome)."""
     state = cache_dir / compile_cache.STATE_DIRNAME
     return sorted(p.name for p in state.glob("tmp-*")) if state.exists() else []
+
+
+# The compile-cache key's inputs of one pod (tests/podside/test_podside_key.py, the first-token tests).
+BASE_ENV = {
+    "WARMSTART_CACHE_PREFIX": "llama-8b/",
+    "WARMSTART_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
+    "WARMSTART_TP": "2",
+    "WARMSTART_IMAGE": IMAGE,
+    "WARMSTART_COMPILE_FINGERPRINT": "fp-1",
+    "WARMSTART_ACCELERATOR": "NVIDIA H100 80GB HBM3, 9.0",
+}

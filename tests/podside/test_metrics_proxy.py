@@ -18,6 +18,8 @@ from warmstart.podside import metrics_proxy
 from tests.podside.servers import FakeS3, free_ports
 from tests.routing.fake_vllm import FakeVllm
 
+pytestmark = pytest.mark.servers  # a fake vLLM and the metrics proxy script
+
 SCRIPT = Path(metrics_proxy.__file__).resolve()
 MARGIN_S = 2.0  # scheduling slack on a loaded machine
 

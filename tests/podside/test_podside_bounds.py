@@ -22,6 +22,8 @@ from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_fa
 from tests.podside.servers import BUCKET, FakeS3, HealthServer
 from warmstart.podside import compile_cache as cc
 
+pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
+
 # Interpreter start, botocore import and process exit on a loaded 2-core machine.
 MARGIN_S = 6.0
 

@@ -18,6 +18,8 @@ from tests.podside.pods import PodFactory, Run, leftovers, make_cache, pod_facto
 from tests.podside.servers import BUCKET, RcloneS3, S3Server
 from warmstart.podside import compile_cache as cc
 
+pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
+
 
 def assert_clean_failure(run: Run | cc.Outcome, pod_cache: Path, result: str, reason: str) -> None:
     line = run.line if isinstance(run, Run) else {"result": run.result, "reason": run.reason}

@@ -15,9 +15,10 @@ import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
 from tests.podside.servers import BUCKET, S3Server, SeaweedS3, find_binary
-from tests.podside.test_podside_weights_import import (DST, SRC, WANTED, Job, assert_copied, body, objects,
-                                                       s3_job, hub, hub_job, prefix, sha)  # noqa: F401 - fixtures
+from tests.support.weights_import import DST, SRC, WANTED, Job, assert_copied, objects, sha
 from warmstart.podside import weights_import as wi
+
+pytestmark = pytest.mark.servers  # the import script against S3 servers
 
 
 class _RoomySeaweed(SeaweedS3):

@@ -10,17 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.podside.pods import IMAGE
+from tests.podside.pods import BASE_ENV
 from warmstart.podside import compile_cache as cc
 
-BASE_ENV = {
-    "WARMSTART_CACHE_PREFIX": "llama-8b/",
-    "WARMSTART_MODEL": "meta-llama/Llama-3.1-8B-Instruct",
-    "WARMSTART_TP": "2",
-    "WARMSTART_IMAGE": IMAGE,
-    "WARMSTART_COMPILE_FINGERPRINT": "fp-1",
-    "WARMSTART_ACCELERATOR": "NVIDIA H100 80GB HBM3, 9.0",
-}
 
 factor_values = st.one_of(st.text(max_size=20), st.integers(), st.booleans())
 factor_dicts = st.dictionaries(st.text(min_size=1, max_size=12), factor_values, min_size=1, max_size=8)
@@ -108,6 +100,7 @@ def fake_nvidia_smi(tmp_path: Path, output: str, code: int = 0) -> str:
     return str(script)
 
 
+@pytest.mark.servers
 def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
     one = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n")
     ident = cc.detect_accelerator(None, "12.8", which=lambda _: one)
@@ -119,6 +112,7 @@ def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
     assert cc.detect_accelerator(None, "12.8", which=lambda _: l4) != ident
 
 
+@pytest.mark.servers
 def test_a_failing_nvidia_smi_is_an_error_not_a_guess(tmp_path: Path) -> None:
     broken = fake_nvidia_smi(tmp_path, "NVIDIA-SMI has failed", code=9)
     with pytest.raises(cc.CacheError, match="nvidia-smi exited 9"):

@@ -17,6 +17,8 @@ from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_fa
 from tests.podside.servers import BUCKET, HealthServer, S3Server, SeaweedS3
 from warmstart.podside import compile_cache as cc
 
+pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
+
 
 def stored(server: S3Server, key: str) -> tuple[dict[str, str], bytes]:
     obj = server.client().get_object(Bucket=BUCKET, Key=key)

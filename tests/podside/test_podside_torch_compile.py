@@ -21,6 +21,7 @@ WORKLOAD = Path(__file__).with_name("compile_workload.py")
 pytestmark = [
     pytest.mark.torch_compile,
     pytest.mark.slow,
+    pytest.mark.servers,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
 ]
 

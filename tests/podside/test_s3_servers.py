@@ -9,6 +9,8 @@ import pytest
 
 from tests.podside.servers import BUCKET, RcloneS3, SeaweedS3, find_binary
 
+pytestmark = pytest.mark.servers  # the S3 servers themselves
+
 
 @pytest.mark.parametrize("cls", [RcloneS3, SeaweedS3], ids=["rclone", "seaweedfs"])
 def test_a_started_server_takes_writes_at_the_first_attempt(cls, tmp_path: Path):

@@ -23,9 +23,9 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import FakeVllm
 from tests.routing.router import SmgRouter, chat, served_by, write_discovery_file
 from warmstart.decisions import routing
-from warmstart.manifests import router as router_objects
+from warmstart.manifests import routing as router_objects
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router
 
 # Long enough that the hashed span (256 tokens = 1024 characters) is the shared prefix only.
 def system_prompt(tenant: int) -> str:

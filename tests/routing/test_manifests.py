@@ -18,7 +18,7 @@ from warmstart import config, mocks, render, versions
 from warmstart.decisions import routing
 from warmstart.decisions import weights_import as imports
 from warmstart.errors import ConfigErrors
-from warmstart.manifests import router, serving
+from warmstart.manifests import routing as router, serving
 
 import components
 from components.routing import ModelRouter, ModelRouterArgs, RoutingPolicy

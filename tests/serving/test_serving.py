@@ -8,11 +8,11 @@ import math
 import kubernetes_validate
 import pytest
 
-from tests.test_autoscaling import validate_keda
+from tests.support.keda import validate_keda
 from warmstart.decisions import placement, tuning
 from warmstart.decisions.instances import GIB
 
-# Karpenter and Auto Mode objects are validated against their CRDs in tests/test_cluster.py;
+# Karpenter and Auto Mode objects are validated against their CRDs in tests/cluster/test_cluster.py;
 # KEDA's right here.
 CRD_GROUPS = ("karpenter.sh/", "karpenter.k8s.aws/", "eks.amazonaws.com/", "keda.sh/")
 

@@ -1,7 +1,7 @@
 """The exact PromQL every ScaledObject carries, run by Prometheus's own `promtool test rules` on
 synthetic series, and the managed collector's scrape configuration through `promtool check config`.
 
-promtool (Debian bookworm's, pinned in tests/tools.py) is installed before pytest starts, by
+promtool (Debian bookworm's, pinned in tests/support/tools.py) is installed before pytest starts, by
 `python -m tests.install`; where it is missing these tests skip, naming that command.
 The rules under test are generated from warmstart.decisions.autoscaling, never copied.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import tools
+from tests.support import tools
 from warmstart.decisions import autoscaling as decide
 from warmstart.manifests import autoscaling as objects
 

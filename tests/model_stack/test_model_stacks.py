@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, PLATFORM_STACK_NAMES, STACKS_DIR, load_stack_doc, render_stack
-from tests.test_autoscaling import validate_keda
+from tests.support.keda import validate_keda
+from tests.support.validation import validate_rendered
 from warmstart import config, mocks, policies, render
 from warmstart.plan import platform
 from warmstart.errors import ConfigError, ConfigErrors
@@ -53,17 +54,6 @@ def test_every_stack_file_renders_validates_and_passes_the_policy_pack(stack):
     validate_rendered(render_stack(stack))
 
 
-def validate_rendered(r: render.Rendered) -> None:
-    """What every stack's render must pass, a shipped stack's or one of the user's own."""
-    for obj in r.kubernetes_objects:
-        if obj["apiVersion"].startswith("keda.sh/"):
-            validate_keda(obj)
-        elif not obj["apiVersion"].startswith(("karpenter.", "eks.amazonaws.com/")):
-            kubernetes_validate.validate(obj, r.stack_plan.kubernetes_version
-                                         if isinstance(r.stack_plan, platform.ModelStackPlan)
-                                         else r.stack_plan.config.kubernetes_version, strict=True)
-    region = r.stack_plan.contract.region if isinstance(r.stack_plan, platform.ModelStackPlan) else r.stack_plan.config.region
-    assert [str(v) for v in policies.run_all(mocks.policy_records(r.resources, region))] == []
 
 
 @pytest.mark.parametrize("stack", MODEL_STACK_NAMES)

@@ -1,5 +1,5 @@
 """The model bucket's policy with `restrictToVpcEndpoint`, checked by evaluating requests (the
-identity policy and the bucket policy together, tests/policy_eval.py): the identity that
+identity policy and the bucket policy together, tests/support/policy_eval.py): the identity that
 deploys keeps managing and reading the bucket's configuration from outside the VPC, object
 data stays reachable only through the endpoint or by admins, and plain HTTP is denied to all."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.policy_eval import ALLOW, DENY, evaluate_all, statements
+from tests.support.policy_eval import ALLOW, DENY, evaluate_all, statements
 from warmstart import mocks
 from warmstart.decisions import iam
 

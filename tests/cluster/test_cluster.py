@@ -23,7 +23,7 @@ from warmstart.decisions import gpu_pools, instances, karpenter, naming, placeme
 from warmstart.decisions.instances import GB, GIB
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 
-SCHEMAS = Path(__file__).parent / "schemas"
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 MODES = ("auto", "karpenter")
 NODEPOOL = "kubernetes:karpenter.sh/v1:NodePool"
 EC2NODECLASS = "kubernetes:karpenter.k8s.aws/v1:EC2NodeClass"

@@ -1,0 +1,116 @@
+"""The Monitoring component alone, from its own Args under Pulumi mocks: the managed collector and
+workspace (or an existing endpoint), KEDA with its IRSA role on non-GPU nodes, and the Args it
+refuses naming the key. (Its schema is checked with ModelAutoscaling's, tests/autoscaling/.)"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+
+import components.monitoring as monitoring_component
+from warmstart import mocks, versions
+from warmstart.decisions import placement, weights_import
+from warmstart.manifests import autoscaling as objects
+
+REGION = "us-east-1"
+OIDC_ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABCDEF"
+OIDC_ARN = f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:oidc-provider/{OIDC_ISSUER}"
+
+
+def _amp_synthesizers(monkeypatch):
+    """The outputs AWS computes for AMP resources, in their documented forms
+    (https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html)."""
+    extra = {
+        "aws:amp/workspace:Workspace": lambda n, i, r: {
+            "arn": f"arn:aws:aps:{r}:{mocks.FAKE_ACCOUNT}:workspace/ws-{n}",
+            "prometheusEndpoint": f"https://aps-workspaces.{r}.amazonaws.com/workspaces/ws-{n}/"},
+        "aws:amp/scraper:Scraper": lambda n, i, r: {
+            "arn": f"arn:aws:aps:{r}:{mocks.FAKE_ACCOUNT}:scraper/s-{n}",
+            "roleArn": f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:role/aws-service-role/scraper.aps.amazonaws.com/"
+                       f"AWSServiceRoleForAmazonPrometheusScraper_{n}"},
+    }
+    monkeypatch.setattr(mocks, "SYNTHESIZERS", mocks.SYNTHESIZERS | extra)
+
+
+def _monitoring(monkeypatch, drop=(), **overrides):
+    _amp_synthesizers(monkeypatch)
+    args = monitoring_component.MonitoringArgs(
+        cluster_name="ws-dev", cluster_mode=monitoring_component.ClusterMode.AUTO, region=REGION, name_prefix="ws-dev",
+        oidc_provider_arn=OIDC_ARN, oidc_issuer=OIDC_ISSUER, namespaces=["inference"],
+        cluster_arn=f"arn:aws:eks:{REGION}:{mocks.FAKE_ACCOUNT}:cluster/ws-dev",
+        subnet_ids=["subnet-b", "subnet-a"], security_group_ids=["sg-1"], kubeconfig="{}") | overrides
+    args = {k: v for k, v in args.items() if k not in drop}
+    built = {}
+    resources = mocks.run(lambda: built.setdefault("m", monitoring_component.Monitoring("mon", args)),
+                          region=REGION, stack="alone")
+    return built["m"], resources
+
+
+def _one(resources, typ):
+    found = [r for r in resources if r.typ == typ]
+    assert len(found) == 1, (typ, [r.name for r in found])
+    return found[0]
+
+
+def test_monitoring_keda_role_is_irsa_for_keda_operator_and_queries_one_workspace(monkeypatch):
+    _, rs = _monitoring(monkeypatch)
+    workspace = _one(rs, "aws:amp/workspace:Workspace")
+    ws_arn = mocks.SYNTHESIZERS["aws:amp/workspace:Workspace"](workspace.name, workspace.inputs, REGION)["arn"]
+    role = _one(rs, "aws:iam/role:Role")
+    (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Principal"] == {"Federated": OIDC_ARN} and trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert trust["Condition"] == {"StringEquals": {f"{OIDC_ISSUER}:sub": "system:serviceaccount:keda:keda-operator",
+                                                   f"{OIDC_ISSUER}:aud": "sts.amazonaws.com"}}
+    policy = _one(rs, "aws:iam/rolePolicy:RolePolicy")
+    (stmt,) = json.loads(policy.inputs["policy"])["Statement"]
+    assert stmt == {"Sid": "QueryOneWorkspace", "Effect": "Allow", "Resource": ws_arn,
+                    "Action": ["aps:GetLabels", "aps:GetMetricMetadata", "aps:GetSeries", "aps:QueryMetrics"]}
+    assert not [r for r in rs if r.typ in ("aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/policy:Policy")]
+    scraper = _one(rs, "aws:amp/scraper:Scraper")
+    assert scraper.inputs["destination"] == {"amp": {"workspaceArn": ws_arn}}
+    assert scraper.inputs["source"]["eks"]["subnetIds"] == ["subnet-a", "subnet-b"]
+    assert yaml.safe_load(scraper.inputs["scrapeConfiguration"]) == objects.scrape_configuration(["inference"], router=False)
+    assert workspace.inputs["tags"]["AMPAgentlessScraper"] == ""
+
+
+def test_monitoring_installs_the_pinned_chart_on_non_gpu_nodes_with_the_role(monkeypatch):
+    _, rs = _monitoring(monkeypatch)
+    release = _one(rs, "kubernetes:helm.sh/v3:Release")
+    assert (release.inputs["chart"], release.inputs["version"], release.inputs["repositoryOpts"]["repo"]) == \
+        ("keda", versions.KEDA_CHART_VERSION, "https://kedacore.github.io/charts")
+    values = release.inputs["values"]
+    assert values["nodeSelector"] == {placement.NODEPOOL_LABEL: weights_import.GENERAL_PURPOSE_POOL}
+    role = _one(rs, "aws:iam/role:Role")
+    assert values["podIdentity"]["aws"]["irsa"]["roleArn"] == f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:role/{role.inputs['name']}"
+    ns = _one(rs, "kubernetes:core/v1:Namespace")
+    assert ns.inputs["metadata"]["name"] == release.inputs["namespace"] == "keda"
+    assert ns.urn in release.dependencies
+
+
+def test_monitoring_leaves_the_access_entry_to_amp_and_refuses_a_second_one(monkeypatch):
+    _, rs = _monitoring(monkeypatch)
+    assert not [r for r in rs if r.typ == "aws:eks/accessEntry:AccessEntry" or r.typ.startswith("kubernetes:rbac")]
+    with pytest.raises(Exception, match=r"MonitoringArgs\.scraperAccessEntry.*one entry per principal"):
+        _monitoring(monkeypatch, scraper_access_entry=True)
+
+
+def test_monitoring_with_an_existing_endpoint_creates_no_aws_resource(monkeypatch):
+    m, rs = _monitoring(monkeypatch, prometheus_url="http://prometheus-operated.monitoring.svc:9090/",
+                        cluster_mode=monitoring_component.ClusterMode.KARPENTER)
+    assert not [r for r in rs if r.typ.startswith("aws:")]
+    values = _one(rs, "kubernetes:helm.sh/v3:Release").inputs["values"]
+    assert "podIdentity" not in values
+    assert values["nodeSelector"] == {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
+
+
+@pytest.mark.parametrize("overrides, drop, key", [
+    ({"prometheus_url": "http://p:9090/api/v1/query"}, (), "MonitoringArgs.prometheusUrl"),
+    ({"namespaces": []}, (), "MonitoringArgs.namespaces"),
+    ({}, ("cluster_arn",), "MonitoringArgs.clusterArn"),
+])
+def test_monitoring_bad_args_name_the_key(monkeypatch, overrides, drop, key):
+    with pytest.raises(Exception, match=re.escape(key)):
+        _monitoring(monkeypatch, drop=drop, **overrides)
