@@ -130,7 +130,8 @@ class ModelEntryArgs(TypedDict):
     Default: a fixed `replicas`."""
     priority_class_name: NotRequired[str]
     """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
-    shared pool; `system-*` classes are for kube-system only. Default: the cluster's default."""
+    shared pool; not a `system-*` class (kube-system only) nor warmstart's own `warmstart-*` (the
+    node cache's, ranked below every serving pod). Default: the cluster's default."""
     node_cache: NotRequired[str]
     """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
     model's image there), so pods on those nodes load them locally and pods elsewhere stream from

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from tests.conftest import ROOT
 
 MUTATORS = {"update", "append", "extend", "insert", "pop", "setdefault", "clear", "remove"}
@@ -51,6 +53,7 @@ def test_the_check_sees_each_kind_of_edit():
     assert edits(code) == [2, 3, 4, 5]
 
 
+@pytest.mark.servers  # a fresh interpreter: what importing the builders loads, nothing else
 def test_builders_take_plan_records_without_loading_a_planner():
     """warmstart/manifests imports what a plan is (warmstart/plan/records.py), never how one is made."""
     import subprocess

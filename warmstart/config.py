@@ -318,7 +318,8 @@ class ModelSpec(_Strict):
     Default: a fixed `replicas`."""
     priority_class_name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)] | None = None
     """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
-    shared pool; `system-*` classes are for kube-system only. Default: the cluster's default."""
+    shared pool; not a `system-*` class (kube-system only) nor warmstart's own `warmstart-*`
+    (the node cache's, ranked below every serving pod). Default: the cluster's default."""
     node_cache: Literal["auto", "on", "off"] = "auto"
     """Stage the weights on each GPU node's NVMe ahead of time (a DaemonSet that also pulls the
     model's image there), so pods on those nodes load them locally and pods elsewhere stream
@@ -354,6 +355,10 @@ class ModelSpec(_Strict):
         # kube-system (https://kubernetes.io/docs/concepts/scheduling-eviction/pod-priority-preemption/#priorityclass).
         if v is not None and v.startswith("system-"):
             raise ValueError("system- PriorityClasses are for kube-system only; name a class of your own")
+        # The warm spares' and staging pods' classes rank below serving pods so that these preempt them.
+        if v is not None and v.startswith("warmstart-"):
+            raise ValueError("warmstart- PriorityClasses are the node cache's own, below every serving pod; "
+                             "name a class of your own")
         return v
 
     @field_validator("image")

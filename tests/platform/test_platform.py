@@ -10,7 +10,7 @@ import components
 from components import platform as platform_component
 from components.platform import POD_SCRIPTS, PlatformArgs
 from tests.conftest import render_stack
-from tests.served_model.test_served_model import PLATFORM
+from tests.support.platforms import PLATFORM
 from warmstart import mocks
 from warmstart.plan import platform as contract
 

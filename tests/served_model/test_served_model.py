@@ -9,20 +9,10 @@ import kubernetes_validate
 import pytest
 
 import components
-from components.platform import PlatformArgs
+from tests.support.platforms import KUBECONFIG, PLATFORM
 from warmstart import mocks
 from warmstart.errors import ConfigError, ConfigErrors
 
-KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})
-PLATFORM: PlatformArgs = {
-    "stack": "research", "region": "us-east-1", "cluster_name": "research",
-    "cluster_mode": components.ClusterMode.KARPENTER, "kubernetes_version": "1.33", "namespace": "inference",
-    "name_prefix": "research",
-    "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC",
-    "oidc_issuer": "oidc.eks.us-east-1.amazonaws.com/id/ABC", "vpc_cidrs": ["10.40.0.0/16"],
-    "service_cidr": "172.20.0.0/16", "model_bucket": "research-models",
-    "pools": [{"name": "h100", "instance_types": ["p5.48xlarge"], "max_gpus": 32}], "kubeconfig": KUBECONFIG,
-}
 MODEL = {"name": "llama-70b", "source": "meta-llama/Llama-3.1-70B-Instruct", "weights_gib": 140, "pool": "h100",
          "node_cache": "off"}
 
