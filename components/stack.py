@@ -103,6 +103,12 @@ class WarmstartStack(pulumi.ComponentResource):
     """EKS cluster (Auto Mode or Karpenter) and its GPU pools."""
     storage: ModelStorage
     """Model and compile-cache buckets."""
+    serving_platform: ServingPlatform
+    """What the models share: namespace, pod-side scripts, node cache, warm spares, image cache."""
+    platform: PlatformArgs
+    """That platform as the `PlatformArgs` each model runs on (exported for model stacks)."""
+    served: dict[str, ServedModel]
+    """Each model on the platform, by model name (the components below are their parts)."""
     roles: dict[str, ModelRole]
     """The IRSA role of each model, by model name."""
     import_roles: dict[str, ModelImportRole]
