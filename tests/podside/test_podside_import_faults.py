@@ -87,6 +87,37 @@ def test_sigterm_mid_copy_exits_143_and_a_rerun_completes(s3_job, prefix, proxy)
     assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
 
 
+def test_sigterm_exits_by_the_deadline_even_when_the_unwinding_hangs(s3_job, prefix, proxy):
+    """The SIGTERM exception lands wherever the main thread is, inside a library's locking too; a
+    cancelled transfer's lock left held would hang the unwinding for good (seen once under load:
+    no exit 40 s after SIGTERM). Here the unwinding hangs on purpose: the backstop still writes
+    the final record and exits 143 by TERM_DEADLINE_S, inside the pod's 30 s grace period."""
+    import subprocess
+    import sys
+
+    job, _ = s3_job
+    proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
+    hang = ("import sys, threading; sys.path.insert(0, sys.argv[1]); import weights_import as wi; "
+            "wi.Transfers.cancel = lambda self, *a, **k: threading.Event().wait(); sys.exit(wi.main([]))")
+    proc = subprocess.Popen([sys.executable, "-c", hang, str(wi.__file__).rsplit("/", 1)[0]],
+                            env=through(job, proxy).full_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proxy.wait_for(lambda s: s[2] == "delay", 60), "no copy reached the proxy"
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 143, (out, err)
+    assert wi.TERM_DEADLINE_S <= took < 30, f"{took:.1f} s after SIGTERM"
+    last = json.loads(out.splitlines()[-1])
+    assert last["exit_code"] == 143 and "did not wind down" in last["reason"], last
+    assert wi.MANIFEST_NAME not in objects(job.server, BUCKET, f"{DST}/{prefix}")
+
+
 def test_an_index_cut_short_once_is_read_again_not_refused(s3_job, prefix, proxy):
     """Before: the half index parsed as "not a safetensors index", exit 4, the Job failed for good."""
     job, files = s3_job

@@ -1131,9 +1131,35 @@ class Terminated(BaseException):
     `except Exception` on the way swallows it)."""
 
 
+#: After SIGTERM the process is gone by this many seconds, whatever its unwinding is doing: the
+#: exception is raised wherever the main thread is, inside a library's locking too, and a
+#: cancelled transfer's lock left held would hang it for good. Inside the pod's 30 s grace
+#: period, after the transfers' own CANCEL_WAIT_S.
+TERM_DEADLINE_S = 20.0
+
+
 def _on_sigterm(*_: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding; the cleanup is not interrupted
+    threading.Thread(target=_exit_by_deadline, args=(TERM_DEADLINE_S,), daemon=True).start()
     raise Terminated()
+
+
+def _exit_by_deadline(deadline_s: float) -> None:
+    """SIGTERM's backstop: the final record and exit 143, written without the locks the stuck
+    main thread may hold (os.write, not sys.stdout)."""
+    time.sleep(deadline_s)
+    reason = (f"terminated by SIGTERM (the Job's deadline or a node drain); the run did not wind down within "
+              f"{deadline_s:g} s, nothing was recorded as complete, a rerun resumes the copy")
+    phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), reason=reason, extra={"exit_code": EXIT_TERMINATED})
+    try:
+        os.write(1, (phase.line() + "\n").encode())
+        path = termination_log(os.environ)
+        if path is not None:
+            path.write_text(f"weights import failed (done): {reason}\n")
+    except OSError:
+        pass
+    finally:
+        os._exit(EXIT_TERMINATED)
 
 
 if __name__ == "__main__":
