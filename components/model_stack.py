@@ -13,6 +13,7 @@ platform's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -21,10 +22,9 @@ import pulumi_kubernetes as k8s
 from warmstart import config
 from warmstart.config import ModelStackConfig
 from warmstart.plan import platform as contract_mod
-from warmstart.plan.platform import Contract, ModelStackPlan, plan_model_stack
+from warmstart.plan.platform import ModelStackPlan, plan_model_stack
 
 from warmstart.sdk_private import program_config, sync_await
-from .platform import from_contract
 from .served_model import ServedModel, _args
 from .stack import model_entry
 
@@ -53,12 +53,12 @@ def reference_name(platform: str) -> str:
     return f"{pulumi.get_organization() or 'organization'}/{pulumi.get_project()}/{platform}"
 
 
-def read_contract(ref: pulumi.StackReference, platform: str, stack: str) -> Contract:
+def read_platform(ref: pulumi.StackReference, platform: str, stack: str) -> dict[str, Any]:
     """The platform's `PlatformArgs`, checked, read while the program runs
     (`StackReference.get_output_details`, waited for by `sync_await`)."""
     details = sync_await(ref.get_output_details(contract_mod.OUTPUT))
     doc = details.value if details.value is not None else details.secret_value
-    return contract_mod.parse(doc, platform, stack)
+    return contract_mod.platform_args(doc, platform, stack)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,8 @@ class ModelStack(pulumi.ComponentResource):
         super().__init__("warmstart:index:ModelStack", name, None, opts)
         cfg = args.config
         ref = pulumi.StackReference(reference_name(cfg.platform), opts=pulumi.ResourceOptions(parent=self))
-        contract = read_contract(ref, cfg.platform, args.stack)
+        platform = read_platform(ref, cfg.platform, args.stack)
+        contract = contract_mod.from_args(platform)
         self.plan = plan = plan_model_stack(cfg, contract, args.stack)
         m = plan.model
         tags = {"warmstart:stack": args.stack, "warmstart:platform": contract.stack,
@@ -98,7 +99,7 @@ class ModelStack(pulumi.ComponentResource):
         hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
                     if m.weights_import and m.weights_import.kind == "huggingFace" else None)
         self.served = ServedModel(
-            f"{name}-{m.name}", _args(model=model_entry(cfg.model), platform=from_contract(contract),
+            f"{name}-{m.name}", _args(model=model_entry(cfg.model), platform=platform,  # type: ignore[typeddict-item]
                                       hugging_face_token=hf_token),
             opts=pulumi.ResourceOptions(parent=self, providers=[self.aws_provider, self.kubernetes_provider]))
         self.register_outputs({})

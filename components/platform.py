@@ -11,7 +11,7 @@ from its platform stack's `warmstartPlatform` output, and a program may write on
 warmstart did not create (examples/model-on-existing-platform).
 """
 
-from typing import Any, NotRequired, Optional, TypedDict
+from typing import NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_aws as aws
@@ -227,23 +227,5 @@ def contract(args: PlatformArgs) -> facts.Contract:
                           "give every required PlatformArgs key (components/README.md#platformargs)") from None
 
 
-def from_contract(c: facts.Contract) -> PlatformArgs:
-    """The `PlatformArgs` of a checked contract (what a model stack read from its platform)."""
-    out: dict[str, Any] = {
-        "stack": c.stack, "region": c.region, "cluster_name": c.cluster_name, "cluster_mode": ClusterMode(c.cluster_mode),
-        "kubernetes_version": c.kubernetes_version, "namespace": c.namespace, "name_prefix": c.name_prefix,
-        "oidc_provider_arn": c.oidc_provider_arn, "oidc_issuer": c.oidc_issuer, "vpc_cidrs": list(c.vpc_cidrs),
-        "service_cidr": c.service_cidr, "model_bucket": c.model_bucket,
-        "pools": [{"name": p.name, "instance_types": list(p.instance_types), "capacity_types": list(p.capacity_types),
-                   "max_gpus": p.max_gpus, "inline_gpus": p.inline_gpus, "staged_bytes": p.staged_bytes,
-                   "compile_cache_models": p.compile_cache_models} for p in c.pools],
-        "compile_cache_bucket": c.compile_cache_bucket, "loader": c.loader.model_dump(),
-        "compile_cache": c.compile_cache.model_dump(), "nvme_check": NvmeCheckMode(c.nvme_check),
-        "models": list(c.models), "node_cache": c.node_cache, "image_cache_account": c.image_cache_account,
-        "monitoring": dict(c.monitoring) if c.monitoring else None, "pod_scripts": c.pod_scripts,
-    }
-    return out  # type: ignore[return-value]
-
-
 __all__ = ["PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "ServingPlatform",
-           "ServingPlatformArgs", "contract", "from_contract"]
+           "ServingPlatformArgs", "contract"]

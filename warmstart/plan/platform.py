@@ -208,8 +208,14 @@ def _value(v: Any) -> str:
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
-    """The `PlatformArgs` document a platform stack exported (`document`), or a ConfigError
-    naming both stacks."""
+    """The `PlatformArgs` document a platform stack exported (`document`), checked, or a
+    ConfigError naming both stacks."""
+    return from_args(platform_args(doc, platform, model_stack))
+
+
+def platform_args(doc: Any, platform: str, model_stack: str) -> dict[str, Any]:
+    """The `PlatformArgs` (snake_case keys) of the document a platform stack exported, once
+    every fact in it has been checked (`from_args`), or a ConfigError naming both stacks."""
     key = f"{NAMESPACE}:platform"
     if not isinstance(doc, Mapping) or not doc:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r} exports no {OUTPUT} "
@@ -221,14 +227,15 @@ def parse(doc: Any, platform: str, model_stack: str) -> Contract:
                           f"but platform stack {platform!r} exports version {version!r}",
                           f"deploy both with the same warmstart version (up {platform!r} first, then this stack)",
                           platform)
+    # A version-2 platform exported before `podScripts` existed always shipped the scripts.
+    args = {"pod_scripts": True} | _rekey({k: v for k, v in doc.items() if k != "contractVersion"}, _snake)
     try:
-        args = _rekey({k: v for k, v in doc.items() if k != "contractVersion"}, _snake)
-        # A version-2 platform exported before `podScripts` existed always shipped the scripts.
-        return from_args({"pod_scripts": True} | args)
+        from_args(args)
     except (KeyError, TypeError, ValueError) as err:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r}'s {OUTPUT} is not a "
                           f"version-{CONTRACT_VERSION} contract ({type(err).__name__}: {err})",
                           f"up {platform!r} again with this warmstart version", platform) from None
+    return args
 
 
 def _ints(doc: Mapping[str, Any]) -> dict[str, Any]:
