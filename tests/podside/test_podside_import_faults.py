@@ -61,20 +61,26 @@ def test_access_denied_while_other_files_copy_exits_3_with_the_fix(s3_job, prefi
     assert wi.MANIFEST_NAME not in objects(job.server, BUCKET, f"{DST}/{prefix}")
 
 
-def test_sigterm_mid_copy_exits_143_and_a_rerun_completes(s3_job, prefix, proxy):
-    job, files = s3_job
-    proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
-    proc = through(job, proxy).spawn()
+def _terminate_mid_copy(proc, proxy: FaultProxy, timeout_s: float) -> tuple[str, str, float]:
+    """SIGTERM to the import once a copy is held at the proxy: (stdout, stderr, seconds to exit).
+    The process is killed if it outlives `timeout_s` (TimeoutExpired fails the test)."""
     try:
         assert proxy.wait_for(lambda s: s[2] == "delay", 60), "no copy reached the proxy"
         proc.send_signal(signal.SIGTERM)
         start = time.monotonic()
-        out, err = proc.communicate(timeout=40)
-        took = time.monotonic() - start
+        out, err = proc.communicate(timeout=timeout_s)
+        return out, err, time.monotonic() - start
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+
+
+def test_sigterm_mid_copy_exits_143_and_a_rerun_completes(s3_job, prefix, proxy):
+    job, files = s3_job
+    proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
+    proc = through(job, proxy).spawn()
+    out, err, took = _terminate_mid_copy(proc, proxy, timeout_s=40)
     assert proc.returncode == 143, (out, err)
     assert took < 25, f"{took:.1f} s after SIGTERM, against a 30 s grace period"
     lines = [json.loads(line) for line in out.splitlines()]
@@ -101,16 +107,7 @@ def test_sigterm_exits_by_the_deadline_even_when_the_unwinding_hangs(s3_job, pre
             "wi.Transfers.cancel = lambda self, *a, **k: threading.Event().wait(); sys.exit(wi.main([]))")
     proc = subprocess.Popen([sys.executable, "-c", hang, str(wi.__file__).rsplit("/", 1)[0]],
                             env=through(job, proxy).full_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proxy.wait_for(lambda s: s[2] == "delay", 60), "no copy reached the proxy"
-        proc.send_signal(signal.SIGTERM)
-        start = time.monotonic()
-        out, err = proc.communicate(timeout=60)
-        took = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    out, err, took = _terminate_mid_copy(proc, proxy, timeout_s=60)
     assert proc.returncode == 143, (out, err)
     assert wi.TERM_DEADLINE_S <= took < 30, f"{took:.1f} s after SIGTERM"
     last = json.loads(out.splitlines()[-1])
