@@ -243,3 +243,157 @@ def test_no_answer_warns_once_and_names_what_was_not_checked():
     assert 'could not check EC2 quota "All G and VT Spot Instance Requests" (L-3819A6DF)' in first
     assert "Service Quotas did not answer (ServiceUnavailableException" in first
     assert rest.startswith('not checked either: "Running On-Demand G and VT instances" (L-DB2E81BA')
+
+
+# --------------------------------------------------------------------------------------
+# A pool kept for model stacks, and a model stack: counted at the GPU limit / maxReplicas
+
+
+def _readme_quota(stack: str) -> tuple[str, int]:
+    """The quota code and vCPUs the README's table says a shipped stack needs."""
+    import re
+
+    text = (STACKS_DIR.parent / "README.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith(f"  | `{stack}`"))
+    code, vcpus = re.search(r"(L-[0-9A-F]{8}): (\d+) vCPUs", row).groups()
+    return code, int(vcpus)
+
+
+def test_staging_checks_its_pool_at_its_gpu_limit_as_the_readme_says():
+    # No inline model: the pool's maxGpus (4 x g6e.2xlarge, kept for its model stacks) bounds it.
+    p = _plan("staging")
+    (need,) = quotas.stack_needs(p)
+    (pool,) = p.cluster.pools
+    assert need.vcpus == pool.max_gpus // pool.instances[0].gpu_count * pool.instances[0].vcpu
+    assert (need.code, need.vcpus) == _readme_quota("staging")
+
+
+def test_a_model_stack_checks_its_platform_pool_for_its_own_max_replicas_plus_a_surge_pod():
+    p = _plan("staging-llama-3-1-8b")
+    (need,) = quotas.stack_needs(p)
+    m = p.model
+    nodes = gpu_pools.nodes_for(gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.max_replicas),
+                                m.max_replicas + gpu_pools.SURGE_PODS)
+    assert (need.code, need.vcpus) == (G_ON_DEMAND, nodes * m.instance.vcpu)
+    assert "l40s of platform 'staging', for llama-3-1-8b at maxReplicas 3" in need.pools[0]
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, G_ON_DEMAND, 16.0)
+        report = quotas.run_quota_preflight(p, client)
+        stub.assert_no_pending_responses()
+    (short,) = report.short
+    assert (short.need, short.region) == (need.vcpus, "us-west-2")
+
+
+def test_a_pool_with_no_model_counts_its_gpu_limit_not_one_node():
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.2xlarge", "g6e.12xlarge"], "maxGpus": 8}], "models": []}
+    (need,) = quotas.stack_needs(plan.plan_stack(config.parse_config(values), "t"))
+    # At maxGpus 8: 8 x g6e.2xlarge hold 64 vCPUs, 2 x g6e.12xlarge 96, the worst case.
+    assert need.vcpus == 96 and need.pools == ("l40s (2 x g6e.12xlarge)",)
+
+
+# --------------------------------------------------------------------------------------
+# The P5 families' spot quota: read by the code the account lists
+
+
+def _spot_p5_plan() -> plan.StackPlan:
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "h100", "instanceTypes": ["p5.48xlarge"], "maxGpus": 16, "capacity": {"types": ["spot", "onDemand"]}}],
+        "models": []}
+    return plan.plan_stack(config.parse_config(values), "t")
+
+
+def _not_listed(stub: Stubber, code: str) -> None:
+    params = {"ServiceCode": "ec2", "QuotaCode": code}
+    for op in ("get_service_quota", "get_aws_default_service_quota"):
+        stub.add_client_error(op, service_error_code="NoSuchResourceException", service_message="no such quota",
+                              http_status_code=400, expected_params=params)
+
+
+P5_SPOT = "L-C4BD4855"
+NAMES[P5_SPOT] = "All P5 Spot Instance Requests"
+
+
+def test_a_p5_spot_pool_reads_the_p5_spot_quota_where_the_account_lists_it():
+    p = _spot_p5_plan()
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, P5_SPOT, 384.0)  # read first: it decides which quota holds the p5 spot nodes
+        _expect(stub, P_ON_DEMAND, 384.0)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    assert not report.short and not report.warnings
+    line = report.passed_line()
+    print(line)
+    assert "All P5 Spot Instance Requests (L-C4BD4855) 384 vCPUs >= 384 needed" in line
+
+
+def test_a_p5_spot_pool_reads_the_p_spot_quota_where_the_account_has_no_p5_one_and_says_so():
+    p = _spot_p5_plan()
+    client = _client()
+    with Stubber(client) as stub:
+        _not_listed(stub, P5_SPOT)
+        _expect(stub, P_ON_DEMAND, 384.0)
+        _expect(stub, P_SPOT, 192.0)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    (short,) = report.short
+    msg = str(quotas.QuotaShortFailed("up", "t", report.short))
+    print(msg)
+    assert (short.code, short.need, short.instead_of) == (P_SPOT, 384, P5_SPOT)
+    assert "(L-7212CCBC) in us-east-1 is 192 vCPUs (read because the account lists no quota L-C4BD4855" in msg
+
+
+# --------------------------------------------------------------------------------------
+# Answers without a value, and credentials that cannot be loaded: warnings, never a traceback
+
+
+@pytest.mark.parametrize("answer", [{}, {"Quota": {"QuotaCode": G_ON_DEMAND, "QuotaName": NAMES[G_ON_DEMAND]}}],
+                         ids=["no-Quota", "no-Value"])
+def test_an_answer_without_a_value_is_a_warning_that_names_the_quota(answer):
+    p = _plan("dev")
+    client = _client()
+    params = {"ServiceCode": "ec2", "QuotaCode": G_ON_DEMAND}
+    with Stubber(client) as stub:
+        stub.add_response("get_service_quota", answer, params)
+        stub.add_response("get_aws_default_service_quota", answer, params)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    assert not report.short and not report.checked
+    (warning,) = report.warnings
+    print(warning)
+    part = "Quota" if not answer else "Value"
+    assert (f'could not check EC2 quota "Running On-Demand G and VT instances" (L-DB2E81BA) in us-west-2: Service '
+            f"Quotas answered without a {part} for it") in warning and "get-service-quota" in warning
+
+
+def test_an_applied_answer_without_a_value_falls_back_to_the_aws_default():
+    p = _plan("dev")
+    client = _client()
+    params = {"ServiceCode": "ec2", "QuotaCode": G_ON_DEMAND}
+    with Stubber(client) as stub:
+        stub.add_response("get_service_quota", {"Quota": {"QuotaCode": G_ON_DEMAND}}, params)
+        stub.add_response("get_aws_default_service_quota", _quota(G_ON_DEMAND, 64.0), params)
+        report = quotas.check_quotas(p, client)
+    assert [v for _, v in report.checked] == [64.0] and not report.warnings
+
+
+REAL_QUOTAS_CLIENT = quotas.quotas_client
+
+
+def test_a_stale_aws_profile_is_a_warning_through_up_not_a_traceback(project, capsys, tmp_path, monkeypatch):
+    _, calls = project
+    monkeypatch.setattr(quotas, "quotas_client", REAL_QUOTAS_CLIENT)  # the deployer's own client
+    (tmp_path / "aws-config").write_text("[profile real]\nregion = us-west-2\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_PROFILE", "gone")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    assert cli.main(["up", "--stack", "dev"]) == EXIT_OK
+    err = capsys.readouterr().err
+    print(err)
+    assert "Traceback" not in err and calls == ["open_stack", "run_engine"]
+    assert ('warmstart: warning: could not check the EC2 vCPU quotas the GPU pools need ("Running On-Demand G and VT '
+            'instances" (L-DB2E81BA, 16 vCPUs)): the AWS credentials could not be loaded (ProfileNotFound') in err
+    assert "set AWS_PROFILE to a profile of yours" in err
