@@ -378,4 +378,16 @@ def run_preflight(stack_plan: Any, *, s3: Any | None = None, account_id: Any = _
     region = stack_plan.config.region
     if account_id is _LOOKUP:
         account_id = caller_account(region)
-    return check_models(stack_plan, s3 if s3 is not None else s3_client(region), account_id)
+    if s3 is None:
+        try:
+            s3 = s3_client(region)
+        except _aws_errors() as err:
+            # A stale AWS_PROFILE (ProfileNotFound) fails here, before any request: every model
+            # is unchecked, said once per model, not a traceback.
+            from .quotas import credentials_problem
+
+            why, fix = credentials_problem(err)
+            return [PreflightProblem(f"{NAMESPACE}:models[{i}]", m.name, f"could not check s3://{m.bucket}/{m.prefix}/: "
+                                     f"{why}", f"{fix}, or pass --skip-preflight")
+                    for i, m in enumerate(stack_plan.config.models) if m.weights_import is None]
+    return check_models(stack_plan, s3, account_id)

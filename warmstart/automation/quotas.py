@@ -478,14 +478,15 @@ def ec2_client(region: str) -> Any:
     return aws_client("ec2", region, attempts=2, read_timeout=10)
 
 
-def credentials_problem(err: Exception) -> str:
-    """Why no AWS client could be made, and the fix (a stale AWS_PROFILE is the common case)."""
+def credentials_problem(err: Exception) -> tuple[str, str]:
+    """(why no AWS client could be made, the fix): a stale AWS_PROFILE is the common case."""
     from botocore.exceptions import ProfileNotFound
 
     if isinstance(err, ProfileNotFound):
-        return (f"the AWS credentials could not be loaded ({type(err).__name__}: {err}); fix: set AWS_PROFILE to a "
-                "profile of yours (`aws configure list-profiles`) or unset it")
-    return f"no AWS client could be made ({type(err).__name__}: {err})"
+        return (f"the AWS credentials could not be loaded ({type(err).__name__}: {err})",
+                "set AWS_PROFILE to a profile of yours (`aws configure list-profiles`) or unset it")
+    return (f"no AWS client could be made ({type(err).__name__}: {err})",
+            "check the AWS configuration (`aws configure list`) and run again")
 
 
 def _client(factory: Callable[[str], Any], region: str, what: str, report: QuotaReport) -> Any | None:
@@ -494,7 +495,8 @@ def _client(factory: Callable[[str], Any], region: str, what: str, report: Quota
     try:
         return factory(region)
     except BotoCoreError as err:
-        report.warnings.append(f"could not check {what}: {credentials_problem(err)}")
+        why, fix = credentials_problem(err)
+        report.warnings.append(f"could not check {what}: {why}; fix: {fix}")
         return None
 
 
