@@ -596,3 +596,16 @@ def test_an_existing_vpcs_subnets_are_read_and_a_missing_reservation_is_named():
 def test_the_placeholder_reservation_is_not_read():
     p = _plan("prod")  # its only reservation is the placeholder: warned about, never read
     assert quotas.reservation_pools(p) == []
+
+
+def test_a_p5_spot_quota_that_cannot_be_read_is_warned_about_once_and_the_rest_still_read():
+    p = _spot_p5_plan()
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, P5_SPOT, error="AccessDeniedException")  # asked once
+        _expect(stub, P_ON_DEMAND, 384.0)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    (warning,) = report.warnings
+    assert 'could not check EC2 quota "All P5 Spot Instance Requests" (L-C4BD4855)' in warning
+    assert [n.code for n, _ in report.checked] == [P_ON_DEMAND]

@@ -50,6 +50,7 @@ from typing import Any, Callable
 from .. import config
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE
 from ..decisions import capacity, gpu_pools
+from .preflight import credentials_problem
 
 SERVICE_CODE = "ec2"
 # Error codes that say the caller may not read quotas (Service Quotas, or an SCP in front of it).
@@ -238,6 +239,7 @@ def check_quotas(stack_plan: Any, client: Any) -> QuotaReport:
     report = QuotaReport(warnings=placeholder_warnings(stack_plan))
     region = stack_region(stack_plan)
     values: dict[str, tuple[float, str]] = {}
+    failed: dict[str, Exception] = {}
     unlisted: list[str] = []
     # A quota with a fallback is read first: whether the account lists it decides which quota
     # holds its instances (capacity.QuotaClass.spot_fallback_code).
@@ -248,11 +250,13 @@ def check_quotas(stack_plan: Any, client: Any) -> QuotaReport:
             values[need.code] = read_quota(client, need.code)
         except NotListed:
             unlisted.append(need.code)
-        except (ClientError, BotoCoreError, Unreadable):
-            pass  # read again below, where the error is reported
+        except (ClientError, BotoCoreError, Unreadable) as err:
+            failed[need.code] = err  # reported below, in the order of the codes
     needs = stack_needs(stack_plan, tuple(unlisted))
     for i, need in enumerate(needs):
         try:
+            if need.code in failed:
+                raise failed[need.code]
             value, name = values[need.code] if need.code in values else read_quota(client, need.code)
         except (ClientError, BotoCoreError, NotListed, Unreadable) as err:
             code = _code(err)
@@ -476,17 +480,6 @@ def ec2_client(region: str) -> Any:
     from .preflight import aws_client
 
     return aws_client("ec2", region, attempts=2, read_timeout=10)
-
-
-def credentials_problem(err: Exception) -> tuple[str, str]:
-    """(why no AWS client could be made, the fix): a stale AWS_PROFILE is the common case."""
-    from botocore.exceptions import ProfileNotFound
-
-    if isinstance(err, ProfileNotFound):
-        return (f"the AWS credentials could not be loaded ({type(err).__name__}: {err})",
-                "set AWS_PROFILE to a profile of yours (`aws configure list-profiles`) or unset it")
-    return (f"no AWS client could be made ({type(err).__name__}: {err})",
-            "check the AWS configuration (`aws configure list`) and run again")
 
 
 def _client(factory: Callable[[str], Any], region: str, what: str, report: QuotaReport) -> Any | None:
