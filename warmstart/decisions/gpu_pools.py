@@ -206,9 +206,13 @@ def launch_nodes(instances: Sequence[GpuInstance], max_gpus: int) -> list[tuple[
     GPUs reach its `limits` (https://karpenter.sh/docs/concepts/nodepools/#speclimits),
     whichever pods ask: the models of another stack on the pool (a platform's model stacks),
     a rollout's surge, the warm spares. So the limit, not what the inline models need, bounds
-    the nodes. With several instance types the worst case is the mix of whole nodes within
-    `max_gpus` GPUs with the most vCPUs (a g6e.16xlarge has 1 GPU and 64 vCPUs, a
-    g6e.12xlarge 4 GPUs and 48): an unbounded knapsack, solved exactly over the GPU count."""
+    the nodes. No node is launched past it: the scheduler drops every instance type whose
+    capacity exceeds what the limit has left (kubernetes-sigs/karpenter
+    pkg/controllers/provisioning/scheduling/scheduler.go `filterByRemainingResources`), so the
+    nodes are whole ones within `max_gpus`. With several instance types the worst case is the
+    mix of whole nodes within `max_gpus` GPUs with the most vCPUs (a g6e.16xlarge has 1 GPU
+    and 64 vCPUs, a g6e.12xlarge 4 GPUs and 48): an unbounded knapsack, solved exactly over
+    the GPU count."""
     types = sorted({i.instance_type: i for i in instances}.values(), key=lambda i: i.instance_type)
     limit = max(0, max_gpus)
     # most[g]: the most vCPUs of whole nodes with at most g GPUs; last[g]: the type of one of
