@@ -609,3 +609,20 @@ def test_a_p5_spot_quota_that_cannot_be_read_is_warned_about_once_and_the_rest_s
     (warning,) = report.warnings
     assert 'could not check EC2 quota "All P5 Spot Instance Requests" (L-C4BD4855)' in warning
     assert [n.code for n, _ in report.checked] == [P_ON_DEMAND]
+
+
+def test_a_model_stack_on_a_karpenter_platforms_spot_pool_checks_the_spot_role_and_both_quotas():
+    import dataclasses
+
+    p = _plan("staging-llama-3-1-8b")
+    pools = tuple(dataclasses.replace(f, capacity_types=("on-demand", "spot")) for f in p.contract.pools)
+    p = dataclasses.replace(p, contract=dataclasses.replace(p.contract, cluster_mode="karpenter", pools=pools))
+    needs = quotas.stack_needs(p)
+    assert {n.code for n in needs} == {G_ON_DEMAND, G_SPOT} and len({n.vcpus for n in needs}) == 1
+    assert quotas.spot_pools(p) == ["l40s"]
+    sq, iam = _client(), _iam()
+    with Stubber(sq) as s1, Stubber(iam) as s2:
+        _enough_quota(s1, p)
+        s2.add_client_error("get_role", service_error_code="NoSuchEntity", http_status_code=404)
+        report = quotas.run_quota_preflight(p, sq, iam=iam)
+    assert len(report.refused) == 1 and quotas.SPOT_ROLE_COMMAND in report.refused[0]
