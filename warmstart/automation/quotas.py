@@ -380,9 +380,10 @@ def reservation_problem(r: dict, pool: Any, zones: list[tuple[str, str | None]],
     state = str(r.get("State") or "unknown")
     if isinstance(start, datetime) and start > now:
         return (f"{kind} {rid} has not started: it starts {_when(start, now)}, its state is {state}; no instance "
-                "launches into it before then")
+                "launches into it before then; fix: run this once it has started")
     if state not in USABLE_RESERVATION_STATES:
-        return f"{kind} {rid} is {state}, not active: no instance launches into it"
+        return (f"{kind} {rid} is {state}, not active: no instance launches into it; fix: name an active "
+                "reservation's id")
     az, az_id = r.get("AvailabilityZone"), r.get("AvailabilityZoneId")
     ours = [n for n, _ in zones]
     # AZ ids name the same zone in every account (a shared reservation's name may differ).
@@ -390,7 +391,8 @@ def reservation_problem(r: dict, pool: Any, zones: list[tuple[str, str | None]],
     if not matches:
         return (f"{kind} {rid} is in {az}{f' ({az_id})' if az_id else ''}, but the GPU nodes' subnets are in "
                 f"{', '.join(ours) or 'no AZ'}: no node of the pool can launch there; fix: add a private subnet in "
-                f"{az} (network.availabilityZones, or network.privateSubnetIds for an existing VPC)")
+                f"{az} (network.availabilityZones, or network.privateSubnetIds for an existing VPC), or use a "
+                f"reservation in {' or '.join(ours) or 'one of their AZs'}")
     itype = r.get("InstanceType")
     if itype and itype not in pool.instance_types:
         return (f"{kind} {rid} holds {itype}, which is not one of pool {pool.name!r}'s instanceTypes "
