@@ -303,8 +303,26 @@ def test_every_gpu_family_has_its_vcpu_quotas():
     for inst in instances.catalog().values():
         q = capacity.quota_class(inst)
         assert re.fullmatch(r"L-[0-9A-F]{8}", q.on_demand_code) and re.fullmatch(r"L-[0-9A-F]{8}", q.spot_code)
-    codes = [c for q in capacity.quota_classes() for c in (q.on_demand_code, q.spot_code)]
-    assert len(set(codes)) == len(codes)
+    classes = capacity.quota_classes()
+    on_demand = {q.on_demand_code for q in classes}
+    spot = {q.spot_code for q in classes} | {q.spot_fallback_code for q in classes if q.spot_fallback_code}
+    assert not on_demand & spot  # no quota is both
+    families = [f for q in classes for f in q.families]
+    assert len(set(families)) == len(families)  # each family in one class
+
+
+def test_the_p5_families_spot_quota_is_its_own_with_the_p_quota_as_fallback():
+    # Accounts list "All P5 Spot Instance Requests" (L-C4BD4855) apart from L-7212CCBC ("All P4, P3
+    # and P2 Spot Instance Requests"; "All P Spot Instance Requests" where it covers every P family).
+    p5 = capacity.quota_class(instances.lookup("p5.48xlarge"))
+    p4 = capacity.quota_class(instances.lookup("p4d.24xlarge"))
+    assert (p5.spot_code, p5.spot_name) == ("L-C4BD4855", "All P5 Spot Instance Requests")
+    assert p5.spot_fallback_code == p4.spot_code == "L-7212CCBC"
+    pools = [("h100", ["spot"], [instances.lookup("p5.48xlarge")], 16), ("a100", ["spot"], [instances.lookup("p4d.24xlarge")], 8)]
+    assert {n.code: n.vcpus for n in capacity.quota_needs(pools)} == {"L-C4BD4855": 384, "L-7212CCBC": 96}
+    # Where the account has no L-C4BD4855, both pools' spot nodes count against L-7212CCBC.
+    (moved,) = capacity.quota_needs(pools, unlisted=["L-C4BD4855"])
+    assert (moved.code, moved.vcpus, moved.instead_of) == ("L-7212CCBC", 480, "L-C4BD4855")
 
 
 # --------------------------------------------------------------------------------------
@@ -386,29 +404,65 @@ _ORDERS = [["onDemand"], ["spot", "onDemand"], ["reserved", "onDemand"], ["reser
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(_TYPES), st.sampled_from(_ORDERS), st.integers(0, 6),
-                          st.integers(0, 3)), min_size=1, max_size=4))
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3), st.sampled_from(_ORDERS),
+                          st.integers(1, 24)), min_size=1, max_size=4))
 def test_each_quota_holds_every_node_of_every_pool_that_may_use_it(pools):
-    planned = []
-    for i, (t, order, replicas, warm) in enumerate(pools):
-        inst = instances.lookup(t)
-        models = [gpu_pools.PoolModel(inst, 1, replicas, name=f"m{i}")] if replicas else []
-        planned.append((f"p{i}", order, gpu_pools.launch_nodes(models, [inst], warm, inst)))
+    planned = [(f"p{i}", order, [instances.lookup(t) for t in types], limit)
+               for i, (types, order, limit) in enumerate(pools)]
     needs = {n.code: n.vcpus for n in capacity.quota_needs(planned)}
     for q in capacity.quota_classes():
         for code, counts_for in ((q.on_demand_code, {"onDemand", "reserved"}), (q.spot_code, {"spot"})):
-            expected = sum(count * inst.vcpu for _, order, nodes in planned if counts_for & set(order)
-                           for inst, count in nodes if inst.family in q.families)
+            # Each pool at its GPU limit, in the nodes of the types this quota covers.
+            expected = sum(count * inst.vcpu for _, order, insts, limit in planned if counts_for & set(order)
+                           for inst, count in gpu_pools.launch_nodes(
+                               [i for i in insts if code in (capacity.quota_class(i).on_demand_code,
+                                                             capacity.quota_class(i).spot_code)], limit))
             assert needs.get(code, 0) == expected
 
 
+def _most_vcpus_by_search(insts, limit):
+    """The most vCPUs of whole nodes within `limit` GPUs, by trying every count of every type."""
+    best = 0
+
+    def walk(k, gpus, vcpus):
+        nonlocal best
+        best = max(best, vcpus)
+        for j in range(k, len(insts)):
+            if gpus + insts[j].gpu_count <= limit:
+                walk(j, gpus + insts[j].gpu_count, vcpus + insts[j].vcpu)
+    walk(0, 0, 0)
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(_TYPES), min_size=1, max_size=3, unique=True), st.integers(0, 17))
+def test_a_pool_is_counted_at_its_gpu_limit_in_the_worst_mix_of_its_types(types, limit):
+    insts = [instances.lookup(t) for t in types]
+    nodes = gpu_pools.launch_nodes(insts, limit)
+    # Within the limit Karpenter counts against, whole nodes of the pool's own types ...
+    assert sum(n * i.gpu_count for i, n in nodes) <= limit
+    assert {i.instance_type for i, _ in nodes} <= set(types)
+    # ... and no mix of them has more vCPUs (so no single type has either).
+    vcpus = sum(n * i.vcpu for i, n in nodes)
+    assert vcpus == _most_vcpus_by_search(insts, limit)
+    for i in insts:
+        assert vcpus >= (limit // i.gpu_count) * i.vcpu
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(_TYPES), st.integers(1, 8), st.integers(0, 3))
-def test_the_need_grows_with_replicas_and_spares(t, replicas, warm):
+@given(st.sampled_from(_TYPES), st.integers(1, 32))
+def test_the_need_grows_with_the_gpu_limit(t, limit):
     inst = instances.lookup(t)
 
-    def need(r: int, w: int) -> int:
-        nodes = gpu_pools.launch_nodes([gpu_pools.PoolModel(inst, 1, r)], [inst], w, inst)
-        return sum(n.vcpus for n in capacity.quota_needs([("p", ["onDemand"], nodes)]))
-    assert need(replicas, warm) <= need(replicas + 1, warm) <= need(replicas + 1, warm + 1)
-    assert need(replicas, warm) >= inst.vcpu * (warm + 1)
+    def need(gpus: int) -> int:
+        return sum(n.vcpus for n in capacity.quota_needs([("p", ["onDemand"], [inst], gpus)]))
+    assert need(limit) <= need(limit + 1)
+    assert need(limit) == (limit // inst.gpu_count) * inst.vcpu
+
+
+def test_a_mix_of_types_is_counted_at_its_worst_not_at_one_node():
+    # g6e.16xlarge: 1 GPU, 64 vCPUs; g6e.12xlarge: 4 GPUs, 48 vCPUs. At maxGpus 4 the pool may
+    # hold four g6e.16xlarge (256 vCPUs), not one node of its largest type.
+    (need,) = capacity.quota_needs([("l40s", ["onDemand"], [instances.lookup("g6e.12xlarge"),
+                                                           instances.lookup("g6e.16xlarge")], 4)])
+    assert (need.vcpus, need.pools) == (256, ("l40s (4 x g6e.16xlarge)",))

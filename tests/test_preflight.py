@@ -335,6 +335,23 @@ def test_denied_with_an_unknown_owner_says_both():
     assert "s3:ListBucket on arn:aws:s3:::pf-b" in p.fix and "another account" in p.fix
 
 
+def test_a_stale_aws_profile_is_a_problem_per_model_not_a_traceback(tmp_path, monkeypatch):
+    # AWS_PROFILE naming a profile the config file lacks: botocore raises ProfileNotFound when
+    # the client is made, before any request.
+    (tmp_path / "aws-config").write_text("[profile real]\nregion = us-west-2\n")
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_PROFILE", "gone")
+    p = stack_plan("ws-pf-bucket", [{"name": "a", "prefix": "a"}, {"name": "b", "prefix": "b", "import": HF_IMPORT}])
+    (problem,) = preflight.run_preflight(p, account_id=None)
+    print(problem)
+    assert (problem.key, problem.model) == ("warmstart:models[0]", "a")
+    assert "could not check s3://ws-pf-bucket/a/: the AWS credentials could not be loaded (ProfileNotFound" in \
+        problem.problem and "set AWS_PROFILE to a profile of yours" in problem.fix
+
+
 def test_rejected_credentials_are_not_an_access_denied(rclone):
     """A HEAD gets a bare 403 for a bad signature too: the preflight must not blame a permission."""
     b = new_bucket(rclone)

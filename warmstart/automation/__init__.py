@@ -10,8 +10,11 @@ Order of work, so that a CI job fails as early and as clearly as it can:
    message with how to fix each, exit 4;
 3. `preview` and `up` (not a drift check, not `--skip-preflight`) read the account's EC2 vCPU
    quotas for the GPU families the pools launch and compare them with every node the pools
-   launch at their limits: a short quota exits 4 with the request that raises it; no
-   permission to read them is a warning (quotas.py, docs/capacity.md);
+   may hold at their GPU limits (a model stack: its own model at maxReplicas plus a surge pod
+   on its platform's pool): a short quota exits 4 with the request that raises it; so do a
+   missing EC2 Spot service-linked role for a Karpenter spot pool and a reserved-only pool
+   none of whose reservations can hold a node; no permission to read any of it is a warning
+   (quotas.py, docs/capacity.md);
 3b. `preview` and `up` (not a drift check) of a stack config without `accountId` that derives a
    bucket name resolve the deployer's account with STS and read the stack's state (selecting
    it, never creating it): a stack with nothing deployed yet will have the account recorded in

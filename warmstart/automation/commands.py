@@ -68,10 +68,11 @@ def execute(request: Request) -> int:
         report = quotas.run_quota_preflight(stack_plan)
         for warning in report.warnings:
             say_err(f"warmstart: warning: {warning}")
-        if report.short:
-            error = quotas.QuotaShortFailed(request.operation, request.stack, report.short)
+        if report.short or report.refused:
+            error = quotas.QuotaShortFailed(request.operation, request.stack, report.short, report.refused)
             say_err(str(error))
-            return finish(Outcome("quota-short", EXIT_QUOTA, str(error), quota_short=report.short))
+            return finish(Outcome("quota-short" if report.short else "capacity-refused", EXIT_QUOTA, str(error),
+                                  quota_short=report.short))
         if report.checked:
             say(report.passed_line())
 

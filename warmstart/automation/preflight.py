@@ -349,6 +349,17 @@ def aws_client(service: str, region: str, *, attempts: int, read_timeout: int) -
         retries={"max_attempts": attempts, "mode": "standard"}, connect_timeout=5, read_timeout=read_timeout))
 
 
+def credentials_problem(err: Exception) -> tuple[str, str]:
+    """(why no AWS client could be made, the fix): a stale AWS_PROFILE is the common case."""
+    from botocore.exceptions import ProfileNotFound
+
+    if isinstance(err, ProfileNotFound):
+        return (f"the AWS credentials could not be loaded ({type(err).__name__}: {err})",
+                "set AWS_PROFILE to a profile of yours (`aws configure list-profiles`) or unset it")
+    return (f"no AWS client could be made ({type(err).__name__}: {err})",
+            "check the AWS configuration (`aws configure list`) and run again")
+
+
 def s3_client(region: str) -> Any:
     """A boto3 S3 client for the deployer's credentials in the stack's region."""
     return aws_client("s3", region, attempts=3, read_timeout=30)
@@ -378,4 +389,14 @@ def run_preflight(stack_plan: Any, *, s3: Any | None = None, account_id: Any = _
     region = stack_plan.config.region
     if account_id is _LOOKUP:
         account_id = caller_account(region)
-    return check_models(stack_plan, s3 if s3 is not None else s3_client(region), account_id)
+    if s3 is None:
+        try:
+            s3 = s3_client(region)
+        except _aws_errors() as err:
+            # A stale AWS_PROFILE (ProfileNotFound) fails here, before any request: every model
+            # is unchecked, said once per model, not a traceback.
+            why, fix = credentials_problem(err)
+            return [PreflightProblem(f"{NAMESPACE}:models[{i}]", m.name, f"could not check s3://{m.bucket}/{m.prefix}/: "
+                                     f"{why}", f"{fix}, or pass --skip-preflight")
+                    for i, m in enumerate(stack_plan.config.models) if m.weights_import is None]
+    return check_models(stack_plan, s3, account_id)

@@ -137,7 +137,7 @@ class Outcome:
 
     result: str
     """succeeded | failed | changes-found | policy-violation | config-error | missing-prerequisites
-    | quota-short | preflight-failed"""
+    | quota-short | capacity-refused | preflight-failed"""
     exit_code: int
     message: str = ""
     resource_changes: dict[str, int] | None = None

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from importlib import resources
 
+from . import gpu_pools
 from .instances import GpuInstance
 
 # The engines' order of preference (lower first).
@@ -109,13 +110,19 @@ class QuotaClass:
     on_demand_name: str
     spot_code: str
     spot_name: str
+    spot_fallback_code: str | None = None
+    """The spot quota that holds these families in an account that does not list `spot_code`:
+    the P5 families' "All P5 Spot Instance Requests" (L-C4BD4855) is a quota of its own in some
+    accounts, and in others "All P Spot Instance Requests" (L-7212CCBC) covers every P family."""
+    spot_fallback_name: str | None = None
 
 
 @cache
 def quota_classes() -> tuple[QuotaClass, ...]:
     text = resources.files("warmstart.data").joinpath("ec2_vcpu_quotas.csv").read_text()
     return tuple(QuotaClass(r["quota_class"], frozenset(r["families"].split()), r["on_demand_quota_code"],
-                            r["on_demand_quota_name"], r["spot_quota_code"], r["spot_quota_name"])
+                            r["on_demand_quota_name"], r["spot_quota_code"], r["spot_quota_name"],
+                            r["spot_quota_fallback_code"] or None, r["spot_quota_fallback_name"] or None)
                  for r in csv.DictReader(text.splitlines()))
 
 
@@ -136,28 +143,60 @@ class QuotaNeed:
     vcpus: int
     pools: tuple[str, ...]
     """The pools (and their node counts) that need it, for the message: `h100 (3 x p5.48xlarge)`."""
+    fallback: tuple[str, str] | None = None
+    """(code, name) of the quota that holds this need instead where the account does not list
+    `code` (QuotaClass.spot_fallback_code)."""
+    instead_of: str | None = None
+    """The code this need was moved from because the account does not list it, if any."""
 
 
-def quota_needs(pools: Iterable[tuple[str, Sequence[str], Sequence[tuple[GpuInstance, int]]]]) -> list[QuotaNeed]:
-    """What each quota must allow: per pool `(name, capacity types, [(instance, nodes)])`, every
-    node of the pool counted against the on-demand quota of its class when the pool may run
-    on-demand or reserved (reservations count against it), and against the spot quota when it
-    may run spot (either may end up holding all of them). Sorted by code."""
-    need: dict[str, tuple[str, int, list[str]]] = {}
-    for name, types, nodes in pools:
-        for inst, count in nodes:
-            if count <= 0:
+PoolLimit = tuple[str, Sequence[str], Sequence[GpuInstance], int]
+"""One pool for `quota_needs`: (name, capacity types, instance types, GPU limit)."""
+
+
+def _quotas_of(inst: GpuInstance, types: Sequence[str], unlisted: frozenset[str]
+               ) -> list[tuple[str, str, tuple[str, str] | None, str | None]]:
+    """(code, name, fallback, instead_of) of each quota a node of `inst` counts against."""
+    q = quota_class(inst)
+    out: list[tuple[str, str, tuple[str, str] | None, str | None]] = []
+    if "onDemand" in types or "reserved" in types:
+        out.append((q.on_demand_code, q.on_demand_name, None, None))
+    if "spot" in types:
+        fallback = (q.spot_fallback_code, q.spot_fallback_name or "") if q.spot_fallback_code else None
+        if fallback is not None and q.spot_code in unlisted:
+            out.append((fallback[0], fallback[1], None, q.spot_code))
+        else:
+            out.append((q.spot_code, q.spot_name, fallback, None))
+    return out
+
+
+def quota_needs(pools: Iterable[PoolLimit], unlisted: Iterable[str] = ()) -> list[QuotaNeed]:
+    """What each quota must allow: per pool `(name, capacity types, instance types, GPU
+    limit)`, the nodes within the limit with the most vCPUs of that quota
+    (`gpu_pools.launch_nodes` over the pool's types the quota covers), counted against the
+    on-demand quota of their class when the pool may run on-demand or reserved (reservations
+    count against it), and against the spot quota when it may run spot (either may end up
+    holding all of them). `unlisted`: quota codes the account does not have, whose needs move
+    to their fallback. Sorted by code."""
+    gone = frozenset(unlisted)
+    need: dict[str, tuple[str, int, list[str], tuple[str, str] | None, str | None]] = {}
+    for name, types, insts, max_gpus in pools:
+        groups: dict[str, list[GpuInstance]] = {}
+        meta: dict[str, tuple[str, tuple[str, str] | None, str | None]] = {}
+        for inst in insts:
+            for code, qname, fallback, instead_of in _quotas_of(inst, types, gone):
+                groups.setdefault(code, []).append(inst)
+                meta.setdefault(code, (qname, fallback, instead_of))
+        for code, group in groups.items():
+            nodes = gpu_pools.launch_nodes(group, max_gpus)
+            if not nodes:
                 continue
-            q = quota_class(inst)
-            codes = []
-            if "onDemand" in types or "reserved" in types:
-                codes.append((q.on_demand_code, q.on_demand_name))
-            if "spot" in types:
-                codes.append((q.spot_code, q.spot_name))
-            for code, qname in codes:
-                _, vcpus, who = need.get(code, (qname, 0, []))
-                need[code] = (qname, vcpus + count * inst.vcpu, who + [f"{name} ({count} x {inst.instance_type})"])
-    return [QuotaNeed(code, n, v, tuple(w)) for code, (n, v, w) in sorted(need.items())]
+            qname, fallback, instead_of = meta[code]
+            n0, vcpus, who, fb, io = need.get(code, (qname, 0, [], fallback, instead_of))
+            shown = " + ".join(f"{count} x {inst.instance_type}" for inst, count in nodes)
+            need[code] = (n0, vcpus + sum(count * inst.vcpu for inst, count in nodes),
+                          who + [f"{name} ({shown})"], fb or fallback, io or instead_of)
+    return [QuotaNeed(code, n, v, tuple(w), fb, io) for code, (n, v, w, fb, io) in sorted(need.items())]
 
 
 def increase_command(code: str, vcpus: int, region: str) -> str:

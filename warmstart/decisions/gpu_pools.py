@@ -198,21 +198,39 @@ def default_max_gpus(models: Sequence[PoolModel], instances: Sequence[GpuInstanc
     return max(need, max(i.gpu_count for i in instances))
 
 
-def launch_nodes(models: Sequence[PoolModel], instances: Sequence[GpuInstance], warm_nodes: int = 0,
-                 spare: GpuInstance | None = None) -> list[tuple[GpuInstance, int]]:
-    """The nodes a pool launches at its limits, per instance type: every model at its replicas
-    plus one surging pod, the warm spares, or (no model) one node of its largest type. What
-    its vCPU quota must allow."""
-    counts: dict[str, tuple[GpuInstance, int]] = {}
+def launch_nodes(instances: Sequence[GpuInstance], max_gpus: int) -> list[tuple[GpuInstance, int]]:
+    """The nodes a pool may hold within its GPU limit that have the most vCPUs in all, per
+    instance type: what a vCPU quota must allow for the pool.
 
-    def add(inst: GpuInstance, n: int) -> None:
-        counts[inst.instance_type] = (inst, counts.get(inst.instance_type, (inst, 0))[1] + n)
-
-    for m in models:
-        if m.replicas + SURGE_PODS > 0:
-            add(m.instance, nodes_for(m, m.replicas + SURGE_PODS))
-    if spare is not None and warm_nodes:
-        add(spare, warm_nodes)
-    if not counts:
-        add(max(instances, key=lambda i: (i.gpu_count, i.instance_type)), 1)
-    return [counts[t] for t in sorted(counts)]
+    Karpenter (and Auto Mode, which runs it) keeps launching nodes of a NodePool until their
+    GPUs reach its `limits` (https://karpenter.sh/docs/concepts/nodepools/#speclimits),
+    whichever pods ask: the models of another stack on the pool (a platform's model stacks),
+    a rollout's surge, the warm spares. So the limit, not what the inline models need, bounds
+    the nodes. No node is launched past it: the scheduler drops every instance type whose
+    capacity exceeds what the limit has left (kubernetes-sigs/karpenter
+    pkg/controllers/provisioning/scheduling/scheduler.go `filterByRemainingResources`), so the
+    nodes are whole ones within `max_gpus`. With several instance types the worst case is the
+    mix of whole nodes within `max_gpus` GPUs with the most vCPUs (a g6e.16xlarge has 1 GPU
+    and 64 vCPUs, a g6e.12xlarge 4 GPUs and 48): an unbounded knapsack, solved exactly over
+    the GPU count."""
+    types = sorted({i.instance_type: i for i in instances}.values(), key=lambda i: i.instance_type)
+    limit = max(0, max_gpus)
+    # most[g]: the most vCPUs of whole nodes with at most g GPUs; last[g]: the type of one of
+    # those nodes (None: most[g] == most[g - 1]).
+    most = [0] * (limit + 1)
+    last: list[int | None] = [None] * (limit + 1)
+    for g in range(1, limit + 1):
+        most[g] = most[g - 1]
+        for k, inst in enumerate(types):
+            if 0 < inst.gpu_count <= g and most[g - inst.gpu_count] + inst.vcpu > most[g]:
+                most[g], last[g] = most[g - inst.gpu_count] + inst.vcpu, k
+    counts = [0] * len(types)
+    g = limit
+    while g > 0:
+        k = last[g]
+        if k is None:
+            g -= 1
+        else:
+            counts[k] += 1
+            g -= types[k].gpu_count
+    return [(inst, n) for inst, n in zip(types, counts) if n]

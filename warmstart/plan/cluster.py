@@ -165,7 +165,6 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
         instances=tuple(insts),
         capacity_types=tuple(sorted({CAPACITY_TYPE_LABEL_VALUE[t] for t in cap.types})),
         capacity=cap,
-        launch_nodes=tuple(gpu_pools.launch_nodes(models, insts, pool.warm_nodes, spare)),
         max_gpus=max_gpus,
         models=tuple(m.name for m in models),
         compile_cache_models=cached,

@@ -193,9 +193,6 @@ class PoolPlan:
     """Models whose weights are staged on the pool's nodes."""
     capacity: CapacityPlan = CapacityPlan(("onDemand",))
     """Where the pool's nodes come from (reservations, spot, on-demand), first choice first."""
-    launch_nodes: tuple[tuple[GpuInstance, int], ...] = ()
-    """Nodes per instance type the pool launches at its limits (models at maxReplicas plus a
-    surge pod, warm spares): what the vCPU quotas must allow."""
 
     @property
     def warm_cost_per_hour(self) -> float | None:
