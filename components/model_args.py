@@ -24,8 +24,9 @@ class ModelEntryLoaderArgs(TypedDict):
     longer than the retry window fails. Default: `65536`."""
     retry_window_seconds: NotRequired[int]
     """How long after its first request a chunk whose transfer failed (a stall cut the S3 client
-    gave up retrying, a 5xx, a throttle) is requested again (`RUNAI_STREAMER_S3_TIMEOUT`). 0:
-    never; the first such failure fails the whole load and vLLM exits. Default: `300`."""
+    gave up retrying, a 5xx, a throttle) is requested again (`RUNAI_STREAMER_S3_TIMEOUT`, read by
+    runai-model-streamer 0.16 and later). 0: never; the first such failure fails the whole load
+    and vLLM exits. Default: `300`."""
 
 
 class ModelEntryHuggingFaceArgs(TypedDict):

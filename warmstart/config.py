@@ -105,8 +105,9 @@ class LoaderTuning(_Strict):
     for longer than the retry window fails."""
     retry_window_seconds: Annotated[int, Field(ge=0)] = tuning.DEFAULT_RETRY_WINDOW_SECONDS
     """How long after its first request a chunk whose transfer failed (a stall cut the S3 client
-    gave up retrying, a 5xx, a throttle) is requested again (`RUNAI_STREAMER_S3_TIMEOUT`). 0: never;
-    the first such failure fails the whole load and vLLM exits."""
+    gave up retrying, a 5xx, a throttle) is requested again (`RUNAI_STREAMER_S3_TIMEOUT`, read by
+    runai-model-streamer 0.16 and later). 0: never; the first such failure fails the whole load and
+    vLLM exits."""
 
 
 class CompileCacheConfig(_Strict):
