@@ -165,3 +165,22 @@ def test_torch_is_installed_by_name_and_an_index_only_on_request():
     assert install.torch_install_args({"TORCH_INDEX_URL": " "}) == ["--no-deps", pin]
     mirror = "https://mirror.example.internal/torch-cpu"
     assert install.torch_install_args({"TORCH_INDEX_URL": mirror}) == ["--no-deps", pin, "--index-url", mirror]
+
+
+def test_install_goes_on_when_a_tool_cannot_be_installed_here(monkeypatch, capsys):
+    """Without apt-get, tests.install installs the rest and says why promtool is missing (its
+    tests then skip, or fail under WARMSTART_TOOLS_REQUIRED), instead of stopping with a traceback."""
+    from tests import install
+
+    pip_calls = []
+    monkeypatch.setattr(install, "_pip", lambda *args: pip_calls.append(args))
+
+    def unavailable():
+        raise tools.Unavailable("promtool comes from Debian's `prometheus` package and this machine has no apt-get")
+
+    monkeypatch.setattr(tools, "INSTALL", {"checkov": lambda: "/cache/checkov", "promtool": unavailable})
+    install.main()
+    out = capsys.readouterr().out
+    assert "checkov: /cache/checkov" in out
+    assert "promtool: not installed: promtool comes from Debian's `prometheus` package" in out
+    assert pip_calls[0] == tuple(install.torch_install_args())
