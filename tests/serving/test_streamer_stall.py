@@ -74,10 +74,12 @@ def _pod_env(rclone_s3, endpoint: str) -> dict[str, str]:
     enough that each shard is one chunk of a few CRT parts."""
     loader = LoaderTuning()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RUNAI_STREAMER_"))}
-    return env | rclone_s3.env() | {"AWS_ENDPOINT_URL": endpoint, "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
-                                    "RUNAI_STREAMER_CHUNK_BYTESIZE": str(SHARD_BYTES), "RUNAI_STREAMER_LOG_TO_STDERR": "1",
-                                    "RUNAI_STREAMER_CONCURRENCY": str(SHARDS)} | tuning.streamer_s3_env(
-        loader.request_timeout_ms, loader.low_speed_limit_bytes_per_second, loader.retry_window_seconds)
+    stall = tuning.streamer_s3_env(loader.request_timeout_ms, loader.low_speed_limit_bytes_per_second,
+                                   loader.retry_window_seconds)
+    return env | rclone_s3.env() | stall | {
+        "AWS_ENDPOINT_URL": endpoint, "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+        "RUNAI_STREAMER_CHUNK_BYTESIZE": str(SHARD_BYTES), "RUNAI_STREAMER_CONCURRENCY": str(SHARDS),
+        "RUNAI_STREAMER_LOG_TO_STDERR": "1"}
 
 
 def _load(env: dict[str, str], prefix: str) -> subprocess.CompletedProcess[str]:
