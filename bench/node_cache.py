@@ -67,9 +67,7 @@ def stream(paths: list[str], env: dict[str, str], weights: int) -> dict:
     chunk = tuning.DEFAULT_CHUNK_BYTES
     env = env | {"RUNAI_STREAMER_CONCURRENCY": str(tuning.loader_concurrency(weights, chunk)),
                  "RUNAI_STREAMER_CHUNK_BYTESIZE": str(chunk),
-                 "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(tuning.DEFAULT_REQUEST_TIMEOUT_MS),
-                 "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(tuning.DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S),
-                 "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"}
+                 "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0"} | tuning.streamer_s3_env()
     out = subprocess.run([sys.executable, "-c", STREAM, *paths], env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])

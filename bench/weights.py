@@ -236,16 +236,39 @@ def server_pid(proc: subprocess.Popen) -> int:
     return proc.pid
 
 
+CASE_TIMEOUT_S = 600
+
+
+def failure_reason(returncode: int | None, stderr: str) -> str:
+    """Why a case failed, in one line: the streamer's first failed download (the root cause; the
+    lines after it are its consequences), else the last line the child wrote."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in stderr.splitlines()]
+    cause = next((line.split("] ", 1)[-1] for line in lines if "Failed to download" in line), None)
+    last = next((line for line in reversed(lines) if line), "no output")
+    exit_part = "no exit status" if returncode is None else f"exit {returncode}"
+    return f"{exit_part}: {cause or last}"[:400]
+
+
 def run_case(code: str, args: list[str], env: dict[str, str], srv: int, cpu: int | None) -> dict:
+    """One measurement. A case that fails (non-zero exit, no result within CASE_TIMEOUT_S, an
+    unreadable result) comes back as {"failed": reason}, so one stalled load is a row of the
+    report instead of the end of the benchmark."""
     u0, s0 = proc_cpu_s(srv)
     start = time.perf_counter()
     pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    proc = subprocess.run([*pin, sys.executable, "-c", code, *args], env=env, capture_output=True,
-                          text=True, timeout=600)
+    try:
+        proc = subprocess.run([*pin, sys.executable, "-c", code, *args], env=env, capture_output=True,
+                              text=True, timeout=CASE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        return {"failed": f"no result within {CASE_TIMEOUT_S} s; " + failure_reason(None, err)}
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"case failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+        return {"failed": failure_reason(proc.returncode, proc.stderr)}
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"failed": "no result line: " + failure_reason(proc.returncode, proc.stderr)}
     u1, s1 = proc_cpu_s(srv)
     out |= {"wall_s": wall, "server_user_s": u1 - u0, "server_sys_s": s1 - s0,
             "log": [line for line in proc.stderr.splitlines() if "[RunAI Streamer]" in line][-2:]}
@@ -253,13 +276,11 @@ def run_case(code: str, args: list[str], env: dict[str, str], srv: int, cpu: int
 
 
 def streamer_env(base: dict[str, str], chunk: int | None, concurrency: int | None) -> dict[str, str]:
-    """The container environment vllm_env gives (chunk, timeouts), plus the concurrency vLLM
-    exports from --model-loader-extra-config. None = the streamer's default."""
+    """The container environment vllm_env gives (chunk, stall cut and retry), plus the concurrency
+    vLLM exports from --model-loader-extra-config. None = the streamer's default."""
     env = dict(base)
     if chunk is not None:
-        env |= {"RUNAI_STREAMER_CHUNK_BYTESIZE": str(chunk),
-                "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(tuning.DEFAULT_REQUEST_TIMEOUT_MS),
-                "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(tuning.DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S)}
+        env |= {"RUNAI_STREAMER_CHUNK_BYTESIZE": str(chunk)} | tuning.streamer_s3_env()
     if concurrency is not None:
         env["RUNAI_STREAMER_CONCURRENCY"] = str(concurrency)
     return env
@@ -387,12 +408,17 @@ def main() -> int:
                   f"{'; server pinned to core 0, clients to core 1' if args.pin else ''}", flush=True)
             rows: dict[str, list[dict]] = {k: [] for k in cases}
             order = list(cases)
+            failures: dict[str, list[str]] = {k: [] for k in cases}
             for r in range(args.rounds):
                 for name in order[r % len(order):] + order[:r % len(order)]:
                     code, a, env = cases[name]
                     res = run_case(code, a, env, srv, cli_cpu)
-                    if res["bytes"] < weights - len(sizes) * 64 * 1024:
-                        raise RuntimeError(f"{name} read {res['bytes']} of {weights} bytes")
+                    if "failed" not in res and res["bytes"] < weights - len(sizes) * 64 * 1024:
+                        res = {"failed": f"read {res['bytes']} of {weights} bytes"}
+                    if "failed" in res:
+                        failures[name].append(res["failed"])
+                        print(f"round {r + 1} {name:10s} FAILED: {res['failed']}", flush=True)
+                        continue
                     rows[name].append(res)
                     print(f"round {r + 1} {name:10s} {res['stream_s']:6.2f} s "
                           f"{res['bytes'] / GIB / res['stream_s']:5.2f} GiB/s  client "
@@ -400,7 +426,8 @@ def main() -> int:
                           f"{res['server_user_s']:4.1f}u+{res['server_sys_s']:4.1f}s", flush=True)
 
     keys = ("stream_s", "cpu_user_s", "cpu_sys_s", "server_user_s", "server_sys_s", "minflt", "maxrss_kib")
-    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in rows.items()}
+    # Medians over the rounds that produced a result; a case with none is reported as failed.
+    med = {name: {k: statistics.median(r[k] for r in rs) for k in keys} for name, rs in rows.items() if rs}
     gib = weights / GIB
     for m in med.values():
         m["gib_s"] = gib / m["stream_s"]
@@ -410,45 +437,60 @@ def main() -> int:
         m["cpu_bound_gib_s"] = cores / (m["client_cpu_per_gib"] + m["server_cpu_per_gib"])
         m["busy"] = (m["cpu_user_s"] + m["cpu_sys_s"] + m["server_user_s"] + m["server_sys_s"]) / (
             m["stream_s"] * cores)
-    tuned_vs_defaults = med["tuned"]["stream_s"] / med["defaults"]["stream_s"]
-    tuned_vs_ceiling = med["tuned"]["gib_s"] / med["ceiling"]["gib_s"]
-    tuned_vs_wire = med["tuned"]["gib_s"] / med["wire"]["gib_s"]
-    best = min((n for n in med if n not in ("ceiling", "wire")), key=lambda n: med[n]["stream_s"])
+    headline = all(n in med for n in ("tuned", "defaults", "ceiling", "wire"))
+    tuned_vs_defaults = med["tuned"]["stream_s"] / med["defaults"]["stream_s"] if headline else None
+    tuned_vs_ceiling = med["tuned"]["gib_s"] / med["ceiling"]["gib_s"] if headline else None
+    tuned_vs_wire = med["tuned"]["gib_s"] / med["wire"]["gib_s"] if headline else None
+    streamers = [n for n in med if n not in ("ceiling", "wire")]
+    best = min(streamers, key=lambda n: med[n]["stream_s"]) if streamers else None
+    failed = {n: {"rounds": len(f), "of": args.rounds, "reasons": sorted(set(f))}
+              for n, f in failures.items() if f}
 
     print(f"\nmedians over {args.rounds} rounds, {gib:.2f} GiB in {len(sizes)} shards (interpreter start "
           f"and listing excluded); CPU in s/GiB; busy = share of {cores} cores used")
     print(f"  {'case':10s} {'time':>6s} {'GiB/s':>6s} {'client u+s':>11s} {'server u+s':>11s} "
           f"{'bound':>6s} {'busy':>5s} {'peak RSS':>8s}")
-    for name, m in med.items():
+    for name in cases:
+        if name not in med:
+            print(f"  {name:10s} FAILED in all {args.rounds} rounds")
+            continue
+        m = med[name]
         print(f"  {name:10s} {m['stream_s']:6.2f} {m['gib_s']:6.2f} "
               f"{m['cpu_user_s'] / gib:5.2f}+{m['cpu_sys_s'] / gib:4.2f} "
               f"{m['server_user_s'] / gib:5.2f}+{m['server_sys_s'] / gib:4.2f} "
               f"{m['cpu_bound_gib_s']:6.2f} {m['busy']:5.0%} {m['maxrss_kib'] / 2**20:6.1f}Gi")
-    print(f"  tuned / defaults time      = {tuned_vs_defaults:.2f}  (target <= 0.70: "
-          f"{'met' if tuned_vs_defaults <= 0.7 else 'MISSED'})")
-    print(f"  tuned / ceiling throughput = {tuned_vs_ceiling:.2f}  (target >= 0.80: "
-          f"{'met' if tuned_vs_ceiling >= 0.8 else 'MISSED'})")
-    print(f"  tuned / wire throughput    = {tuned_vs_wire:.2f}  (the transfer alone, no landing; diagnostic)")
-    print(f"  fastest streamer case here: {best} ({med[best]['stream_s']:.2f} s)")
+    for name, f in failed.items():
+        print(f"  {name} failed {f['rounds']} of {f['of']} rounds: {'; '.join(f['reasons'])}")
+    if headline:
+        print(f"  tuned / defaults time      = {tuned_vs_defaults:.2f}  (target <= 0.70: "
+              f"{'met' if tuned_vs_defaults <= 0.7 else 'MISSED'})")
+        print(f"  tuned / ceiling throughput = {tuned_vs_ceiling:.2f}  (target >= 0.80: "
+              f"{'met' if tuned_vs_ceiling >= 0.8 else 'MISSED'})")
+        print(f"  tuned / wire throughput    = {tuned_vs_wire:.2f}  (the transfer alone, no landing; diagnostic)")
+    else:
+        print("  no ratios: tuned, defaults, ceiling or wire has no successful round")
+    if best:
+        print(f"  fastest streamer case here: {best} ({med[best]['stream_s']:.2f} s)")
     curve = {c: med[n]["gib_s"] for c, n in sorted((concurrency_of(n, concurrency), n) for n in med
                                                     if n == "tuned" or re.fullmatch(r"c\d+", n))}
     if len(curve) > 1:
         print("  concurrency curve (4 GiB chunk), GiB/s: "
               + ", ".join(f"{c}: {r:.2f}" for c, r in curve.items()))
-    for line in verdict(med, curve, cores, concurrency):
+    said = verdict(med, curve, cores, concurrency) if headline else []
+    for line in said:
         print(f"  {line}")
-    for line in rows["tuned"][-1]["log"]:
+    for line in (rows["tuned"][-1]["log"] if rows["tuned"] else []):
         print(f"  streamer said: {line.split('] ', 1)[-1]}")
+    rnd = lambda x: None if x is None else round(x, 3)  # noqa: E731
     print(json.dumps({
         "bench": "weights", "bytes": weights, "shards": len(sizes), "rounds": args.rounds, "cores": cores,
         "pinned": args.pin, "tuned_concurrency": concurrency, "tuned_chunk_bytes": chunk,
-        "defaults_s": round(med["defaults"]["stream_s"], 3), "tuned_s": round(med["tuned"]["stream_s"], 3),
-        "ceiling_s": round(med["ceiling"]["stream_s"], 3), "wire_s": round(med["wire"]["stream_s"], 3),
-        "tuned_over_defaults": round(tuned_vs_defaults, 3), "tuned_over_ceiling": round(tuned_vs_ceiling, 3),
-        "targets_met": tuned_vs_defaults <= 0.7 and tuned_vs_ceiling >= 0.8,
-        "fastest_case": best, "tuned_over_wire": round(tuned_vs_wire, 3),
+        **{f"{n}_s": rnd(med[n]["stream_s"]) if n in med else None for n in ("defaults", "tuned", "ceiling", "wire")},
+        "tuned_over_defaults": rnd(tuned_vs_defaults), "tuned_over_ceiling": rnd(tuned_vs_ceiling),
+        "targets_met": bool(headline and tuned_vs_defaults <= 0.7 and tuned_vs_ceiling >= 0.8),
+        "fastest_case": best, "tuned_over_wire": rnd(tuned_vs_wire),
         "concurrency_curve_gib_s": {str(c): round(r, 3) for c, r in curve.items()},
-        "verdict": verdict(med, curve, cores, concurrency),
+        "verdict": said, "failed": failed,
         "cases": {n: {"s": round(m["stream_s"], 3), "gib_s": round(m["gib_s"], 3),
                       "client_cpu_s_per_gib": round(m["client_cpu_per_gib"], 3),
                       "client_sys_share": round(m["cpu_sys_s"] / max(1e-9, m["cpu_user_s"] + m["cpu_sys_s"]), 2),
@@ -456,7 +498,8 @@ def main() -> int:
                       "cpu_bound_gib_s": round(m["cpu_bound_gib_s"], 3), "busy": round(m["busy"], 2),
                       "peak_rss_gib": round(m["maxrss_kib"] / 2**20, 2)} for n, m in med.items()},
     }, sort_keys=True))
-    return 0
+    # Failed rounds are rows of the report; the run itself fails only when it has no headline.
+    return 0 if headline else 1
 
 
 if __name__ == "__main__":

@@ -50,9 +50,12 @@ class LoaderArgs(TypedDict):
     """Bytes per ranged S3 read, `RUNAI_STREAMER_CHUNK_BYTESIZE` (default 4 GiB, about one request
     per safetensors shard)."""
     request_timeout_ms: NotRequired[int]
-    """Window after which a stalled transfer is cut and retried (default 3000)."""
+    """Window after which a stalled connection is cut and its part retried (default 10000)."""
     low_speed_limit_bytes_per_second: NotRequired[int]
-    """Throughput below which a transfer counts as stalled (default 1 MiB/s)."""
+    """Throughput below which a connection counts as stalled (default 64 KiB/s)."""
+    retry_window_seconds: NotRequired[int]
+    """How long after its first request a failed chunk is requested again,
+    `RUNAI_STREAMER_S3_TIMEOUT` (default 300; 0: a failed chunk fails the load)."""
 
 
 class HuggingFaceSourceArgs(TypedDict):

@@ -96,10 +96,18 @@ class LoaderTuning(_Strict):
     """Bytes per ranged S3 read (`RUNAI_STREAMER_CHUNK_BYTESIZE`). 4 GiB is about one request per
     safetensors shard; larger than a shard was 56 % slower."""
     request_timeout_ms: Annotated[int, Field(ge=1000)] = tuning.DEFAULT_REQUEST_TIMEOUT_MS
-    """Low-speed window after which a stalled transfer is cut and retried
-    (`RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS`)."""
+    """Low-speed window after which a stalled connection is cut and its part retried
+    (`RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS`; the S3 client rounds it down to whole seconds, at
+    least 3)."""
     low_speed_limit_bytes_per_second: Annotated[int, Field(ge=1)] = tuning.DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S
-    """Throughput below which a transfer counts as stalled (`RUNAI_STREAMER_S3_LOW_SPEED_LIMIT`)."""
+    """Throughput below which a connection counts as stalled (`RUNAI_STREAMER_S3_LOW_SPEED_LIMIT`).
+    Keep it far below a healthy connection's rate: a load whose connections all stay under it
+    for longer than the retry window fails."""
+    retry_window_seconds: Annotated[int, Field(ge=0)] = tuning.DEFAULT_RETRY_WINDOW_SECONDS
+    """How long after its first request a chunk whose transfer failed (a stall cut the S3 client
+    gave up retrying, a 5xx, a throttle) is requested again (`RUNAI_STREAMER_S3_TIMEOUT`, read by
+    runai-model-streamer 0.16 and later). 0: never; the first such failure fails the whole load and
+    vLLM exits."""
 
 
 class CompileCacheConfig(_Strict):

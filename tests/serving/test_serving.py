@@ -73,8 +73,14 @@ def test_loader_is_tuned_from_weights_and_chunk(rendered):
         else:
             assert c["args"][0] == m.source.rstrip("/") and c["args"][0].startswith("s3://")
             assert c["command"] == ["vllm", "serve"]
+        # The stall cut and its retry are the model's loader tuning, all three (a cut with no
+        # retry window fails the whole load: tests/serving/test_streamer_stall.py).
+        stall = tuning.streamer_s3_env(m.loader.request_timeout_ms, m.loader.low_speed_limit_bytes_per_second,
+                                       m.loader.retry_window_seconds)
+        assert {k: env.get(k) for k in stall} == stall
         assert int(env["RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS"]) >= 1000
         assert int(env["RUNAI_STREAMER_S3_LOW_SPEED_LIMIT"]) > 0
+        assert int(env["RUNAI_STREAMER_S3_TIMEOUT"]) > 0
         assert env["AWS_REGION"] == rendered.stack_plan.config.region
 
 

@@ -10,9 +10,12 @@ skipping. `WARMSTART_CHECKOV=/path/to/checkov` uses an existing checkov of the p
 - checkov pins its own boto3, which conflicts with the project's, so it lives in a virtual
   environment of its own in the cache (`pip install checkov==CHECKOV_VERSION`, about a minute).
 - promtool comes from Debian bookworm's `prometheus` package (2.42.0+ds-5+deb12u1, which ships
-  /usr/bin/promtool): the .deb is downloaded from deb.debian.org, checked against its pinned
-  sha256, and promtool is taken out of it in pure Python (a .deb is an `ar` archive holding
-  data.tar.xz), with no apt and no root.
+  /usr/bin/promtool), fetched by name through the machine's own apt configuration:
+  `apt-get download prometheus=<version>` into a temporary folder (after `apt-get update` only
+  when apt does not know that version yet), checked against its pinned sha256, and promtool is
+  taken out of it in pure Python (a .deb is an `ar` archive holding data.tar.xz); nothing is
+  installed into the system. Where apt-get is absent, promtool is not installed and its tests
+  skip naming what installs it (under WARMSTART_TOOLS_REQUIRED they fail).
 
 This module imports nothing beyond the standard library at import time: `tests.install` runs it
 before pytest is installed.
@@ -29,8 +32,8 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import NoReturn
 
@@ -42,11 +45,12 @@ INSTALL_TIMEOUT_S = 1200
 LOCK_WAIT_S = INSTALL_TIMEOUT_S + 60
 
 PROMTOOL_VERSION = "2.42.0+ds-5+deb12u1"
-DEB_URL = f"https://deb.debian.org/debian/pool/main/p/prometheus/prometheus_{PROMTOOL_VERSION}_amd64.deb"
-# sha256 of that file, measured when it was pinned (19 257 088 bytes).
+PROMTOOL_PACKAGE = "prometheus"
+# sha256 of prometheus_2.42.0+ds-5+deb12u1_amd64.deb, measured when it was pinned (19 257 088 bytes).
 DEB_SHA256 = "81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55"
 PROMTOOL_MEMBER = "./usr/bin/promtool"
-DOWNLOAD_TIMEOUT_S = 120
+DOWNLOAD_TIMEOUT_S = 300
+APT_DOWNLOAD = ["apt-get", "download", f"{PROMTOOL_PACKAGE}={PROMTOOL_VERSION}"]
 
 
 def cache() -> Path:
@@ -75,6 +79,19 @@ def promtool() -> Path | None:
 WHERE = {"checkov": checkov, "promtool": promtool}
 
 
+class Unavailable(RuntimeError):
+    """A tool that cannot be installed on this machine: the client that fetches it is absent."""
+
+
+def _missing_client(name: str) -> str | None:
+    """Why `tests.install` cannot install `name` here, with what would; None if it can."""
+    if name == "promtool" and shutil.which("apt-get") is None:
+        return (f"promtool comes from Debian's `{PROMTOOL_PACKAGE}` package and this machine has no apt-get: "
+                f"on a Debian bookworm machine run `{INSTALL_COMMAND}` (it runs `{' '.join(APT_DOWNLOAD)}`), "
+                f"or put prometheus {PROMTOOL_VERSION}'s promtool at {cache() / f'promtool-{PROMTOOL_VERSION}'}")
+    return None
+
+
 def require(name: str) -> Path:
     """The tool's path; else the test skips (or, under WARMSTART_TOOLS_REQUIRED, fails) naming
     the command that installs it."""
@@ -83,7 +100,8 @@ def require(name: str) -> Path:
         return found
     import pytest
 
-    why = f"{name} is not installed in {cache()} (WARMSTART_TOOLS_CACHE): run `{INSTALL_COMMAND}` once, with network"
+    why = _missing_client(name) or (
+        f"{name} is not installed in {cache()} (WARMSTART_TOOLS_CACHE): run `{INSTALL_COMMAND}` once, with network")
     if os.environ.get(REQUIRED_ENV):
         _fail(pytest, why)
     pytest.skip(why)
@@ -145,27 +163,48 @@ def ar_member(archive: bytes, wanted_prefix: str) -> bytes:
     raise KeyError(wanted_prefix)
 
 
+def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S,
+                          env={**os.environ, "LC_ALL": "C"})
+
+
+def apt_download(package: str, version: str, into: Path) -> Path:
+    """`package`=`version` as a .deb in `into`, fetched by apt from the sources this machine has
+    configured; `apt-get update` first only when apt does not know that version yet."""
+    if _run(["apt-cache", "show", f"{package}={version}"]).returncode != 0:
+        update = _run(["apt-get", "update"])
+        if update.returncode != 0:
+            raise RuntimeError(f"apt-get update failed ({update.returncode}): {update.stderr.strip()[-400:]}")
+    with tempfile.TemporaryDirectory(dir=into, prefix=f".{package}-download-") as tmp:
+        got = _run(["apt-get", "download", f"{package}={version}"], cwd=Path(tmp))
+        debs = sorted(Path(tmp).glob("*.deb"))
+        if got.returncode != 0 or len(debs) != 1:
+            raise RuntimeError(f"`apt-get download {package}={version}` failed ({got.returncode}): "
+                               f"{(got.stderr or got.stdout).strip()[-400:]}")
+        target = into / debs[0].name
+        debs[0].replace(target)
+    return target
+
+
 def install_promtool() -> Path:
-    """promtool out of the pinned Debian .deb (downloaded once, its sha256 checked)."""
+    """promtool out of the pinned `prometheus` .deb (fetched once by apt, its sha256 checked)."""
     tools = cache()
     tools.mkdir(parents=True, exist_ok=True)
     binary = tools / f"promtool-{PROMTOOL_VERSION}"
     if binary.is_file():
         return binary
-    deb = tools / DEB_URL.rsplit("/", 1)[-1]
-    if not deb.is_file() or hashlib.sha256(deb.read_bytes()).hexdigest() != DEB_SHA256:
-        partial = deb.with_suffix(".partial")
-        deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
-        with urllib.request.urlopen(DEB_URL, timeout=DOWNLOAD_TIMEOUT_S) as resp, partial.open("wb") as out:
-            while chunk := resp.read(1 << 20):
-                out.write(chunk)
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"download of {DEB_URL} exceeded {DOWNLOAD_TIMEOUT_S} s")
-        partial.replace(deb)
+    why = _missing_client("promtool")
+    if why:
+        raise Unavailable(why)
+    known = sorted(tools.glob(f"{PROMTOOL_PACKAGE}_*.deb"))
+    deb = next((d for d in known if hashlib.sha256(d.read_bytes()).hexdigest() == DEB_SHA256), None)
+    if deb is None:
+        deb = apt_download(PROMTOOL_PACKAGE, PROMTOOL_VERSION, tools)
     data = deb.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != DEB_SHA256:
-        raise ValueError(f"{deb} has sha256 {digest}, not the pinned {DEB_SHA256}")
+        deb.unlink()
+        raise ValueError(f"{deb.name} from apt has sha256 {digest}, not the pinned {DEB_SHA256}")
     with tarfile.open(fileobj=io.BytesIO(ar_member(data, "data.tar")), mode="r:xz") as tar:
         extracted = tar.extractfile(tar.getmember(PROMTOOL_MEMBER))
         assert extracted is not None

@@ -23,9 +23,34 @@ DEFAULT_CHUNK_BYTES = 4 * GIB
 # Run:ai streamer minimum S3 chunk
 # (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md).
 MIN_S3_CHUNK_BYTES = 5 * MIB
-# [EKS]: cut and retry transfers that stall, since readiness waits on the slowest chunk.
-DEFAULT_REQUEST_TIMEOUT_MS = 3000
-DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S = 1048576
+# Stalled transfers are cut and retried, since readiness waits on the slowest chunk ([EKS]).
+# What a cut does, at the pinned runai-model-streamer 0.17.1:
+# - the streamer's S3 client is the AWS CRT; aws-sdk-cpp turns lowSpeedLimit and requestTimeoutMs
+#   into the connection monitor's minimum_throughput_bytes_per_second and
+#   allowable_throughput_failure_interval_seconds = max(3, requestTimeoutMs / 1000)
+#   (https://github.com/aws/aws-sdk-cpp/blob/main/generated/src/aws-cpp-sdk-s3-crt/source/S3CrtClient.cpp);
+# - the monitor samples each connection once a second, judging only a request that spans two
+#   samples (so only a part, 8 MiB in 0.17.1's log, that takes over a second), and shuts the
+#   connection down (AWS_ERROR_HTTP_CHANNEL_THROUGHPUT_FAILURE) once consecutive samples under the
+#   minimum add up to more than that interval; one sample at or above it resets the count
+#   (https://github.com/awslabs/aws-c-http/blob/main/source/connection_monitor.c);
+# - the CRT retries the cut part on a new connection a few times; when those retries are cut too,
+#   the streamer fails the whole load (`File access error`, logged retryable=false) unless its own
+#   per-chunk retry window RUNAI_STREAMER_S3_TIMEOUT is above 0, which is 0 by default
+#   (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md).
+# Measured on 127.0.0.1 through a proxy that paces connections (tests/serving/test_streamer_stall.py):
+# with AWS's 1 MiB/s and 3000 ms, a load whose connections all ran at 256 KiB/s for 30 s failed
+# after 48 cuts; one connection cut once was retried and the load completed; a connection that
+# delivers nothing is cut after the window under any positive limit. So the limit only has to
+# tell a dead connection from a slow one: at 64 KiB/s an 8 MiB part takes two minutes, far below
+# a live S3 path. The 10 s window rides out a client starved of CPU for seconds (a busy node,
+# many pods loading at once); the retry window turns a cut the CRT gives up on into a retry of
+# that chunk instead of a crashed vLLM and a full reload.
+DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S = 64 * 1024
+# Half the fixed start-up budget (STARTUP_FIXED_SECONDS): a chunk retried up to its deadline
+# still leaves the start-up probe time to load the rest.
+DEFAULT_RETRY_WINDOW_SECONDS = 300
 
 TENSOR_PARALLEL_CANDIDATES = (1, 2, 4, 8)
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
@@ -40,6 +65,19 @@ class TuningError(ValueError):
         self.rule = rule
         self.fix = fix
         super().__init__(f"{rule}; fix: {fix}")
+
+
+def streamer_s3_env(request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS,
+                     low_speed_limit_bytes_per_second: int = DEFAULT_LOW_SPEED_LIMIT_BYTES_PER_S,
+                     retry_window_seconds: int = DEFAULT_RETRY_WINDOW_SECONDS) -> dict[str, str]:
+    """The streamer's stall cut and retry, as environment variables
+    (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md): the
+    serving container, the bench-loader Job and the benchmarks all take them from here."""
+    return {
+        "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(request_timeout_ms),
+        "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(low_speed_limit_bytes_per_second),
+        "RUNAI_STREAMER_S3_TIMEOUT": str(retry_window_seconds),
+    }
 
 
 def loader_concurrency(weights_bytes: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:

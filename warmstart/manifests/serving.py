@@ -136,12 +136,9 @@ def vllm_args(m: ServingPlan) -> list[str]:
 
 def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
     env = {
-        # One ~4 GiB request per shard; cut stalled transfers after 3 s below 1 MiB/s and
-        # retry, since the pod is ready only when the slowest chunk lands
+        # One ~4 GiB request per shard
         # (https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html#model-loading-runai-model-streamer).
         "RUNAI_STREAMER_CHUNK_BYTESIZE": str(m.loader.chunk_bytes),
-        "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": str(m.loader.request_timeout_ms),
-        "RUNAI_STREAMER_S3_LOW_SPEED_LIMIT": str(m.loader.low_speed_limit_bytes_per_second),
         # The streamer freezes boto3's resolved credentials and region for the CRT client
         # (https://github.com/run-ai/runai-model-streamer/blob/master/docs/src/env-vars.md):
         # the region must be explicit on EKS.
@@ -157,6 +154,10 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
         "TMPDIR": TMP_MOUNT,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    # Cut dead connections and retry what the cut fails, since the pod is ready only when the
+    # slowest chunk lands (the values and what a cut does: warmstart/decisions/tuning.py).
+    env |= tuning.streamer_s3_env(m.loader.request_timeout_ms, m.loader.low_speed_limit_bytes_per_second,
+                                  m.loader.retry_window_seconds)
     if m.compile_cache:
         root = placement.COMPILE_CACHE_MOUNT
         env |= {
