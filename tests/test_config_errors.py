@@ -20,7 +20,10 @@ def _write_stack(tmp_path: Path, case: Path) -> Path:
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     (tmp_path / "Pulumi.yaml").write_text("name: warmstart\nruntime: python\nstackConfigDir: stacks\n")
-    (stacks / "Pulumi.bad.yaml").write_text(yaml.safe_dump({"config": doc["config"]}))
+    # `stackFile`: the stack file verbatim, for what a load and dump would not keep (a key given
+    # twice, a document that is not a mapping); else the fixture's `config`, dumped.
+    text = doc["stackFile"] if "stackFile" in doc else yaml.safe_dump({"config": doc["config"]})
+    (stacks / "Pulumi.bad.yaml").write_text(text)
     return tmp_path
 
 
@@ -37,6 +40,7 @@ def test_bad_config_fails_with_its_message(case, tmp_path, monkeypatch, capsys):
     assert rc == cli.EXIT_CONFIG
     assert re.search(expect, err), err
     assert "fix:" in err
+    assert all(line.startswith("  - ") for line in err.splitlines()[1:]), f"one line per problem: {err}"
     assert not (tmp_path / "build").exists(), "a failed render must not write output"
 
 
@@ -131,3 +135,73 @@ def test_a_missing_stack_is_named_with_the_stacks_there(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert "stack='dve': no stack 'dve' in stacks/; fix: use one of: dev, prod-eu" in err, err
     assert str(tmp_path) not in err and "Pulumi.dve.yaml" not in err, "the stack, not a file path"
+
+
+def test_an_unquoted_timestamp_reads_as_the_text_the_key_parses(tmp_path, monkeypatch, capsys):
+    """`capacityBlock.endsAt: 2027-03-01T11:30:00Z` unquoted, as docs/config-reference.md shows it:
+    YAML reads a timestamp; the stack file reads as if it were quoted, and validates."""
+    text = """config:
+  warmstart:clusterMode: karpenter
+  warmstart:region: us-west-2
+  warmstart:gpuPools:
+    - name: l40s
+      instanceTypes: [g6e.2xlarge]
+      capacity:
+        types: [reserved, onDemand]
+        reservations: [{id: cr-0123}]
+        capacityBlock: {endsAt: %s}
+  warmstart:models:
+    - {name: a, source: org/a, weightsGiB: 15, pool: l40s}
+"""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / "Pulumi.bare.yaml").write_text(text % "2099-03-01T11:30:00Z")
+    (stacks / "Pulumi.quoted.yaml").write_text(text % '"2099-03-01T11:30:00Z"')
+    from warmstart import config
+
+    bare, quoted = (config.read_stack_file(stacks / f"Pulumi.{s}.yaml") for s in ("bare", "quoted"))
+    assert bare == quoted
+    ends = config.from_pulumi_config(bare).gpu_pools[0].capacity.capacity_block.ends_at
+    assert ends.isoformat() == "2099-03-01T11:30:00+00:00"
+    (tmp_path / "Pulumi.yaml").write_text("name: warmstart\nruntime: python\nstackConfigDir: stacks\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "--stack", "bare"]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", ".NaN", '"inf"', '"nan"', '"Infinity"'])
+def test_no_float_key_takes_nan_or_an_infinity(text):
+    """Every float a stack file holds is finite: checked on every float field of the config tree,
+    not only the ones the fixtures name."""
+    from pydantic import ValidationError
+
+    from warmstart import config
+
+    value = yaml.safe_load(f"v: {text}")["v"]
+    floats = [(m, n) for m in _models_under(config.ModelStackConfig, _models_under(config.StackConfig)) for n, f in m.model_fields.items()
+              if float in _leaf_types(f.annotation)]
+    assert len(floats) >= 7, floats  # prices, weightsGiB, gpuMemoryUtilization, routing, autoscaling
+    for model, name in floats:
+        with pytest.raises(ValidationError) as err:
+            model.model_validate({name: value})
+        kinds = {e["type"] for e in err.value.errors() if e["loc"][:1] == (name,)}
+        assert kinds == {"finite_number"}, (model.__name__, name, err.value)
+
+
+def _leaf_types(annotation) -> set:
+    import typing
+
+    args = typing.get_args(annotation)
+    return {annotation} if not args else {t for a in args for t in _leaf_types(a)}
+
+
+def _models_under(model, seen=None) -> list:
+    from pydantic import BaseModel
+
+    seen = [] if seen is None else seen
+    if model not in seen:
+        seen.append(model)
+        for f in model.model_fields.values():
+            for t in _leaf_types(f.annotation):
+                if isinstance(t, type) and issubclass(t, BaseModel):
+                    _models_under(t, seen)
+    return seen

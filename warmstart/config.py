@@ -80,6 +80,8 @@ def _gpu_instance_type(instance_type: str) -> str:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(
+        # No key takes NaN or an infinity (`.nan`, `.inf` pass `gt=0`; a price of inf renders as `$inf`).
+        allow_inf_nan=False,
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
@@ -779,6 +781,11 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             fix = f"use one of: {ctx['expected']}"
         elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
             fix = f"use a value {bound}"
+        elif e["type"] == "finite_number":
+            _, field = _field_at(model, loc)
+            name = next((p for p in reversed(loc) if isinstance(p, str)), key)
+            rule = "must be a finite number, not NaN or an infinity (`.nan`, `.inf`)"
+            fix = f"write a number, e.g. {_example('float', name, field, value)}"
         elif e["type"] == "extra_forbidden":
             rule, fix = "unknown key", _unknown_key(model, loc)
         elif kind in _EXPECTED and e["type"] != "int_from_float" and loc:
@@ -886,13 +893,109 @@ def read_stack_file(path: Path) -> dict[str, str]:
             "stack", f"no stack {stack!r} in {path.parent.name}/",
             (f"use one of: {', '.join(known)}" if known else "create one")
             + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
+    shown = f"{path.parent.name}/{path.name}"
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = load_stack_yaml(path.read_text())
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(shown, f"not valid YAML: {_yaml_problem(err)}", "fix the YAML syntax") from None
     except yaml.YAMLError as err:
-        raise ConfigError(str(path), f"not valid YAML ({err})", "fix the YAML syntax") from None
+        raise ConfigError(shown, f"not valid YAML: {' '.join(str(err).split())}", "fix the YAML syntax") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(shown, f"the document is {_yaml_kind(doc)}, not a mapping",
+                          f"write the file as `config:` with `{NAMESPACE}:<key>: value` entries under it (see {REFERENCE})")
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: config", "must be a mapping of keys to values", f"see {REFERENCE}")
-    return {
-        k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in config.items()
-    }
+    out: dict[str, str] = {}
+    for k, v in config.items():
+        if not isinstance(k, str):
+            raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
+                              f"write it as `{NAMESPACE}:<key>` (see {REFERENCE})")
+        try:
+            # A NaN or an infinity passes as JSON's NaN / Infinity: the models refuse them by the key.
+            out[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+        except TypeError:
+            raise ConfigError(k, "holds a value of a YAML type a stack config cannot carry (a `!!binary` or "
+                              "`!!set`)", "write it as text, a number, true/false, a list or a mapping") from None
+    return out
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """PyYAML's safe loader as warmstart reads a stack file (`load_stack_yaml`)."""
+
+
+def _timestamp_as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    # No stack key takes a YAML timestamp: `capacityBlock.endsAt: 2027-03-01T11:30:00Z` written
+    # unquoted, as the reference shows it, is the ISO 8601 text the key parses (and a date-only
+    # one is refused there for its missing time zone), as a Pulumi program receives it.
+    # https://yaml.org/type/timestamp.html
+    return loader.construct_scalar(node)
+
+
+_StackFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+
+def _yaml_kind(value: object) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
+def _yaml_problem(err: yaml.MarkedYAMLError) -> str:
+    """PyYAML's error in one line: the problem and where (PyYAML's own text spans several
+    lines, with a quote of the file)."""
+    mark = err.problem_mark or err.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = " ".join(part for part in (err.context, err.problem) if part)
+    return f"{what}{where}"
+
+
+def _yaml_path(path: tuple[Any, ...]) -> str:
+    """A node's path as the stack key it is (`warmstart:models[0].name`), or from the document's
+    top for a key outside `config`."""
+    if len(path) > 1 and path[0] == "config":
+        head, rest = str(path[1]), path[2:]
+        return head + (("." if rest and not isinstance(rest[0], int) else "") + _key_path(rest) if rest else "")
+    return _key_path(path) or "the document"
+
+
+def _refuse_duplicate_keys(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int]) -> None:
+    """A key given twice in one mapping is an error: YAML requires unique keys
+    (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one."""
+    if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                _refuse_duplicate_keys(value_node, path, seen_nodes)
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key in lines:
+                raise ConfigError(_yaml_path((*path, key)),
+                                  f"duplicate key, given twice in one mapping (lines {lines[key]} and "
+                                  f"{key_node.start_mark.line + 1}), of which YAML would silently keep only the last",
+                                  "remove one of the two")
+            if key is not None:
+                lines[key] = key_node.start_mark.line + 1
+            _refuse_duplicate_keys(value_node, (*path, key if key is not None else "?"), seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, (*path, i), seen_nodes)
+
+
+def load_stack_yaml(text: str) -> Any:
+    """A stack file's one YAML document, read as PyYAML's safe loader reads it except that a key
+    given twice is a ConfigError and a timestamp stays its text. Raises yaml.YAMLError for a file
+    that is not YAML."""
+    loader = _StackFileLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, (), set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
