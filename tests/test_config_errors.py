@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from warmstart import cli
+from warmstart.errors import ConfigErrors
 
 BAD = sorted((Path(__file__).parent / "bad_configs").glob("*.yaml"))
 
@@ -205,3 +206,57 @@ def _models_under(model, seen=None) -> list:
                 if isinstance(t, type) and issubclass(t, BaseModel):
                     _models_under(t, seen)
     return seen
+
+
+_ARABIC_INDIC_THREE, _FULLWIDTH_ONE = "\u0663", "\uff11"
+
+
+@pytest.mark.parametrize("digit", [_ARABIC_INDIC_THREE, _FULLWIDTH_ONE])
+@pytest.mark.parametrize("key,value", [
+    ("accountId", "12345678901{d}"),
+    ("region", "us-west-{d}"),
+    ("kubernetesVersion", "1.3{d}"),
+    ("cluster", {"admins": ["arn:aws:iam::12345678901{d}:role/admin"]}),
+    ("cluster", {"serviceCidr": "172.20.0.0/1{d}"}),
+    ("modelBucket", {"admins": ["arn:aws:iam::12345678901{d}:role/admin"]}),
+    ("imageCache", {"ecrPullThrough": {"credentialArn":
+                    "arn:aws:secretsmanager:us-west-2:12345678901{d}:secret:ecr-pullthroughcache/hub"}}),
+    ("gpuPools", [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"], "capacity": {
+        "types": ["reserved"], "reservations": [{"tags": {"team": "ml"}, "ownerId": "12345678901{d}"}]}}]),
+    ("models", [{"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s",
+                 "import": {"huggingFace": {"repo": "org/m{d}", "revision": "0" * 40}}}]),
+])
+def test_a_unicode_digit_is_no_ascii_digit(key, value, digit):
+    """Account ids, regions, versions, CIDRs, ARNs and repository ids take ASCII digits only: a
+    digit of another script (`\\d` and `\\w` match it) is refused by the key it is in."""
+    from warmstart import config
+
+    values = {"clusterMode": "karpenter", "region": "us-west-2",
+              "gpuPools": [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}]}
+    config.parse_config({**values, key: _with(value, "1")})  # the same value with an ASCII digit is valid
+    with pytest.raises(ConfigErrors) as err:
+        config.parse_config({**values, key: _with(value, digit)})
+    assert all(e.key.startswith(f"warmstart:{key}") for e in err.value.errors), err.value
+
+
+def _with(v, digit: str):
+    if isinstance(v, str):
+        return v.replace("{d}", digit)
+    if isinstance(v, list):
+        return [_with(x, digit) for x in v]
+    return {k: _with(x, digit) for k, x in v.items()} if isinstance(v, dict) else v
+
+
+@pytest.mark.parametrize("digit", [_ARABIC_INDIC_THREE, _FULLWIDTH_ONE])
+def test_the_arn_and_name_checks_outside_the_config_take_ascii_digits_only(digit):
+    """The AMP workspace ARN KEDA's policy names, an IAM role name and an EKS version string
+    take ASCII digits only, as their AWS services do."""
+    from warmstart import versions
+    from warmstart.decisions import autoscaling, naming
+
+    good = "arn:aws:aps:us-west-2:123456789012:workspace/ws-1"
+    autoscaling.keda_query_policy(good)
+    with pytest.raises(ValueError):
+        autoscaling.keda_query_policy(good.replace("9012:", f"901{digit}:"))
+    assert naming.role_name_valid("ws-dev-model-1") and not naming.role_name_valid(f"ws-dev-model-{digit}")
+    assert versions._minor("1.33") == (1, 33) and versions._minor(f"1.3{digit}") is None

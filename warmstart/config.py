@@ -29,6 +29,11 @@ from .errors import ConfigError, ConfigErrors
 
 NAMESPACE = "warmstart"
 
+# Every pattern here spells its classes in ASCII (`[0-9]`, `[A-Za-z0-9_]`), never `\d` or `\w`:
+# both match any Unicode digit or letter in pydantic's Rust `regex` patterns and in Python's `re`
+# (https://docs.rs/regex/latest/regex/#perl-character-classes-unicode-friendly), so an
+# Arabic-Indic or fullwidth digit would pass as an account id, a region or an ARN.
+
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
@@ -132,7 +137,7 @@ class CapacityReservation(_Strict):
     tags or an owner)."""
     tags: Annotated[dict[str, str], Field(min_length=1, max_length=20)] | None = None
     """Tags the reservations carry (`"*"` matches any value of a key); at most 20, none empty."""
-    owner_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    owner_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """With `tags`: only reservations of this account (a reservation shared with you)."""
 
 
@@ -208,7 +213,7 @@ class GpuPool(_Strict):
 class HuggingFaceSource(_Strict):
     """A Hugging Face Hub repository at a pinned commit."""
 
-    repo: Annotated[str, Field(pattern=r"^[\w.-]+/[\w.-]+$")]
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
     """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
     revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
     """The commit (40 hex characters) to copy: a branch or tag could move under the same config."""
@@ -401,7 +406,7 @@ class ModelConfig(ModelSpec):
         return self.model_copy(update={"source": f"s3://{bucket}/{self.prefix}"}) if self.relative else self
 
 
-IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/*-]+$"
+IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/*-]+$"
 
 
 class NetworkConfig(_Strict):
@@ -484,7 +489,7 @@ class CompileCacheBucketConfig(_Strict):
 
 
 # An exact IAM role or user ARN: access entries take no wildcards.
-IAM_PRINCIPAL_EXACT_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$"
+IAM_PRINCIPAL_EXACT_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+$"
 # Retention periods CloudWatch Logs accepts (PutRetentionPolicy).
 LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
                            1827, 2192, 2557, 2922, 3288, 3653]
@@ -524,7 +529,7 @@ class ClusterConfig(_Strict):
     system_node_group: SystemNodeGroupConfig | None = SystemNodeGroupConfig()
     """`clusterMode: karpenter` only (ignored in auto mode, whose built-in `system` pool runs
     the add-ons): the managed node group for the controller and add-ons. Required there."""
-    service_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")] | None = None
+    service_cidr: Annotated[str, Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$")] | None = None
     """The cluster's Kubernetes Service range (`serviceIpv4Cidr`), create-only. Default: the one
     EKS would pick, 172.20.0.0/16 when a VPC CIDR block is in 10.0.0.0/8, else 10.100.0.0/16; set
     explicitly, so the routers' NetworkPolicy can name the API server's ClusterIP."""
@@ -537,7 +542,7 @@ class ClusterConfig(_Strict):
 class EcrPullThroughConfig(_Strict):
     """Pull Docker Hub images through an ECR pull-through cache in the stack's account."""
 
-    credential_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:ecr-pullthroughcache/[\w/+=.@-]+$")]
+    credential_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:ecr-pullthroughcache/[A-Za-z0-9_/+=.@-]+$")]
     """Secrets Manager secret (name `ecr-pullthroughcache/...`, in the stack's account and region)
     holding the Docker Hub `username` and `accessToken` ECR authenticates upstream with."""
 
@@ -593,13 +598,13 @@ class StackConfig(_Strict):
 
     cluster_mode: Literal["auto", "karpenter"]
     """`auto`: EKS Auto Mode; `karpenter`: EKS with self-managed Karpenter."""
-    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
     """AWS region of every resource."""
     name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
     """Prefix of every derived resource name. Default: `ws-<stack>`."""
     tags: dict[str, str] = {}
     """Tags on every taggable AWS resource (also the AWS provider's default tags)."""
-    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.[0-9]{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
     """EKS Kubernetes version; rendered objects are validated against its schemas."""
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "inference"
     """Kubernetes namespace of the serving objects."""
@@ -612,7 +617,7 @@ class StackConfig(_Strict):
     models: list[ModelConfig] = []
     """Served models, inline (each may instead be a model stack of its own, see
     docs/model-stacks.md)."""
-    account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    account_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
     and the id is part of the derived bucket names' hash, which makes them unique to the
     account. `warmstart preview` / `up` of a stack that derives a bucket name and has nothing
