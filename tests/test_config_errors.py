@@ -260,3 +260,52 @@ def test_the_arn_and_name_checks_outside_the_config_take_ascii_digits_only(digit
         autoscaling.keda_query_policy(good.replace("9012:", f"901{digit}:"))
     assert naming.role_name_valid("ws-dev-model-1") and not naming.role_name_valid(f"ws-dev-model-{digit}")
     assert versions._minor("1.33") == (1, 33) and versions._minor(f"1.3{digit}") is None
+
+
+@pytest.mark.parametrize("truth", [True, False])
+def test_every_boolean_hint_suggests_a_value_the_key_takes(truth):
+    """For every text key of the config tree that YAML's unquoted yes/no/on/off would turn into
+    a boolean: the hint names YAML's reading, and a quoted value it suggests is one the key
+    takes (never a word the key refuses too)."""
+    from pydantic import ValidationError
+
+    from warmstart import config
+
+    checked = 0
+    for holder in _models_under(config.ModelStackConfig, _models_under(config.StackConfig)):
+        for name, field in holder.model_fields.items():
+            if bool in _leaf_types(field.annotation) or not _takes_text(field.annotation):
+                continue
+            key = config._key_of(name, field)
+            with pytest.raises(ValidationError) as err:
+                holder.model_validate({key: truth})
+            errors = config._from_validation_error(err.value, prefix="", model=holder).errors
+            mine = next((e for e in errors if e.key == key), None)
+            if mine is None:  # a union with an int (`tensorParallelSize`) takes true as 1
+                continue
+            assert f"as the boolean {str(truth).lower()}" in mine.rule, mine
+            suggested = re.search(r'`[^`]*: "([^"]+)"`', mine.fix)
+            if suggested:
+                checked += 1
+                try:
+                    holder.model_validate({key: suggested.group(1)})
+                except ValidationError as again:
+                    assert not [e for e in again.errors() if e["loc"][:1] == (key,)], (holder.__name__, mine)
+    assert checked >= 10
+
+
+def _takes_text(annotation) -> bool:
+    """Whether a field's value is one piece of text (`str`, a `Literal` of words), maybe optional."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if annotation is str:
+        return True
+    if origin is typing.Literal:
+        return all(isinstance(a, str) for a in typing.get_args(annotation))
+    if origin is typing.Annotated:
+        return _takes_text(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return any(_takes_text(a) for a in typing.get_args(annotation) if a is not type(None))
+    return False

@@ -8,6 +8,7 @@ Every field's description is the config reference (`warmstart config-reference`)
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 import typing
@@ -764,15 +765,17 @@ def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str
 
 
 def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
-                           model: type[BaseModel] | None = None) -> ConfigErrors:
+                           model: type[BaseModel] | None = None,
+                           bool_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
     """pydantic's errors in warmstart's words: each names the key, the rule and the fix. `model`
     is the model validated, whose fields give the nearest key to an unknown one and an example
-    of the type a key expects."""
+    of the type a key expects; `bool_words` how the stack file wrote each unquoted boolean."""
     found = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
         # pydantic reports union branches by their type name; keep the user's key path.
-        loc = _as_written(model, tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool")))
+        given = tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool"))
+        loc = _as_written(model, given)
         key = prefix + _key_path(loc) if loc else prefix.rstrip(":.")
         rule = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], f"correct the value (see {REFERENCE})")
@@ -791,6 +794,12 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             name = next((p for p in reversed(loc) if isinstance(p, str)), key)
             rule = "must be a finite number, not NaN or an infinity (`.nan`, `.inf`)"
             fix = f"write a number, e.g. {_example('float', name, field, value)}"
+        elif e["type"] == "extra_forbidden" and _field_at(model, given)[1] is not None:
+            # A known key's other spelling: pydantic reads one of the two and calls the other unknown.
+            holder, twin = _field_at(model, given)
+            name = next(n for n, f in holder.model_fields.items() if f is twin)  # type: ignore[union-attr]
+            rule = f"given twice, as `{_key_of(name, twin)}` and `{name}`"
+            fix = f"keep one of the two, `{_key_of(name, twin)}` as the stack files write it"
         elif e["type"] == "extra_forbidden":
             rule, fix = "unknown key", _unknown_key(model, loc)
         elif kind in _EXPECTED and e["type"] != "int_from_float" and loc:
@@ -798,13 +807,12 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             name = next((p for p in reversed(loc) if isinstance(p, str)), key)
             rule = f"expected {_EXPECTED[kind]}"
             fix = f"write it as {_EXPECTED[kind]}, e.g. {_example(kind, name, field, value)}"
-        if isinstance(value, bool) and e["type"] in ("literal_error", "string_type", "enum"):
-            # YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads an unquoted
-            # on/off/yes/no/true/false as a boolean: https://yaml.org/type/bool.html
-            word = "on" if value else "off"
-            rule += (f"; YAML read the unquoted value as the boolean {str(value).lower()} "
-                     "(it reads on, off, yes and no unquoted as booleans)")
-            fix = f'quote it: {loc[-1] if loc else "the key"}: "{word}"'
+        word = (bool_words or {}).get(given)
+        truth = value if isinstance(value, bool) else (
+            # A top-level key's boolean reaches the model as the text Pulumi hands a program.
+            value == "true" if word is not None and len(given) == 1 and value in ("true", "false") else None)
+        if truth is not None and e["type"] in ("literal_error", "string_type", "enum", "string_pattern_mismatch"):
+            rule, fix = _boolean_hint(model, given, loc, truth, word, e["type"], rule, fix)
         if isinstance(value, (dict, list)):
             value = None
         found.append(ConfigError(key, rule, fix, value))
@@ -813,6 +821,52 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
     for f in found:
         unique.setdefault(f.key, f)
     return ConfigErrors(list(unique.values()))
+
+
+# YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads these words unquoted,
+# in lower, Title or UPPER case, as booleans: https://yaml.org/type/bool.html
+_BOOLEAN_WORDS = {True: ("yes", "on", "true"), False: ("no", "off", "false")}
+
+
+def _accepts(model: type[BaseModel] | None, given: tuple[Any, ...], text: str, error_type: str) -> bool:
+    """Whether the key at `given` takes the string `text` (checked on the model that holds it)."""
+    ints = 0
+    while ints < len(given) and isinstance(given[len(given) - 1 - ints], int):
+        ints += 1
+    holder, field = _field_at(model, given)
+    if holder is None or field is None:
+        # Inside a free mapping (`tags`, `podLabels`): a string value is what it takes.
+        return error_type == "string_type"
+    value: Any = text
+    for _ in range(ints):
+        value = [value]
+    key = given[len(given) - 1 - ints]
+    try:
+        holder.model_validate({key: value})
+    except ValidationError as err:
+        return not any(e["loc"][:1] == (key,) for e in err.errors())
+    return True
+
+
+def _boolean_hint(model: type[BaseModel] | None, given: tuple[Any, ...], loc: tuple[Any, ...], truth: bool,
+                  word: str | None, error_type: str, rule: str, fix: str) -> tuple[str, str]:
+    """The rule and fix of a key that does not take a boolean but got one from an unquoted YAML
+    word: the word as written (when the stack file is known), and a quoted value the key takes
+    (the word itself, or another word of the same truth), else the error's own fix."""
+    shown = str(truth).lower()
+    spelt = f"`{word}`" if word is not None else " or ".join(f"`{w}`" for w in _BOOLEAN_WORDS[truth])
+    rule += f"; YAML read the unquoted {spelt} as the boolean {shown}"
+    name = next((p for p in reversed(loc) if isinstance(p, str)), "the key")
+    candidates = [] if word is None else list(dict.fromkeys([word, word.lower()]))
+    candidates += [w for w in _BOOLEAN_WORDS[truth] if w not in candidates]
+    valid = next((c for c in candidates if _accepts(model, given, c, error_type)), None)
+    if valid is None:
+        return rule, fix  # no quoting makes a value this key takes: its own fix stands
+    depth = len(given) - len(tuple(itertools.dropwhile(lambda p: isinstance(p, int), reversed(given))))
+    quoted = "[" * depth + f'"{valid}"' + "]" * depth  # an item of a list: `extraArgs: ["yes"]`
+    if word is None or valid == word:
+        return rule, f"quote it: `{name}: {quoted}`"
+    return rule, f'write `{name}: {quoted}`, quoted (`"{word}"` is not one of its values either)'
 
 
 def parse_spec(model: type[_Spec], values: dict[str, Any], prefix: str) -> _Spec:
@@ -832,12 +886,13 @@ def spec_from_args(model: type[_Spec], args: Mapping[str, Any], prefix: str) -> 
     return parse_spec(model, values, prefix)
 
 
-def parse_config(values: dict[str, Any]) -> StackConfig:
-    """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix)."""
+def parse_config(values: dict[str, Any], bool_words: Mapping[tuple[Any, ...], str] | None = None) -> StackConfig:
+    """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix);
+    `bool_words`: how the stack file wrote each unquoted boolean (`StackFileConfig`)."""
     try:
         return StackConfig.model_validate(values)
     except ValidationError as err:
-        raise _from_validation_error(err, model=StackConfig) from None
+        raise _from_validation_error(err, model=StackConfig, bool_words=bool_words) from None
 
 
 def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
@@ -861,7 +916,7 @@ def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
 
 def from_pulumi_config(config: dict[str, str]) -> StackConfig:
     """An environment stack's config from Pulumi's flat config map (see `_config_values`)."""
-    return parse_config(_config_values(config))
+    return parse_config(_config_values(config), getattr(config, "bool_words", None))
 
 
 PLATFORM_KEY = f"{NAMESPACE}:platform"
@@ -877,7 +932,7 @@ def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
     try:
         return ModelStackConfig.model_validate(_config_values(config))
     except ValidationError as err:
-        raise _from_validation_error(err, model=ModelStackConfig) from None
+        raise _from_validation_error(err, model=ModelStackConfig, bool_words=getattr(config, "bool_words", None)) from None
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:
@@ -887,6 +942,14 @@ def stack_file(stacks_dir: Path, stack: str) -> Path:
 def stack_names(stacks_dir: Path) -> list[str]:
     """The stacks in a folder: NAME of every Pulumi.NAME.yaml."""
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in stacks_dir.glob("Pulumi.*.yaml"))
+
+
+class StackFileConfig(dict):
+    """A stack file's config as `read_stack_file` reads it (`{ns:key: json-or-string}`), and how
+    each unquoted YAML boolean in it was written (`bool_words`, by key path), for the hint of an
+    error on a key that does not take a boolean."""
+
+    bool_words: dict[tuple[Any, ...], str] = {}
 
 
 def read_stack_file(path: Path) -> dict[str, str]:
@@ -900,7 +963,7 @@ def read_stack_file(path: Path) -> dict[str, str]:
             + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
     shown = f"{path.parent.name}/{path.name}"
     try:
-        doc = load_stack_yaml(path.read_text())
+        doc, words = _load_stack_yaml(path.read_text())
     except yaml.MarkedYAMLError as err:
         raise ConfigError(shown, f"not valid YAML: {_yaml_problem(err)}", "fix the YAML syntax") from None
     except yaml.YAMLError as err:
@@ -913,7 +976,10 @@ def read_stack_file(path: Path) -> dict[str, str]:
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: config", "must be a mapping of keys to values", f"see {REFERENCE}")
-    out: dict[str, str] = {}
+    out = StackFileConfig()
+    # `{warmstart:models: ...}` paths as a config key's error names them (`models`, 0, ...).
+    out.bool_words = {(p[1].partition(":")[2], *p[2:]): w for p, w in words.items()
+                      if len(p) > 1 and p[0] == "config" and str(p[1]).startswith(f"{NAMESPACE}:")}
     for k, v in config.items():
         if not isinstance(k, str):
             raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
@@ -965,42 +1031,46 @@ def _yaml_path(path: tuple[Any, ...]) -> str:
     return _key_path(path) or "the document"
 
 
-def _refuse_duplicate_keys(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int]) -> None:
+def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], words: dict[tuple[Any, ...], str]) -> None:
     """A key given twice in one mapping is an error: YAML requires unique keys
-    (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one."""
+    (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one. Records
+    in `words` how each unquoted boolean was written (`yes`, `on`, ...), by its path."""
     if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
         return
     seen_nodes.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:bool":
+        words[path] = node.value
     if isinstance(node, yaml.MappingNode):
-        lines: dict[str, int] = {}
+        lines: dict[str, str] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                _refuse_duplicate_keys(value_node, path, seen_nodes)
+                _check_nodes(value_node, path, seen_nodes, words)
                 continue
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            where = f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}"
             if key is not None and key in lines:
                 raise ConfigError(_yaml_path((*path, key)),
-                                  f"duplicate key, given twice in one mapping (lines {lines[key]} and "
-                                  f"{key_node.start_mark.line + 1}), of which YAML would silently keep only the last",
-                                  "remove one of the two")
+                                  f"duplicate key, given twice in one mapping (at {lines[key]} and {where}), "
+                                  "of which YAML would silently keep only the last", "remove one of the two")
             if key is not None:
-                lines[key] = key_node.start_mark.line + 1
-            _refuse_duplicate_keys(value_node, (*path, key if key is not None else "?"), seen_nodes)
+                lines[key] = where
+            _check_nodes(value_node, (*path, key if key is not None else "?"), seen_nodes, words)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _refuse_duplicate_keys(item, (*path, i), seen_nodes)
+            _check_nodes(item, (*path, i), seen_nodes, words)
 
 
-def load_stack_yaml(text: str) -> Any:
+def _load_stack_yaml(text: str) -> tuple[Any, dict[tuple[Any, ...], str]]:
     """A stack file's one YAML document, read as PyYAML's safe loader reads it except that a key
-    given twice is a ConfigError and a timestamp stays its text. Raises yaml.YAMLError for a file
-    that is not YAML."""
+    given twice is a ConfigError and a timestamp stays its text; and how each unquoted boolean
+    was written, by its path. Raises yaml.YAMLError for a file that is not YAML."""
     loader = _StackFileLoader(text)
+    words: dict[tuple[Any, ...], str] = {}
     try:
         node = loader.get_single_node()
         if node is None:
-            return None
-        _refuse_duplicate_keys(node, (), set())
-        return loader.construct_document(node)
+            return None, words
+        _check_nodes(node, (), set(), words)
+        return loader.construct_document(node), words
     finally:
         loader.dispose()
