@@ -309,3 +309,29 @@ def _takes_text(annotation) -> bool:
     if origin in (typing.Union, types.UnionType):
         return any(_takes_text(a) for a in typing.get_args(annotation) if a is not type(None))
     return False
+
+
+def test_an_inner_components_rule_is_reported_under_the_stack_key(tmp_path, monkeypatch, stack_doc):
+    """A rule only the router component checks (here one made stricter for the test) names the
+    stack key the user edits, `warmstart:models[0].routing.loadFactor`, not `ModelRouterArgs`;
+    a value warmstart derives for the router names the model's `routing` block."""
+    from warmstart import render
+    from warmstart.decisions import routing
+    from warmstart.errors import ConfigError
+
+    def stricter(*args, key="routing", **kwargs):
+        raise ConfigErrors([ConfigError(f"{key}.loadFactor", "above this test's bound", "lower it",
+                                        kwargs["load_factor"]),
+                            ConfigError(f"{key}.prefixTokens", "not this test's count", "derive another", 256)])
+
+    monkeypatch.setattr(routing, "plan", stricter)
+    doc = stack_doc("dev")
+    doc["config"]["warmstart:models"][0].update({"replicas": 2, "routing": {"loadFactor": 1.5}})
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / "Pulumi.routed.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigErrors) as err:
+        render.run_program(stacks, "routed", program_dir=Path(__file__).resolve().parents[1])
+    keys = [str(e) for e in err.value.errors]
+    assert keys == ["warmstart:models[0].routing.loadFactor=1.5: above this test's bound; fix: lower it",
+                    "warmstart:models[0].routing=256: (its prefixTokens) not this test's count; fix: derive another"], keys

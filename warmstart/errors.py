@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
 
 
 class ConfigError(Exception):
@@ -59,3 +59,45 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.errors:
             raise ConfigErrors(list(self.errors))
+
+
+def _rekey(err: ConfigError, inner: str, outer: str, fields: Mapping[str, str]) -> ConfigError:
+    key = err.key
+    if key == inner:
+        return ConfigError(outer, err.rule, err.fix, err.value)
+    if not key.startswith((f"{inner}.", f"{inner}[")):
+        return err
+    rest = key[len(inner):]
+    if rest.startswith("."):
+        field, sep, tail = rest[1:].partition(".")
+        field, bracket, index = field.partition("[")
+        tail = (bracket + index if bracket else "") + (sep + tail if sep else "")
+        if field not in fields:
+            # A value the caller derived, not one its user wrote: name the block it came from.
+            return ConfigError(outer, f"(its {field}{tail}) {err.rule}", err.fix, err.value)
+        return ConfigError(f"{outer}.{fields[field]}{tail}", err.rule, err.fix, err.value)
+    return ConfigError(outer + rest, err.rule, err.fix, err.value)
+
+
+@contextmanager
+def rekeyed(inner: str, outer: str, fields: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Report an inner component's config errors under the key its caller's user wrote: an
+    error keyed `<inner>.<field>...` is re-raised keyed `<outer>.<fields[field]>...` (so
+    `ModelRouterArgs.loadFactor` from a stack's model is `warmstart:models[0].routing.loadFactor`).
+    With `fields`, a field not in it (one the caller derived) is reported as `<outer>` itself,
+    the rule naming the field; without, every field keeps its name."""
+    try:
+        yield
+    except (ConfigError, ConfigErrors) as err:
+        found = err.errors if isinstance(err, ConfigErrors) else [err]
+        names = fields if fields is not None else _Identity()
+        moved = [_rekey(e, inner, outer, names) for e in found]
+        raise (ConfigErrors(moved) if isinstance(err, ConfigErrors) else moved[0]) from None
+
+
+class _Identity(dict):
+    def __contains__(self, key: object) -> bool:
+        return True
+
+    def __missing__(self, key: str) -> str:
+        return key
