@@ -42,6 +42,7 @@ def test_bad_config_fails_with_its_message(case, tmp_path, monkeypatch, capsys):
     assert re.search(expect, err), err
     assert "fix:" in err
     assert all(line.startswith("  - ") for line in err.splitlines()[1:]), f"one line per problem: {err}"
+    assert max(len(line) for line in err.splitlines()) < 1000, "a problem's line stays short"
     assert not (tmp_path / "build").exists(), "a failed render must not write output"
 
 

@@ -26,7 +26,7 @@ from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
 from .decisions import instances, tuning
-from .errors import ConfigError, ConfigErrors
+from .errors import ConfigError, ConfigErrors, listing
 
 NAMESPACE = "warmstart"
 
@@ -82,6 +82,19 @@ def _gpu_instance_type(instance_type: str) -> str:
                 f"{family} is not in warmstart/data/gpu_instances.csv)",
                 f"use a type of a GPU family, e.g. {example}: "
                 + ", ".join(f"{f} ({gpu})" for f, gpu in sorted(families.items())), instance_type)
+
+
+def _unique_instance_types(types: list[str]) -> list[str]:
+    """`types` when each is listed once; else one line naming the repeated ones."""
+    counts: dict[str, int] = {}
+    for t in types:
+        counts[t] = counts.get(t, 0) + 1
+    repeated = [t for t, n in counts.items() if n > 1]
+    if repeated:
+        raise _rule(f"duplicate instance type{'s' if len(repeated) > 1 else ''} {listing(repeated)}: "
+                    f"{len(types)} entries for {len(counts)} types", "list each instance type once",
+                    repeated[0] if len(repeated) == 1 else None)
+    return types
 
 
 class _Strict(BaseModel):
@@ -208,7 +221,7 @@ class GpuPool(_Strict):
     @field_validator("instance_types")
     @classmethod
     def _gpu_instance_types(cls, v: list[str]) -> list[str]:
-        return [_gpu_instance_type(t) for t in v]
+        return [_gpu_instance_type(t) for t in _unique_instance_types(v)]
 
 
 class HuggingFaceSource(_Strict):
@@ -509,6 +522,11 @@ class SystemNodeGroupConfig(_Strict):
     each routed model's routers, KEDA, node-feature-discovery and the weights-import Jobs, with
     the nodes' kubelet reservation (`warmstart render` shows the count; a set size that cannot
     hold them is refused with the numbers)."""
+
+    @field_validator("instance_types")
+    @classmethod
+    def _each_type_once(cls, v: list[str]) -> list[str]:
+        return _unique_instance_types(v)
 
 
 class ClusterConfig(_Strict):

@@ -101,3 +101,10 @@ class _Identity(dict):
 
     def __missing__(self, key: str) -> str:
         return key
+
+
+def listing(items: list[str], cap: int = 8) -> str:
+    """`a, b, c` of at most `cap` items, then `and N more`: a message line stays short however
+    long the list it quotes (a stack file can repeat one value thousands of times)."""
+    shown = ", ".join(items[:cap])
+    return shown + (f" and {len(items) - cap} more" if len(items) > cap else "")
