@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -336,3 +337,33 @@ def test_an_inner_components_rule_is_reported_under_the_stack_key(tmp_path, monk
     keys = [str(e) for e in err.value.errors]
     assert keys == ["warmstart:models[0].routing.loadFactor=1.5: above this test's bound; fix: lower it",
                     "warmstart:models[0].routing=256: (its prefixTokens) not this test's count; fix: derive another"], keys
+
+
+def test_aws_tag_rules_hold_on_every_tags_key():
+    """An environment's and a model stack's `tags` within AWS's count (less warmstart's own),
+    any script's letters allowed; a reservation selector's `tags` match existing tags, so `*`
+    and AWS's own `aws:` tags may be selected, within the lengths."""
+    from warmstart import config
+
+    env = {"clusterMode": "auto", "region": "us-west-2",
+           "gpuPools": [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}]}
+    config.parse_config({**env, "tags": {"équipe": "données ML", "cost-center": "a_b.c:d/e=f+g-h@i"}})
+    config.parse_config({**env, "tags": {f"t{i}": "" for i in range(config.TAGS_PER_RESOURCE_MAX
+                                                                    - config.OWN_TAGS_ENVIRONMENT)}})
+    model = {"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s"}
+    most = config.TAGS_PER_RESOURCE_MAX - config.OWN_TAGS_MODEL_STACK
+    config.ModelStackConfig.model_validate({"platform": "prod", "model": model, "tags": {f"t{i}": "x" for i in range(most)}})
+    with pytest.raises(ConfigErrors, match=rf"warmstart:tags: {most + 1} tags: .*keep at most {most} tags"):
+        config.model_stack_from_pulumi_config({"warmstart:platform": "prod", "warmstart:model": json.dumps(model),
+                                               "warmstart:tags": json.dumps({f"t{i}": "x" for i in range(most + 1)})})
+    with pytest.raises(ConfigErrors, match="warmstart:tags: tag key 'aws:x' starts with `aws:`"):
+        config.model_stack_from_pulumi_config({"warmstart:platform": "prod", "warmstart:model": json.dumps(model),
+                                               "warmstart:tags": json.dumps({"aws:x": "y"})})
+
+    def pool(tags):
+        return {**env, "gpuPools": [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"], "capacity": {
+            "types": ["reserved", "onDemand"], "reservations": [{"tags": tags}]}}]}
+
+    config.parse_config(pool({"team": "*", "aws:cloudformation:stack-name": "gpu"}))
+    with pytest.raises(ConfigErrors, match=r"reservations\[0\]\.tags: tag key 'kkkk.*' is 129 characters"):
+        config.parse_config(pool({"k" * 129: "*"}))

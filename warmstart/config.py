@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
@@ -82,6 +82,67 @@ def _gpu_instance_type(instance_type: str) -> str:
                 f"{family} is not in warmstart/data/gpu_instances.csv)",
                 f"use a type of a GPU family, e.g. {example}: "
                 + ", ".join(f"{f} ({gpu})" for f, gpu in sorted(families.items())), instance_type)
+
+
+# AWS's tag rules (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html): at most
+# 50 user tags per resource, a key of 1-128 and a value of 0-256 characters, of letters, numbers
+# and spaces (any script) and `_ . : / = + - @`; no key or value starting with `aws:` in any case.
+TAGS_PER_RESOURCE_MAX = 50
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
+_TAG_SYMBOLS = set("_.:/=+-@")
+# Tags warmstart puts on one resource besides the stack's: `warmstart:stack` and
+# `warmstart:prefix` on every one, and on a GPU node those of its launcher (Karpenter's `Name`,
+# `karpenter.sh/nodeclaim`, `karpenter.sh/nodepool`, `karpenter.k8s.aws/ec2nodeclass`,
+# `kubernetes.io/cluster/<cluster>`, `eks:eks-cluster-name`); a model stack's role carries
+# `warmstart:stack`, `warmstart:platform`, `warmstart:prefix`, `Name`, `warmstart:model` and
+# `warmstart:purpose`.
+OWN_TAGS_ENVIRONMENT, OWN_TAGS_MODEL_STACK = 8, 6
+# Keys the EC2NodeClass CRD refuses in `spec.tags`, which a karpenter-mode stack's tags reach
+# (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml).
+_NODE_CLASS_RESTRICTED = ("eks:eks-cluster-name", "kubernetes.io/cluster", "karpenter.sh/nodepool",
+                          "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass")
+
+
+def _tag_text_problem(text: str, limit: int, wildcard: bool = False) -> str | None:
+    import unicodedata
+
+    if len(text) > limit:
+        return f"is {len(text)} characters long, above AWS's {limit}"
+    if wildcard and text == "*":
+        return None
+    bad = sorted({c for c in text if not (c in _TAG_SYMBOLS or c == " "
+                                          or unicodedata.category(c)[0] in "LNZ")})
+    if bad:
+        return f"holds {', '.join(repr(c) for c in bad[:5])}, which AWS tags do not take"
+    return None
+
+
+def _aws_tags(own: int | None, selector: bool = False):
+    """A `tags` map checked against AWS's tag rules. `own`: how many tags warmstart adds to a
+    resource besides these (None: a selector of existing resources' tags, not tags warmstart
+    writes, so neither the count nor the `aws:` prefix applies, and `*` is any value)."""
+
+    def check(tags: dict[str, str]) -> dict[str, str]:
+        fix = "see AWS's tag rules: https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html"
+        if own is not None and len(tags) > TAGS_PER_RESOURCE_MAX - own:
+            raise _rule(f"{len(tags)} tags: AWS allows {TAGS_PER_RESOURCE_MAX} per resource and warmstart adds up "
+                        f"to {own} of its own to one", f"keep at most {TAGS_PER_RESOURCE_MAX - own} tags", None)
+        for key, value in tags.items():
+            problem = "is empty" if not key else _tag_text_problem(key, TAG_KEY_MAX)
+            if problem is None and not selector and key.lower().startswith("aws:"):
+                problem = "starts with `aws:`, which AWS reserves for its own tags"
+            if problem is None and not selector and key.startswith(_NODE_CLASS_RESTRICTED):
+                problem = "is a tag Karpenter sets on the nodes itself (the EC2NodeClass refuses it)"
+            if problem is not None:
+                raise _rule(f"tag key {key[:40]!r} {problem}", f"rename or remove the tag ({fix})", None)
+            problem = _tag_text_problem(value, TAG_VALUE_MAX, wildcard=selector)
+            if problem is None and not selector and value.lower().startswith("aws:"):
+                problem = "starts with `aws:`, which AWS reserves for its own tags"
+            if problem is not None:
+                raise _rule(f"the value of tag {key[:40]!r} {problem}", f"change the value ({fix})", None)
+        return tags
+
+    return AfterValidator(check)
 
 
 def _unique_instance_types(types: list[str]) -> list[str]:
@@ -149,7 +210,7 @@ class CapacityReservation(_Strict):
     id: Annotated[str, Field(pattern=r"^cr-[0-9a-z]+$")] | None = None
     """The reservation's id (`cr-...`); alone in its term (the EC2NodeClass CRD refuses it with
     tags or an owner)."""
-    tags: Annotated[dict[str, str], Field(min_length=1, max_length=20)] | None = None
+    tags: Annotated[dict[str, str], Field(min_length=1, max_length=20), _aws_tags(None, selector=True)] | None = None
     """Tags the reservations carry (`"*"` matches any value of a key); at most 20, none empty."""
     owner_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """With `tags`: only reservations of this account (a reservation shared with you)."""
@@ -621,8 +682,10 @@ class StackConfig(_Strict):
     """AWS region of every resource."""
     name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
     """Prefix of every derived resource name. Default: `ws-<stack>`."""
-    tags: dict[str, str] = {}
-    """Tags on every taggable AWS resource (also the AWS provider's default tags)."""
+    tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_ENVIRONMENT)] = {}
+    """Tags on every taggable AWS resource (also the AWS provider's default tags), within AWS's
+    tag rules: at most 42 (warmstart adds up to 8 of its own to a resource), keys of 1-128 and
+    values of 0-256 letters, digits, spaces and `_ . : / = + - @`, none starting with `aws:`."""
     kubernetes_version: Annotated[str, Field(pattern=r"^1\.[0-9]{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
     """EKS Kubernetes version; rendered objects are validated against its schemas."""
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "inference"
@@ -674,8 +737,9 @@ class ModelStackConfig(_Strict):
     organization, `org/project/stack`."""
     model: ModelConfig
     """The model: the same keys as an entry of an environment's `models`."""
-    tags: dict[str, str] = {}
-    """Tags on the model's AWS resources (its IAM roles), besides the platform's."""
+    tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_MODEL_STACK)] = {}
+    """Tags on the model's AWS resources (its IAM roles), besides the platform's; AWS's tag
+    rules as for an environment's `tags`, at most 44."""
     hugging_face_token: str | dict[str, str] | None = None
     """Hugging Face token for the model's `import.huggingFace` of a gated repository (set it as a
     secret, as in an environment stack)."""
