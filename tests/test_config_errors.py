@@ -367,3 +367,26 @@ def test_aws_tag_rules_hold_on_every_tags_key():
     config.parse_config(pool({"team": "*", "aws:cloudformation:stack-name": "gpu"}))
     with pytest.raises(ConfigErrors, match=r"reservations\[0\]\.tags: tag key 'kkkk.*' is 129 characters"):
         config.parse_config(pool({"k" * 129: "*"}))
+
+
+@pytest.mark.parametrize("reserved,max_gpus,noted", [(3, 16, True), (2, 16, False), (1, None, False), (5, 32, True)])
+def test_reserved_nodes_beyond_the_pools_gpu_limit_are_a_note(reserved, max_gpus, noted):
+    """Reserved capacity is billed whether used or not: a pool whose `maxGpus` lets it run fewer
+    nodes than `capacity.reservedNodes` says so, with the idle nodes' price where it is known."""
+    from warmstart import config, render
+    from warmstart.plan.stack import plan_stack
+
+    pool = {"name": "h100", "instanceTypes": ["p5.48xlarge"], "hourlyPriceUsd": 50.0, "capacity": {
+        "types": ["reserved", "onDemand"], "reservations": [{"id": "cr-0123456789abcdef0"}], "reservedNodes": reserved}}
+    if max_gpus is not None:
+        pool["maxGpus"] = max_gpus
+    p = plan_stack(config.parse_config({"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [pool], "models": [
+        {"name": "qwen", "source": "org/qwen", "weightsGiB": 67, "pool": "h100"}]}), "test")
+    usable = p.cluster.pools[0].max_gpus // 8
+    notes = [line for line in render.table(p).splitlines() if "reservedNodes" in line and "never used" in line]
+    assert bool(notes) == noted == (reserved > usable), (usable, notes)
+    if noted:
+        (note,) = notes
+        idle = reserved - usable
+        assert f"{idle} reserved node(s) are billed and never used (${idle * 50:,.2f}/h" in note, note
+        assert f"raise gpuPools[].maxGpus to {reserved * 8}" in note
