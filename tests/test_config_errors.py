@@ -390,3 +390,14 @@ def test_reserved_nodes_beyond_the_pools_gpu_limit_are_a_note(reserved, max_gpus
         idle = reserved - usable
         assert f"{idle} reserved node(s) are billed and never used (${idle * 50:,.2f}/h" in note, note
         assert f"raise gpuPools[].maxGpus to {reserved * 8}" in note
+
+
+def test_a_huge_value_is_cut_in_its_message(tmp_path, monkeypatch, capsys):
+    """A value the message echoes (here a 30,000-character model name) is cut, so the line stays
+    one short line."""
+    rc, _, err = _render_err(tmp_path, monkeypatch, capsys, {
+        "warmstart:clusterMode": "auto", "warmstart:region": "us-west-2",
+        "warmstart:gpuPools": [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}],
+        "warmstart:models": [{"name": "a" * 30_000, "source": "org/a", "weightsGiB": 15, "pool": "l40s"}]})
+    assert rc == cli.EXIT_CONFIG and "warmstart:models[0].name='aaaa" in err, err[:300]
+    assert "(cut, 30000 characters)" in err and max(len(line) for line in err.splitlines()) < 500, err[:600]

@@ -17,8 +17,20 @@ class ConfigError(Exception):
         self.rule = rule
         self.fix = fix
         self.value = value
-        shown = "" if value is None else f"={value!r}"
+        shown = "" if value is None else f"={_short(value)}"
         super().__init__(f"{key}{shown}: {rule}; fix: {fix}")
+
+
+# A message is one line a user reads: the value it echoes is cut to this many characters.
+VALUE_SHOWN_MAX = 120
+
+
+def _short(value: object) -> str:
+    shown = repr(value)
+    if len(shown) <= VALUE_SHOWN_MAX:
+        return shown
+    size = f", {len(value)} characters" if isinstance(value, (str, bytes)) else ""
+    return f"{shown[:VALUE_SHOWN_MAX - 20]}... (cut{size})"
 
 
 class ConfigErrors(Exception):
