@@ -401,3 +401,20 @@ def test_a_huge_value_is_cut_in_its_message(tmp_path, monkeypatch, capsys):
         "warmstart:models": [{"name": "a" * 30_000, "source": "org/a", "weightsGiB": 15, "pool": "l40s"}]})
     assert rc == cli.EXIT_CONFIG and "warmstart:models[0].name='aaaa" in err, err[:300]
     assert "(cut, 30000 characters)" in err and max(len(line) for line in err.splitlines()) < 500, err[:600]
+
+
+def test_rekeyed_moves_only_the_inner_components_keys():
+    from warmstart.errors import ConfigError, rekeyed
+
+    errors = [ConfigError("ServedModelArgs.model.routing.loadFactor", "r", "f", 9.0),
+              ConfigError("ServedModelArgs.model.extraArgs[2]", "r", "f"),
+              ConfigError("ServedModelArgs.modelX", "r", "f"),
+              ConfigError("ServedModelArgs.platform.namespace", "r", "f")]
+    with pytest.raises(ConfigErrors) as err, rekeyed("ServedModelArgs.model", "warmstart:models[1]"):
+        raise ConfigErrors(errors)
+    assert [e.key for e in err.value.errors] == ["warmstart:models[1].routing.loadFactor", "warmstart:models[1].extraArgs[2]",
+                                                 "ServedModelArgs.modelX", "ServedModelArgs.platform.namespace"]
+    assert err.value.errors[0].value == 9.0
+    with pytest.raises(ConfigError) as one, rekeyed("ModelRouterArgs", "m.routing", {"mode": "policy"}):
+        raise ConfigError("ModelRouterArgs.mode", "r", "f", "x")
+    assert str(one.value) == "m.routing.policy='x': r; fix: f"

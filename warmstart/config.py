@@ -8,10 +8,10 @@ Every field's description is the config reference (`warmstart config-reference`)
 from __future__ import annotations
 
 import difflib
-import itertools
 import json
 import re
 import typing
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
@@ -104,8 +104,6 @@ _NODE_CLASS_RESTRICTED = ("eks:eks-cluster-name", "kubernetes.io/cluster", "karp
 
 
 def _tag_text_problem(text: str, limit: int, wildcard: bool = False) -> str | None:
-    import unicodedata
-
     if len(text) > limit:
         return f"is {len(text)} characters long, above AWS's {limit}"
     if wildcard and text == "*":
@@ -117,7 +115,7 @@ def _tag_text_problem(text: str, limit: int, wildcard: bool = False) -> str | No
     return None
 
 
-def _aws_tags(own: int | None, selector: bool = False):
+def _aws_tags(own: int | None, selector: bool = False) -> AfterValidator:
     """A `tags` map checked against AWS's tag rules. `own`: how many tags warmstart adds to a
     resource besides these (None: a selector of existing resources' tags, not tags warmstart
     writes, so neither the count nor the `aws:` prefix applies, and `*` is any value)."""
@@ -910,11 +908,17 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
 _BOOLEAN_WORDS = {True: ("yes", "on", "true"), False: ("no", "off", "false")}
 
 
-def _accepts(model: type[BaseModel] | None, given: tuple[Any, ...], text: str, error_type: str) -> bool:
-    """Whether the key at `given` takes the string `text` (checked on the model that holds it)."""
+def _list_depth(given: tuple[Any, ...]) -> int:
+    """How many list indexes end a key path (`extraArgs[0]`: 1)."""
     ints = 0
     while ints < len(given) and isinstance(given[len(given) - 1 - ints], int):
         ints += 1
+    return ints
+
+
+def _accepts(model: type[BaseModel] | None, given: tuple[Any, ...], text: str, error_type: str) -> bool:
+    """Whether the key at `given` takes the string `text` (checked on the model that holds it)."""
+    ints = _list_depth(given)
     holder, field = _field_at(model, given)
     if holder is None or field is None:
         # Inside a free mapping (`tags`, `podLabels`): a string value is what it takes.
@@ -944,7 +948,7 @@ def _boolean_hint(model: type[BaseModel] | None, given: tuple[Any, ...], loc: tu
     valid = next((c for c in candidates if _accepts(model, given, c, error_type)), None)
     if valid is None:
         return rule, fix  # no quoting makes a value this key takes: its own fix stands
-    depth = len(given) - len(tuple(itertools.dropwhile(lambda p: isinstance(p, int), reversed(given))))
+    depth = _list_depth(given)
     quoted = "[" * depth + f'"{valid}"' + "]" * depth  # an item of a list: `extraArgs: ["yes"]`
     if word is None or valid == word:
         return rule, f"quote it: `{name}: {quoted}`"

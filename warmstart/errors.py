@@ -73,7 +73,7 @@ class Problems:
             raise ConfigErrors(list(self.errors))
 
 
-def _rekey(err: ConfigError, inner: str, outer: str, fields: Mapping[str, str]) -> ConfigError:
+def _rekey(err: ConfigError, inner: str, outer: str, fields: Mapping[str, str] | None) -> ConfigError:
     key = err.key
     if key == inner:
         return ConfigError(outer, err.rule, err.fix, err.value)
@@ -84,10 +84,10 @@ def _rekey(err: ConfigError, inner: str, outer: str, fields: Mapping[str, str]) 
         field, sep, tail = rest[1:].partition(".")
         field, bracket, index = field.partition("[")
         tail = (bracket + index if bracket else "") + (sep + tail if sep else "")
-        if field not in fields:
+        if fields is not None and field not in fields:
             # A value the caller derived, not one its user wrote: name the block it came from.
             return ConfigError(outer, f"(its {field}{tail}) {err.rule}", err.fix, err.value)
-        return ConfigError(f"{outer}.{fields[field]}{tail}", err.rule, err.fix, err.value)
+        return ConfigError(f"{outer}.{field if fields is None else fields[field]}{tail}", err.rule, err.fix, err.value)
     return ConfigError(outer + rest, err.rule, err.fix, err.value)
 
 
@@ -102,17 +102,8 @@ def rekeyed(inner: str, outer: str, fields: Mapping[str, str] | None = None) -> 
         yield
     except (ConfigError, ConfigErrors) as err:
         found = err.errors if isinstance(err, ConfigErrors) else [err]
-        names = fields if fields is not None else _Identity()
-        moved = [_rekey(e, inner, outer, names) for e in found]
+        moved = [_rekey(e, inner, outer, fields) for e in found]
         raise (ConfigErrors(moved) if isinstance(err, ConfigErrors) else moved[0]) from None
-
-
-class _Identity(dict):
-    def __contains__(self, key: object) -> bool:
-        return True
-
-    def __missing__(self, key: str) -> str:
-        return key
 
 
 def listing(items: list[str], cap: int = 8) -> str:
