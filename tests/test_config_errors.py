@@ -418,3 +418,16 @@ def test_rekeyed_moves_only_the_inner_components_keys():
     with pytest.raises(ConfigError) as one, rekeyed("ModelRouterArgs", "m.routing", {"mode": "policy"}):
         raise ConfigError("ModelRouterArgs.mode", "r", "f", "x")
     assert str(one.value) == "m.routing.policy='x': r; fix: f"
+
+
+def test_a_top_level_true_from_pulumi_gets_the_hint_as_a_possibility():
+    """Pulumi hands a top-level key's unquoted boolean as the text `true`, the same as a quoted
+    "true": without the stack file the hint says what YAML would have read, as a possibility."""
+    from warmstart import config
+
+    base = {"warmstart:region": "us-west-2", "warmstart:gpuPools": json.dumps([{"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}])}
+    with pytest.raises(ConfigErrors) as err:
+        config.from_pulumi_config({**base, "warmstart:clusterMode": "false"})
+    (e,) = err.value.errors
+    assert e.key == "warmstart:clusterMode" and "if the stack file has it unquoted, YAML read `no` or `off` or `false`" \
+        " as the boolean false" in e.rule and e.fix == "use one of: 'auto' or 'karpenter'", e

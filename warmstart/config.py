@@ -888,11 +888,13 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             rule = f"expected {_EXPECTED[kind]}"
             fix = f"write it as {_EXPECTED[kind]}, e.g. {_example(kind, name, field, value)}"
         word = (bool_words or {}).get(given)
-        truth = value if isinstance(value, bool) else (
-            # A top-level key's boolean reaches the model as the text Pulumi hands a program.
-            value == "true" if word is not None and len(given) == 1 and value in ("true", "false") else None)
+        # A top-level key's boolean reaches the model as the text Pulumi hands a program ("true").
+        top_level = (prefix == f"{NAMESPACE}:" and len(given) == 1 and value in ("true", "false")
+                     and (bool_words is None or word is not None))
+        truth = value if isinstance(value, bool) else (value == "true" if top_level else None)
         if truth is not None and e["type"] in ("literal_error", "string_type", "enum", "string_pattern_mismatch"):
-            rule, fix = _boolean_hint(model, given, loc, truth, word, e["type"], rule, fix)
+            rule, fix = _boolean_hint(model, given, loc, truth, word, e["type"], rule, fix,
+                                      certain=isinstance(value, bool) or word is not None)
         if isinstance(value, (dict, list)):
             value = None
         found.append(ConfigError(key, rule, fix, value))
@@ -935,13 +937,15 @@ def _accepts(model: type[BaseModel] | None, given: tuple[Any, ...], text: str, e
 
 
 def _boolean_hint(model: type[BaseModel] | None, given: tuple[Any, ...], loc: tuple[Any, ...], truth: bool,
-                  word: str | None, error_type: str, rule: str, fix: str) -> tuple[str, str]:
+                  word: str | None, error_type: str, rule: str, fix: str, certain: bool = True) -> tuple[str, str]:
     """The rule and fix of a key that does not take a boolean but got one from an unquoted YAML
     word: the word as written (when the stack file is known), and a quoted value the key takes
-    (the word itself, or another word of the same truth), else the error's own fix."""
+    (the word itself, or another word of the same truth), else the error's own fix. `certain`:
+    False for a top-level key's text `true`, which Pulumi hands alike for a quoted "true"."""
     shown = str(truth).lower()
     spelt = f"`{word}`" if word is not None else " or ".join(f"`{w}`" for w in _BOOLEAN_WORDS[truth])
-    rule += f"; YAML read the unquoted {spelt} as the boolean {shown}"
+    rule += (f"; YAML read the unquoted {spelt} as the boolean {shown}" if certain else
+             f"; if the stack file has it unquoted, YAML read {spelt} as the boolean {shown}")
     name = next((p for p in reversed(loc) if isinstance(p, str)), "the key")
     candidates = [] if word is None else list(dict.fromkeys([word, word.lower()]))
     candidates += [w for w in _BOOLEAN_WORDS[truth] if w not in candidates]
