@@ -431,3 +431,13 @@ def test_a_top_level_true_from_pulumi_gets_the_hint_as_a_possibility():
     (e,) = err.value.errors
     assert e.key == "warmstart:clusterMode" and "if the stack file has it unquoted, YAML read `no` or `off` or `false`" \
         " as the boolean false" in e.rule and e.fix == "use one of: 'auto' or 'karpenter'", e
+
+
+def test_a_stack_file_that_is_not_utf8_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "Pulumi.yaml").write_text("name: warmstart\nruntime: python\nstackConfigDir: stacks\n")
+    (tmp_path / "stacks" / "Pulumi.latin1.yaml").write_bytes("config:\n  warmstart:tags: {équipe: ml}\n".encode("latin-1"))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["validate", "--stack", "latin1"]) == cli.EXIT_CONFIG
+    err = capsys.readouterr().err
+    assert "stacks/Pulumi.latin1.yaml: not UTF-8 text (byte 27 is b'\\xe9'); fix: save the file as UTF-8" in err, err

@@ -156,6 +156,12 @@ def _unique_instance_types(types: list[str]) -> list[str]:
     return types
 
 
+# Upper bounds far above any real value that keep the render's arithmetic finite (1e300 GiB
+# overflows to inf in bytes; a price of 1e308 to inf in a cost): 1 PiB of weights, $100,000 an hour.
+WEIGHTS_MAX_GIB = 1_048_576
+PRICE_PER_HOUR_MAX_USD = 100_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(
         # No key takes NaN or an infinity (`.nan`, `.inf` pass `gt=0`; a price of inf renders as `$inf`).
@@ -239,7 +245,7 @@ class PoolCapacity(_Strict):
     """How many of the pool's nodes the reservations hold (their free instance count), for the
     render's cost and scale-out prediction: a launch beyond it falls back to the next type.
     Default: unknown."""
-    spot_hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    spot_hourly_price_usd: Annotated[float, Field(gt=0, le=PRICE_PER_HOUR_MAX_USD)] | None = None
     """With `spot`: your expected spot price of one node per hour, for the render's costs
     (spot prices move; warmstart ships none). Default: unknown."""
 
@@ -267,7 +273,7 @@ class GpuPool(_Strict):
     pool) by low-priority placeholder pods that any serving pod preempts, so a scale-out lands
     on a warm node; Karpenter or Auto Mode then launches a replacement spare. Each spare costs
     its instance's price around the clock. The pool's models must share one instance type."""
-    hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    hourly_price_usd: Annotated[float, Field(gt=0, le=PRICE_PER_HOUR_MAX_USD)] | None = None
     """Your price of one node of the pool per hour (on-demand or negotiated; a reserved node is
     billed at it whether used or not), for the render's cost of `warmNodes` and of each model at
     its min and max replicas; warmstart ships no price list (prices differ by region and change)."""
@@ -364,7 +370,7 @@ class ModelSpec(_Strict):
     source: str
     """`s3://bucket/prefix`: safetensors shards plus config and tokenizer files directly under
     the prefix (the streamer does not list recursively)."""
-    weights_gib: Annotated[float, Field(gt=0, alias="weightsGiB")]
+    weights_gib: Annotated[float, Field(gt=0, le=WEIGHTS_MAX_GIB, alias="weightsGiB")]
     """Total size of the safetensors weights in GiB (2^30 bytes)."""
     instance_type: str | None = None
     """Instance type within the pool; default: the pool's only instance type."""
@@ -1053,7 +1059,10 @@ def read_stack_file(path: Path) -> dict[str, str]:
             + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
     shown = f"{path.parent.name}/{path.name}"
     try:
-        doc, words = _load_stack_yaml(path.read_text())
+        doc, words = _load_stack_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(shown, f"not UTF-8 text (byte {err.start} is {err.object[err.start:err.start + 1]!r})",
+                          "save the file as UTF-8") from None
     except yaml.MarkedYAMLError as err:
         raise ConfigError(shown, f"not valid YAML: {_yaml_problem(err)}", "fix the YAML syntax") from None
     except yaml.YAMLError as err:
@@ -1080,6 +1089,9 @@ def read_stack_file(path: Path) -> dict[str, str]:
         except TypeError:
             raise ConfigError(k, "holds a value of a YAML type a stack config cannot carry (a `!!binary` or "
                               "`!!set`)", "write it as text, a number, true/false, a list or a mapping") from None
+        except ValueError:  # json's "Circular reference detected"
+            raise ConfigError(k, "holds itself (a YAML alias inside the anchor it names)",
+                              "write the value out instead of the alias") from None
     return out
 
 
