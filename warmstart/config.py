@@ -852,10 +852,11 @@ def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str
 
 def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
                            model: type[BaseModel] | None = None,
-                           bool_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
+                           plain_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
     """pydantic's errors in warmstart's words: each names the key, the rule and the fix. `model`
     is the model validated, whose fields give the nearest key to an unknown one and an example
-    of the type a key expects; `bool_words` how the stack file wrote each unquoted boolean."""
+    of the type a key expects; `plain_words` how the stack file wrote each unquoted boolean or
+    number."""
     found = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
@@ -893,14 +894,24 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             name = next((p for p in reversed(loc) if isinstance(p, str)), key)
             rule = f"expected {_EXPECTED[kind]}"
             fix = f"write it as {_EXPECTED[kind]}, e.g. {_example(kind, name, field, value)}"
-        word = (bool_words or {}).get(given)
+        written = (plain_words or {}).get(given)
+        word = written if written is not None and written.lower() in (*_BOOLEAN_WORDS[True], *_BOOLEAN_WORDS[False]) \
+            else None
         # A top-level key's boolean reaches the model as the text Pulumi hands a program ("true").
         top_level = (prefix == f"{NAMESPACE}:" and len(given) == 1 and value in ("true", "false")
-                     and (bool_words is None or word is not None))
+                     and (plain_words is None or word is not None))
         truth = value if isinstance(value, bool) else (value == "true" if top_level else None)
-        if truth is not None and e["type"] in ("literal_error", "string_type", "enum", "string_pattern_mismatch"):
+        texty = e["type"] in ("literal_error", "string_type", "enum", "string_pattern_mismatch")
+        if truth is not None and texty:
             rule, fix = _boolean_hint(model, given, loc, truth, word, e["type"], rule, fix,
                                       certain=isinstance(value, bool) or word is not None)
+        elif written is not None and word is None and texty and written != str(value):
+            # YAML 1.1 reads `1.30` as 1.3, `0755` as octal 493, `1_000` as 1000, `1:30` as 90.
+            name = next((p for p in reversed(loc) if isinstance(p, str)), "the key")
+            rule += f"; YAML read the unquoted `{written}` as the number {value}"
+            if _accepts(model, given, written, e["type"]):
+                depth = _list_depth(given)
+                fix = f'quote it: `{name}: {"[" * depth}"{written}"{"]" * depth}`'
         if isinstance(value, (dict, list)):
             value = None
         found.append(ConfigError(key, rule, fix, value))
@@ -982,13 +993,13 @@ def spec_from_args(model: type[_Spec], args: Mapping[str, Any], prefix: str) -> 
     return parse_spec(model, values, prefix)
 
 
-def parse_config(values: dict[str, Any], bool_words: Mapping[tuple[Any, ...], str] | None = None) -> StackConfig:
+def parse_config(values: dict[str, Any], plain_words: Mapping[tuple[Any, ...], str] | None = None) -> StackConfig:
     """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix);
-    `bool_words`: how the stack file wrote each unquoted boolean (`StackFileConfig`)."""
+    `plain_words`: how the stack file wrote each unquoted boolean or number (`StackFileConfig`)."""
     try:
         return StackConfig.model_validate(values)
     except ValidationError as err:
-        raise _from_validation_error(err, model=StackConfig, bool_words=bool_words) from None
+        raise _from_validation_error(err, model=StackConfig, plain_words=plain_words) from None
 
 
 def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
@@ -1012,7 +1023,7 @@ def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
 
 def from_pulumi_config(config: dict[str, str]) -> StackConfig:
     """An environment stack's config from Pulumi's flat config map (see `_config_values`)."""
-    return parse_config(_config_values(config), getattr(config, "bool_words", None))
+    return parse_config(_config_values(config), getattr(config, "plain_words", None))
 
 
 PLATFORM_KEY = f"{NAMESPACE}:platform"
@@ -1028,7 +1039,7 @@ def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
     try:
         return ModelStackConfig.model_validate(_config_values(config))
     except ValidationError as err:
-        raise _from_validation_error(err, model=ModelStackConfig, bool_words=getattr(config, "bool_words", None)) from None
+        raise _from_validation_error(err, model=ModelStackConfig, plain_words=getattr(config, "plain_words", None)) from None
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:
@@ -1042,10 +1053,10 @@ def stack_names(stacks_dir: Path) -> list[str]:
 
 class StackFileConfig(dict):
     """A stack file's config as `read_stack_file` reads it (`{ns:key: json-or-string}`), and how
-    each unquoted YAML boolean in it was written (`bool_words`, by key path), for the hint of an
-    error on a key that does not take a boolean."""
+    each unquoted YAML boolean or number in it was written (`plain_words`, by key path), for the
+    hint of an error on a key that takes neither."""
 
-    bool_words: dict[tuple[Any, ...], str] = {}
+    plain_words: dict[tuple[Any, ...], str] = {}
 
 
 def read_stack_file(path: Path) -> dict[str, str]:
@@ -1077,7 +1088,7 @@ def read_stack_file(path: Path) -> dict[str, str]:
         raise ConfigError(f"{path}: config", "must be a mapping of keys to values", f"see {REFERENCE}")
     out = StackFileConfig()
     # `{warmstart:models: ...}` paths as a config key's error names them (`models`, 0, ...).
-    out.bool_words = {(p[1].partition(":")[2], *p[2:]): w for p, w in words.items()
+    out.plain_words = {(p[1].partition(":")[2], *p[2:]): w for p, w in words.items()
                       if len(p) > 1 and p[0] == "config" and str(p[1]).startswith(f"{NAMESPACE}:")}
     for k, v in config.items():
         if not isinstance(k, str):
@@ -1133,14 +1144,17 @@ def _yaml_path(path: tuple[Any, ...]) -> str:
     return _key_path(path) or "the document"
 
 
+_PLAIN_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
 def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], words: dict[tuple[Any, ...], str]) -> None:
     """A key given twice in one mapping is an error: YAML requires unique keys
     (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one. Records
-    in `words` how each unquoted boolean was written (`yes`, `on`, ...), by its path."""
+    in `words` how each unquoted boolean or number was written (`yes`, `1.30`, ...), by its path."""
     if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
         return
     seen_nodes.add(id(node))
-    if isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:bool":
+    if isinstance(node, yaml.ScalarNode) and node.tag in _PLAIN_TAGS:
         words[path] = node.value
     if isinstance(node, yaml.MappingNode):
         lines: dict[str, str] = {}
@@ -1164,8 +1178,8 @@ def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], w
 
 def _load_stack_yaml(text: str) -> tuple[Any, dict[tuple[Any, ...], str]]:
     """A stack file's one YAML document, read as PyYAML's safe loader reads it except that a key
-    given twice is a ConfigError and a timestamp stays its text; and how each unquoted boolean
-    was written, by its path. Raises yaml.YAMLError for a file that is not YAML."""
+    given twice is a ConfigError and a timestamp stays its text; and how each unquoted boolean or
+    number was written, by its path. Raises yaml.YAMLError for a file that is not YAML."""
     loader = _StackFileLoader(text)
     words: dict[tuple[Any, ...], str] = {}
     try:
