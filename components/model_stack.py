@@ -21,10 +21,12 @@ import pulumi_kubernetes as k8s
 
 from warmstart import config
 from warmstart.config import ModelStackConfig
+from warmstart.errors import rekeyed
 from warmstart.plan import platform as contract_mod
 from warmstart.plan.platform import ModelStackPlan, plan_model_stack
 
 from warmstart.sdk_private import program_config, sync_await
+from .served_model import KEY as SERVED_MODEL_KEY
 from .served_model import ServedModel, _args
 from .stack import model_entry
 
@@ -98,8 +100,9 @@ class ModelStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
                     if m.weights_import and m.weights_import.kind == "huggingFace" else None)
-        self.served = ServedModel(
-            f"{name}-{m.name}", _args(model=model_entry(cfg.model), platform=platform,  # type: ignore[typeddict-item]
-                                      hugging_face_token=hf_token),
-            opts=pulumi.ResourceOptions(parent=self, providers=[self.aws_provider, self.kubernetes_provider]))
+        with rekeyed(SERVED_MODEL_KEY, f"{config.NAMESPACE}:model"):  # the stack key, not the Args'
+            self.served = ServedModel(
+                f"{name}-{m.name}", _args(model=model_entry(cfg.model), platform=platform,  # type: ignore[typeddict-item]
+                                          hugging_face_token=hf_token),
+                opts=pulumi.ResourceOptions(parent=self, providers=[self.aws_provider, self.kubernetes_provider]))
         self.register_outputs({})

@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from warmstart import versions
 from warmstart.config import ModelConfig
 from warmstart.decisions import image_cache
+from warmstart.errors import rekeyed
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
@@ -33,6 +34,10 @@ from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
 
 KEY = "ServedModelArgs.model"
+# The inner components' Args keys a model entry's user writes, by the block they come from
+# (any other is derived here and reported as the block itself).
+ROUTER_KEYS = {"loadFactor": "loadFactor", "maxExcessRequests": "maxExcessRequests", "mode": "policy"}
+AUTOSCALING_KEYS = {k: k for k in ("minReplicas", "maxReplicas", "targetWaitingPerReplica", "kvCacheUsageCeiling")}
 
 
 class ServedModelArgs(TypedDict):
@@ -117,7 +122,8 @@ class ServedModel(pulumi.ComponentResource):
         self.staging_role = ModelRole(f"{prefix}-staging-{m.name}", _args(
             model_name=staging_sa, service_account=staging_sa, **wired), opts=child("staging")) if m.staged else None
 
-        self.router = self._router(prefix, p, m, child("router", depends_on=after, **kube))
+        with rekeyed("ModelRouterArgs", f"{KEY}.routing", ROUTER_KEYS):
+            self.router = self._router(prefix, p, m, child("router", depends_on=after, **kube))
         scraped_cidrs = list(p.vpc_cidrs) if p.managed_scraper else None
         token = args.get("hugging_face_token")
         # The serving objects are built from this model's plan (made once, above); the Args
@@ -141,12 +147,13 @@ class ServedModel(pulumi.ComponentResource):
         a = m.autoscaling
         if a is not None:
             assert p.monitoring is not None  # check_platform_runs
-            self.autoscaler = ModelAutoscaling(f"{prefix}-{m.name}-autoscaling", _args(
-                model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-                startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
-                region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
-                kv_cache_usage_ceiling=a.kv_cache_usage_ceiling),
-                opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
+            with rekeyed("ModelAutoscalingArgs", f"{KEY}.autoscaling", AUTOSCALING_KEYS):
+                self.autoscaler = ModelAutoscaling(f"{prefix}-{m.name}-autoscaling", _args(
+                    model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
+                    startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
+                    region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
+                    kv_cache_usage_ceiling=a.kv_cache_usage_ceiling),
+                    opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
         self.endpoint = self.model.endpoint

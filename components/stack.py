@@ -19,7 +19,7 @@ import pulumi_aws as aws
 from warmstart import config
 from warmstart.config import ModelConfig, StackConfig
 from warmstart.decisions import network as network_rules
-from warmstart.errors import ConfigError
+from warmstart.errors import ConfigError, rekeyed
 from warmstart.plan import platform as platform_contract
 from warmstart.plan.stack import StackPlan, plan_stack
 
@@ -31,6 +31,7 @@ from .monitoring import Monitoring
 from .network import Network
 from .platform import PlatformArgs, ServingPlatform
 from .routing import ModelRouter
+from .served_model import KEY as SERVED_MODEL_KEY
 from .served_model import ServedModel, _args
 from .serving import VllmModel
 from .storage import ModelStorage
@@ -215,12 +216,14 @@ class WarmstartStack(pulumi.ComponentResource):
                     if any(m.weights_import and m.weights_import.kind == "huggingFace" for m in plan.models) else None)
         # 6. models: one ServedModel per `models[]` entry, on the platform.
         self.served: dict[str, ServedModel] = {}
-        for spec in cfg.models:
-            self.served[spec.name] = ServedModel(
-                f"{name}-{spec.name}", _args(model=model_entry(spec), platform=self.platform, hugging_face_token=hf_token),
-                opts=pulumi.ResourceOptions(parent=self, providers=providers, depends_on=[
-                    self.serving_platform, *self.cluster.ready, self.storage]),
-                autoscaling_after=[self.monitoring] if self.monitoring else [], legacy_types=LEGACY_TYPES)
+        for i, spec in enumerate(cfg.models):
+            # A rule only a component checks is reported under the stack key, not the Args'.
+            with rekeyed(SERVED_MODEL_KEY, f"{config.NAMESPACE}:models[{i}]"):
+                self.served[spec.name] = ServedModel(
+                    f"{name}-{spec.name}", _args(model=model_entry(spec), platform=self.platform, hugging_face_token=hf_token),
+                    opts=pulumi.ResourceOptions(parent=self, providers=providers, depends_on=[
+                        self.serving_platform, *self.cluster.ready, self.storage]),
+                    autoscaling_after=[self.monitoring] if self.monitoring else [], legacy_types=LEGACY_TYPES)
         served = self.served.values()
         self.roles = {s.plan.name: s.role for s in served}
         self.import_roles = {s.plan.name: s.import_role for s in served if s.import_role is not None}

@@ -11,6 +11,7 @@ import difflib
 import json
 import re
 import typing
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime
 from enum import Enum
@@ -18,16 +19,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
 from .decisions import instances, tuning
-from .errors import ConfigError, ConfigErrors
+from .errors import ConfigError, ConfigErrors, listing
 
 NAMESPACE = "warmstart"
+
+# Every pattern here spells its classes in ASCII (`[0-9]`, `[A-Za-z0-9_]`), never `\d` or `\w`:
+# both match any Unicode digit or letter in pydantic's Rust `regex` patterns and in Python's `re`
+# (https://docs.rs/regex/latest/regex/#perl-character-classes-unicode-friendly), so an
+# Arabic-Indic or fullwidth digit would pass as an account id, a region or an ARN.
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -78,8 +84,88 @@ def _gpu_instance_type(instance_type: str) -> str:
                 + ", ".join(f"{f} ({gpu})" for f, gpu in sorted(families.items())), instance_type)
 
 
+# AWS's tag rules (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html): at most
+# 50 user tags per resource, a key of 1-128 and a value of 0-256 characters, of letters, numbers
+# and spaces (any script) and `_ . : / = + - @`; no key or value starting with `aws:` in any case.
+TAGS_PER_RESOURCE_MAX = 50
+TAG_KEY_MAX, TAG_VALUE_MAX = 128, 256
+_TAG_SYMBOLS = set("_.:/=+-@")
+# Tags warmstart puts on one resource besides the stack's: `warmstart:stack` and
+# `warmstart:prefix` on every one, and on a GPU node those of its launcher (Karpenter's `Name`,
+# `karpenter.sh/nodeclaim`, `karpenter.sh/nodepool`, `karpenter.k8s.aws/ec2nodeclass`,
+# `kubernetes.io/cluster/<cluster>`, `eks:eks-cluster-name`); a model stack's role carries
+# `warmstart:stack`, `warmstart:platform`, `warmstart:prefix`, `Name`, `warmstart:model` and
+# `warmstart:purpose`.
+OWN_TAGS_ENVIRONMENT, OWN_TAGS_MODEL_STACK = 8, 6
+# Keys the EC2NodeClass CRD refuses in `spec.tags`, which a karpenter-mode stack's tags reach
+# (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/pkg/apis/crds/karpenter.k8s.aws_ec2nodeclasses.yaml).
+_NODE_CLASS_RESTRICTED = ("eks:eks-cluster-name", "kubernetes.io/cluster", "karpenter.sh/nodepool",
+                          "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass")
+
+
+def _tag_text_problem(text: str, limit: int, wildcard: bool = False) -> str | None:
+    if len(text) > limit:
+        return f"is {len(text)} characters long, above AWS's {limit}"
+    if wildcard and text == "*":
+        return None
+    bad = sorted({c for c in text if not (c in _TAG_SYMBOLS or c == " "
+                                          or unicodedata.category(c)[0] in "LNZ")})
+    if bad:
+        return f"holds {', '.join(repr(c) for c in bad[:5])}, which AWS tags do not take"
+    return None
+
+
+def _aws_tags(own: int | None, selector: bool = False) -> AfterValidator:
+    """A `tags` map checked against AWS's tag rules. `own`: how many tags warmstart adds to a
+    resource besides these (None: a selector of existing resources' tags, not tags warmstart
+    writes, so neither the count nor the `aws:` prefix applies, and `*` is any value)."""
+
+    def check(tags: dict[str, str]) -> dict[str, str]:
+        fix = "see AWS's tag rules: https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html"
+        if own is not None and len(tags) > TAGS_PER_RESOURCE_MAX - own:
+            raise _rule(f"{len(tags)} tags: AWS allows {TAGS_PER_RESOURCE_MAX} per resource and warmstart adds up "
+                        f"to {own} of its own to one", f"keep at most {TAGS_PER_RESOURCE_MAX - own} tags", None)
+        for key, value in tags.items():
+            problem = "is empty" if not key else _tag_text_problem(key, TAG_KEY_MAX)
+            if problem is None and not selector and key.lower().startswith("aws:"):
+                problem = "starts with `aws:`, which AWS reserves for its own tags"
+            if problem is None and not selector and key.startswith(_NODE_CLASS_RESTRICTED):
+                problem = "is a tag Karpenter sets on the nodes itself (the EC2NodeClass refuses it)"
+            if problem is not None:
+                raise _rule(f"tag key {key[:40]!r} {problem}", f"rename or remove the tag ({fix})", None)
+            problem = _tag_text_problem(value, TAG_VALUE_MAX, wildcard=selector)
+            if problem is None and not selector and value.lower().startswith("aws:"):
+                problem = "starts with `aws:`, which AWS reserves for its own tags"
+            if problem is not None:
+                raise _rule(f"the value of tag {key[:40]!r} {problem}", f"change the value ({fix})", None)
+        return tags
+
+    return AfterValidator(check)
+
+
+def _unique_instance_types(types: list[str]) -> list[str]:
+    """`types` when each is listed once; else one line naming the repeated ones."""
+    counts: dict[str, int] = {}
+    for t in types:
+        counts[t] = counts.get(t, 0) + 1
+    repeated = [t for t, n in counts.items() if n > 1]
+    if repeated:
+        raise _rule(f"duplicate instance type{'s' if len(repeated) > 1 else ''} {listing(repeated)}: "
+                    f"{len(types)} entries for {len(counts)} types", "list each instance type once",
+                    repeated[0] if len(repeated) == 1 else None)
+    return types
+
+
+# Upper bounds far above any real value that keep the render's arithmetic finite (1e300 GiB
+# overflows to inf in bytes; a price of 1e308 to inf in a cost): 1 PiB of weights, $100,000 an hour.
+WEIGHTS_MAX_GIB = 1_048_576
+PRICE_PER_HOUR_MAX_USD = 100_000
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(
+        # No key takes NaN or an infinity (`.nan`, `.inf` pass `gt=0`; a price of inf renders as `$inf`).
+        allow_inf_nan=False,
         extra="forbid",
         alias_generator=to_camel,
         populate_by_name=True,
@@ -136,9 +222,9 @@ class CapacityReservation(_Strict):
     id: Annotated[str, Field(pattern=r"^cr-[0-9a-z]+$")] | None = None
     """The reservation's id (`cr-...`); alone in its term (the EC2NodeClass CRD refuses it with
     tags or an owner)."""
-    tags: Annotated[dict[str, str], Field(min_length=1, max_length=20)] | None = None
+    tags: Annotated[dict[str, str], Field(min_length=1, max_length=20), _aws_tags(None, selector=True)] | None = None
     """Tags the reservations carry (`"*"` matches any value of a key); at most 20, none empty."""
-    owner_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    owner_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """With `tags`: only reservations of this account (a reservation shared with you)."""
 
 
@@ -167,7 +253,7 @@ class PoolCapacity(_Strict):
     """How many of the pool's nodes the reservations hold (their free instance count), for the
     render's cost and scale-out prediction: a launch beyond it falls back to the next type.
     Default: unknown."""
-    spot_hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    spot_hourly_price_usd: Annotated[float, Field(gt=0, le=PRICE_PER_HOUR_MAX_USD)] | None = None
     """With `spot`: your expected spot price of one node per hour, for the render's costs
     (spot prices move; warmstart ships none). Default: unknown."""
 
@@ -195,7 +281,7 @@ class GpuPool(_Strict):
     pool) by low-priority placeholder pods that any serving pod preempts, so a scale-out lands
     on a warm node; Karpenter or Auto Mode then launches a replacement spare. Each spare costs
     its instance's price around the clock. The pool's models must share one instance type."""
-    hourly_price_usd: Annotated[float, Field(gt=0)] | None = None
+    hourly_price_usd: Annotated[float, Field(gt=0, le=PRICE_PER_HOUR_MAX_USD)] | None = None
     """Your price of one node of the pool per hour (on-demand or negotiated; a reserved node is
     billed at it whether used or not), for the render's cost of `warmNodes` and of each model at
     its min and max replicas; warmstart ships no price list (prices differ by region and change)."""
@@ -208,13 +294,13 @@ class GpuPool(_Strict):
     @field_validator("instance_types")
     @classmethod
     def _gpu_instance_types(cls, v: list[str]) -> list[str]:
-        return [_gpu_instance_type(t) for t in v]
+        return [_gpu_instance_type(t) for t in _unique_instance_types(v)]
 
 
 class HuggingFaceSource(_Strict):
     """A Hugging Face Hub repository at a pinned commit."""
 
-    repo: Annotated[str, Field(pattern=r"^[\w.-]+/[\w.-]+$")]
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")]
     """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
     revision: Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
     """The commit (40 hex characters) to copy: a branch or tag could move under the same config."""
@@ -292,7 +378,7 @@ class ModelSpec(_Strict):
     source: str
     """`s3://bucket/prefix`: safetensors shards plus config and tokenizer files directly under
     the prefix (the streamer does not list recursively)."""
-    weights_gib: Annotated[float, Field(gt=0, alias="weightsGiB")]
+    weights_gib: Annotated[float, Field(gt=0, le=WEIGHTS_MAX_GIB, alias="weightsGiB")]
     """Total size of the safetensors weights in GiB (2^30 bytes)."""
     instance_type: str | None = None
     """Instance type within the pool; default: the pool's only instance type."""
@@ -407,7 +493,7 @@ class ModelConfig(ModelSpec):
         return self.model_copy(update={"source": f"s3://{bucket}/{self.prefix}"}) if self.relative else self
 
 
-IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/*-]+$"
+IAM_PRINCIPAL_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/*-]+$"
 
 
 class NetworkConfig(_Strict):
@@ -490,7 +576,7 @@ class CompileCacheBucketConfig(_Strict):
 
 
 # An exact IAM role or user ARN: access entries take no wildcards.
-IAM_PRINCIPAL_EXACT_ARN = r"^arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$"
+IAM_PRINCIPAL_EXACT_ARN = r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/[A-Za-z0-9_+=,.@/-]+$"
 # Retention periods CloudWatch Logs accepts (PutRetentionPolicy).
 LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096,
                            1827, 2192, 2557, 2922, 3288, 3653]
@@ -509,6 +595,11 @@ class SystemNodeGroupConfig(_Strict):
     each routed model's routers, KEDA, node-feature-discovery and the weights-import Jobs, with
     the nodes' kubelet reservation (`warmstart render` shows the count; a set size that cannot
     hold them is refused with the numbers)."""
+
+    @field_validator("instance_types")
+    @classmethod
+    def _each_type_once(cls, v: list[str]) -> list[str]:
+        return _unique_instance_types(v)
 
 
 class ClusterConfig(_Strict):
@@ -530,7 +621,7 @@ class ClusterConfig(_Strict):
     system_node_group: SystemNodeGroupConfig | None = SystemNodeGroupConfig()
     """`clusterMode: karpenter` only (ignored in auto mode, whose built-in `system` pool runs
     the add-ons): the managed node group for the controller and add-ons. Required there."""
-    service_cidr: Annotated[str, Field(pattern=r"^\d{1,3}(\.\d{1,3}){3}/\d{1,2}$")] | None = None
+    service_cidr: Annotated[str, Field(pattern=r"^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$")] | None = None
     """The cluster's Kubernetes Service range (`serviceIpv4Cidr`), create-only. Default: the one
     EKS would pick, 172.20.0.0/16 when a VPC CIDR block is in 10.0.0.0/8, else 10.100.0.0/16; set
     explicitly, so the routers' NetworkPolicy can name the API server's ClusterIP."""
@@ -543,7 +634,7 @@ class ClusterConfig(_Strict):
 class EcrPullThroughConfig(_Strict):
     """Pull Docker Hub images through an ECR pull-through cache in the stack's account."""
 
-    credential_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:ecr-pullthroughcache/[\w/+=.@-]+$")]
+    credential_arn: Annotated[str, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:ecr-pullthroughcache/[A-Za-z0-9_/+=.@-]+$")]
     """Secrets Manager secret (name `ecr-pullthroughcache/...`, in the stack's account and region)
     holding the Docker Hub `username` and `accessToken` ECR authenticates upstream with."""
 
@@ -599,13 +690,15 @@ class StackConfig(_Strict):
 
     cluster_mode: Literal["auto", "karpenter"]
     """`auto`: EKS Auto Mode; `karpenter`: EKS with self-managed Karpenter."""
-    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")]
+    region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
     """AWS region of every resource."""
     name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
     """Prefix of every derived resource name. Default: `ws-<stack>`."""
-    tags: dict[str, str] = {}
-    """Tags on every taggable AWS resource (also the AWS provider's default tags)."""
-    kubernetes_version: Annotated[str, Field(pattern=r"^1\.\d{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
+    tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_ENVIRONMENT)] = {}
+    """Tags on every taggable AWS resource (also the AWS provider's default tags), within AWS's
+    tag rules: at most 42 (warmstart adds up to 8 of its own to a resource), keys of 1-128 and
+    values of 0-256 letters, digits, spaces and `_ . : / = + - @`, none starting with `aws:`."""
+    kubernetes_version: Annotated[str, Field(pattern=r"^1\.[0-9]{2}$")] = versions.DEFAULT_KUBERNETES_VERSION
     """EKS Kubernetes version; rendered objects are validated against its schemas."""
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "inference"
     """Kubernetes namespace of the serving objects."""
@@ -618,7 +711,7 @@ class StackConfig(_Strict):
     models: list[ModelConfig] = []
     """Served models, inline (each may instead be a model stack of its own, see
     docs/model-stacks.md)."""
-    account_id: Annotated[str, Field(pattern=r"^\d{12}$")] | None = None
+    account_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
     and the id is part of the derived bucket names' hash, which makes them unique to the
     account. `warmstart preview` / `up` of a stack that derives a bucket name and has nothing
@@ -656,8 +749,9 @@ class ModelStackConfig(_Strict):
     organization, `org/project/stack`."""
     model: ModelConfig
     """The model: the same keys as an entry of an environment's `models`."""
-    tags: dict[str, str] = {}
-    """Tags on the model's AWS resources (its IAM roles), besides the platform's."""
+    tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_MODEL_STACK)] = {}
+    """Tags on the model's AWS resources (its IAM roles), besides the platform's; AWS's tag
+    rules as for an environment's `tags`, at most 44."""
     hugging_face_token: str | dict[str, str] | None = None
     """Hugging Face token for the model's `import.huggingFace` of a gated repository (set it as a
     secret, as in an environment stack)."""
@@ -765,15 +859,18 @@ def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str
 
 
 def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
-                           model: type[BaseModel] | None = None) -> ConfigErrors:
+                           model: type[BaseModel] | None = None,
+                           plain_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
     """pydantic's errors in warmstart's words: each names the key, the rule and the fix. `model`
     is the model validated, whose fields give the nearest key to an unknown one and an example
-    of the type a key expects."""
+    of the type a key expects; `plain_words` how the stack file wrote each unquoted boolean or
+    number."""
     found = []
     for e in err.errors():
         loc = tuple(p for p in e["loc"] if not (isinstance(p, str) and p.startswith(("function-", "literal["))))
         # pydantic reports union branches by their type name; keep the user's key path.
-        loc = _as_written(model, tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool")))
+        given = tuple(p for p in loc if p not in ("int", "constrained-int", "float", "str", "bool"))
+        loc = _as_written(model, given)
         key = prefix + _key_path(loc) if loc else prefix.rstrip(":.")
         rule = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], f"correct the value (see {REFERENCE})")
@@ -787,6 +884,17 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             fix = f"use one of: {ctx['expected']}"
         elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
             fix = f"use a value {bound}"
+        elif e["type"] == "finite_number":
+            _, field = _field_at(model, loc)
+            name = next((p for p in reversed(loc) if isinstance(p, str)), key)
+            rule = "must be a finite number, not NaN or an infinity (`.nan`, `.inf`)"
+            fix = f"write a number, e.g. {_example('float', name, field, value)}"
+        elif e["type"] == "extra_forbidden" and _field_at(model, given)[1] is not None:
+            # A known key's other spelling: pydantic reads one of the two and calls the other unknown.
+            holder, twin = _field_at(model, given)
+            name = next(n for n, f in holder.model_fields.items() if f is twin)  # type: ignore[union-attr]
+            rule = f"given twice, as `{_key_of(name, twin)}` and `{name}`"
+            fix = f"keep one of the two, `{_key_of(name, twin)}` as the stack files write it"
         elif e["type"] == "extra_forbidden":
             rule, fix = "unknown key", _unknown_key(model, loc)
         elif kind in _EXPECTED and e["type"] != "int_from_float" and loc:
@@ -794,13 +902,24 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             name = next((p for p in reversed(loc) if isinstance(p, str)), key)
             rule = f"expected {_EXPECTED[kind]}"
             fix = f"write it as {_EXPECTED[kind]}, e.g. {_example(kind, name, field, value)}"
-        if isinstance(value, bool) and e["type"] in ("literal_error", "string_type", "enum"):
-            # YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads an unquoted
-            # on/off/yes/no/true/false as a boolean: https://yaml.org/type/bool.html
-            word = "on" if value else "off"
-            rule += (f"; YAML read the unquoted value as the boolean {str(value).lower()} "
-                     "(it reads on, off, yes and no unquoted as booleans)")
-            fix = f'quote it: {loc[-1] if loc else "the key"}: "{word}"'
+        written = (plain_words or {}).get(given)
+        word = written if written is not None and written.lower() in (*_BOOLEAN_WORDS[True], *_BOOLEAN_WORDS[False]) \
+            else None
+        # A top-level key's boolean reaches the model as the text Pulumi hands a program ("true").
+        top_level = (prefix == f"{NAMESPACE}:" and len(given) == 1 and value in ("true", "false")
+                     and (plain_words is None or word is not None))
+        truth = value if isinstance(value, bool) else (value == "true" if top_level else None)
+        texty = e["type"] in ("literal_error", "string_type", "enum", "string_pattern_mismatch")
+        if truth is not None and texty:
+            rule, fix = _boolean_hint(model, given, loc, truth, word, e["type"], rule, fix,
+                                      certain=isinstance(value, bool) or word is not None)
+        elif written is not None and word is None and texty and written != str(value):
+            # YAML 1.1 reads `1.30` as 1.3, `0755` as octal 493, `1_000` as 1000, `1:30` as 90.
+            name = next((p for p in reversed(loc) if isinstance(p, str)), "the key")
+            rule += f"; YAML read the unquoted `{written}` as the number {value}"
+            if _accepts(model, given, written, e["type"]):
+                depth = _list_depth(given)
+                fix = f'quote it: `{name}: {"[" * depth}"{written}"{"]" * depth}`'
         if isinstance(value, (dict, list)):
             value = None
         found.append(ConfigError(key, rule, fix, value))
@@ -809,6 +928,60 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
     for f in found:
         unique.setdefault(f.key, f)
     return ConfigErrors(list(unique.values()))
+
+
+# YAML 1.1 (PyYAML, and Pulumi's stack files as warmstart reads them) reads these words unquoted,
+# in lower, Title or UPPER case, as booleans: https://yaml.org/type/bool.html
+_BOOLEAN_WORDS = {True: ("yes", "on", "true"), False: ("no", "off", "false")}
+
+
+def _list_depth(given: tuple[Any, ...]) -> int:
+    """How many list indexes end a key path (`extraArgs[0]`: 1)."""
+    ints = 0
+    while ints < len(given) and isinstance(given[len(given) - 1 - ints], int):
+        ints += 1
+    return ints
+
+
+def _accepts(model: type[BaseModel] | None, given: tuple[Any, ...], text: str, error_type: str) -> bool:
+    """Whether the key at `given` takes the string `text` (checked on the model that holds it)."""
+    ints = _list_depth(given)
+    holder, field = _field_at(model, given)
+    if holder is None or field is None:
+        # Inside a free mapping (`tags`, `podLabels`): a string value is what it takes.
+        return error_type == "string_type"
+    value: Any = text
+    for _ in range(ints):
+        value = [value]
+    key = given[len(given) - 1 - ints]
+    try:
+        holder.model_validate({key: value})
+    except ValidationError as err:
+        return not any(e["loc"][:1] == (key,) for e in err.errors())
+    return True
+
+
+def _boolean_hint(model: type[BaseModel] | None, given: tuple[Any, ...], loc: tuple[Any, ...], truth: bool,
+                  word: str | None, error_type: str, rule: str, fix: str, certain: bool = True) -> tuple[str, str]:
+    """The rule and fix of a key that does not take a boolean but got one from an unquoted YAML
+    word: the word as written (when the stack file is known), and a quoted value the key takes
+    (the word itself, or another word of the same truth), else the error's own fix. `certain`:
+    False for a top-level key's text `true`, which Pulumi hands alike for a quoted "true"."""
+    shown = str(truth).lower()
+    spelt = f"`{word}`" if word is not None else " or ".join(f"`{w}`" for w in _BOOLEAN_WORDS[truth])
+    rule += (f"; YAML read the unquoted {spelt} as the boolean {shown}" if certain else
+             f"; if the stack file has it unquoted, YAML read {spelt} as the boolean {shown}")
+    name = next((p for p in reversed(loc) if isinstance(p, str)), "the key")
+    candidates = [] if word is None else list(dict.fromkeys([word, word.lower()]))
+    candidates += [w for w in _BOOLEAN_WORDS[truth] if w not in candidates]
+    valid = next((c for c in candidates if _accepts(model, given, c, error_type)), None)
+    if valid is None:
+        return rule, fix  # no quoting makes a value this key takes: its own fix stands
+    depth = _list_depth(given)
+    quoted = "[" * depth + f'"{valid}"' + "]" * depth  # an item of a list: `extraArgs: ["yes"]`
+    if word is None or valid == word:
+        return rule, f"quote it: `{name}: {quoted}`"
+    return rule, f'write `{name}: {quoted}`, quoted (`"{word}"` is not one of its values either)'
 
 
 def parse_spec(model: type[_Spec], values: dict[str, Any], prefix: str) -> _Spec:
@@ -828,12 +1001,13 @@ def spec_from_args(model: type[_Spec], args: Mapping[str, Any], prefix: str) -> 
     return parse_spec(model, values, prefix)
 
 
-def parse_config(values: dict[str, Any]) -> StackConfig:
-    """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix)."""
+def parse_config(values: dict[str, Any], plain_words: Mapping[tuple[Any, ...], str] | None = None) -> StackConfig:
+    """Build the StackConfig from `{field: value}` (keys without the `warmstart:` prefix);
+    `plain_words`: how the stack file wrote each unquoted boolean or number (`StackFileConfig`)."""
     try:
         return StackConfig.model_validate(values)
     except ValidationError as err:
-        raise _from_validation_error(err, model=StackConfig) from None
+        raise _from_validation_error(err, model=StackConfig, plain_words=plain_words) from None
 
 
 def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
@@ -857,7 +1031,7 @@ def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
 
 def from_pulumi_config(config: dict[str, str]) -> StackConfig:
     """An environment stack's config from Pulumi's flat config map (see `_config_values`)."""
-    return parse_config(_config_values(config))
+    return parse_config(_config_values(config), getattr(config, "plain_words", None))
 
 
 PLATFORM_KEY = f"{NAMESPACE}:platform"
@@ -873,7 +1047,7 @@ def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
     try:
         return ModelStackConfig.model_validate(_config_values(config))
     except ValidationError as err:
-        raise _from_validation_error(err, model=ModelStackConfig) from None
+        raise _from_validation_error(err, model=ModelStackConfig, plain_words=getattr(config, "plain_words", None)) from None
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:
@@ -885,6 +1059,14 @@ def stack_names(stacks_dir: Path) -> list[str]:
     return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in stacks_dir.glob("Pulumi.*.yaml"))
 
 
+class StackFileConfig(dict):
+    """A stack file's config as `read_stack_file` reads it (`{ns:key: json-or-string}`), and how
+    each unquoted YAML boolean or number in it was written (`plain_words`, by key path), for the
+    hint of an error on a key that takes neither."""
+
+    plain_words: dict[tuple[Any, ...], str] = {}
+
+
 def read_stack_file(path: Path) -> dict[str, str]:
     """A stack file's config as Pulumi hands it to a program: `{ns:key: json-or-string}`."""
     if not path.is_file():
@@ -894,13 +1076,125 @@ def read_stack_file(path: Path) -> dict[str, str]:
             "stack", f"no stack {stack!r} in {path.parent.name}/",
             (f"use one of: {', '.join(known)}" if known else "create one")
             + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
+    shown = f"{path.parent.name}/{path.name}"
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc, words = _load_stack_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(shown, f"not UTF-8 text (byte {err.start} is {err.object[err.start:err.start + 1]!r})",
+                          "save the file as UTF-8") from None
+    except yaml.MarkedYAMLError as err:
+        raise ConfigError(shown, f"not valid YAML: {_yaml_problem(err)}", "fix the YAML syntax") from None
     except yaml.YAMLError as err:
-        raise ConfigError(str(path), f"not valid YAML ({err})", "fix the YAML syntax") from None
+        raise ConfigError(shown, f"not valid YAML: {' '.join(str(err).split())}", "fix the YAML syntax") from None
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(shown, f"the document is {_yaml_kind(doc)}, not a mapping",
+                          f"write the file as `config:` with `{NAMESPACE}:<key>: value` entries under it (see {REFERENCE})")
     config = doc.get("config") or {}
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: config", "must be a mapping of keys to values", f"see {REFERENCE}")
-    return {
-        k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in config.items()
-    }
+    out = StackFileConfig()
+    # `{warmstart:models: ...}` paths as a config key's error names them (`models`, 0, ...).
+    out.plain_words = {(p[1].partition(":")[2], *p[2:]): w for p, w in words.items()
+                      if len(p) > 1 and p[0] == "config" and str(p[1]).startswith(f"{NAMESPACE}:")}
+    for k, v in config.items():
+        if not isinstance(k, str):
+            raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
+                              f"write it as `{NAMESPACE}:<key>` (see {REFERENCE})")
+        try:
+            # A NaN or an infinity passes as JSON's NaN / Infinity: the models refuse them by the key.
+            out[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
+        except TypeError:
+            raise ConfigError(k, "holds a value of a YAML type a stack config cannot carry (a `!!binary` or "
+                              "`!!set`)", "write it as text, a number, true/false, a list or a mapping") from None
+        except ValueError:  # json's "Circular reference detected"
+            raise ConfigError(k, "holds itself (a YAML alias inside the anchor it names)",
+                              "write the value out instead of the alias") from None
+    return out
+
+
+class _StackFileLoader(yaml.SafeLoader):
+    """PyYAML's safe loader as warmstart reads a stack file (`load_stack_yaml`)."""
+
+
+def _timestamp_as_text(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> str:
+    # No stack key takes a YAML timestamp: `capacityBlock.endsAt: 2027-03-01T11:30:00Z` written
+    # unquoted, as the reference shows it, is the ISO 8601 text the key parses (and a date-only
+    # one is refused there for its missing time zone), as a Pulumi program receives it.
+    # https://yaml.org/type/timestamp.html
+    return loader.construct_scalar(node)
+
+
+_StackFileLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_text)
+
+
+def _yaml_kind(value: object) -> str:
+    return {list: "a list", str: "a string", bool: "a boolean", int: "a number", float: "a number"}.get(
+        type(value), f"a {type(value).__name__}")
+
+
+def _yaml_problem(err: yaml.MarkedYAMLError) -> str:
+    """PyYAML's error in one line: the problem and where (PyYAML's own text spans several
+    lines, with a quote of the file)."""
+    mark = err.problem_mark or err.context_mark
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    what = " ".join(part for part in (err.context, err.problem) if part)
+    return f"{what}{where}"
+
+
+def _yaml_path(path: tuple[Any, ...]) -> str:
+    """A node's path as the stack key it is (`warmstart:models[0].name`), or from the document's
+    top for a key outside `config`."""
+    if len(path) > 1 and path[0] == "config":
+        head, rest = str(path[1]), path[2:]
+        return head + (("." if rest and not isinstance(rest[0], int) else "") + _key_path(rest) if rest else "")
+    return _key_path(path) or "the document"
+
+
+_PLAIN_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], words: dict[tuple[Any, ...], str]) -> None:
+    """A key given twice in one mapping is an error: YAML requires unique keys
+    (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one. Records
+    in `words` how each unquoted boolean or number was written (`yes`, `1.30`, ...), by its path."""
+    if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.ScalarNode) and node.tag in _PLAIN_TAGS:
+        words[path] = node.value
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, str] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                _check_nodes(value_node, path, seen_nodes, words)
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            where = f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}"
+            if key is not None and key in lines:
+                raise ConfigError(_yaml_path((*path, key)),
+                                  f"duplicate key, given twice in one mapping (at {lines[key]} and {where}), "
+                                  "of which YAML would silently keep only the last", "remove one of the two")
+            if key is not None:
+                lines[key] = where
+            _check_nodes(value_node, (*path, key if key is not None else "?"), seen_nodes, words)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_nodes(item, (*path, i), seen_nodes, words)
+
+
+def _load_stack_yaml(text: str) -> tuple[Any, dict[tuple[Any, ...], str]]:
+    """A stack file's one YAML document, read as PyYAML's safe loader reads it except that a key
+    given twice is a ConfigError and a timestamp stays its text; and how each unquoted boolean or
+    number was written, by its path. Raises yaml.YAMLError for a file that is not YAML."""
+    loader = _StackFileLoader(text)
+    words: dict[tuple[Any, ...], str] = {}
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, words
+        _check_nodes(node, (), set(), words)
+        return loader.construct_document(node), words
+    finally:
+        loader.dispose()

@@ -303,6 +303,20 @@ def capacity_lines(stack_plan: AnyPlan) -> list[str]:
             else:
                 lines.append(f"capacity block {p.name}: no capacityBlock.endsAt given; EC2 terminates its instances 30 "
                              f"minutes before the block ends and the engine drains them first; {then}")
+        if cap.reserved_nodes is not None and p.instances:
+            # Reserved capacity is billed whether used or not (an ODCR at the On-Demand rate,
+            # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-reservations.html; a
+            # Capacity Block up front), and the pool's GPU limit caps the nodes it can use.
+            per_node = min(i.gpu_count for i in p.instances)
+            usable = p.max_gpus // per_node
+            if cap.reserved_nodes > usable:
+                idle = cap.reserved_nodes - usable
+                cost = (f" (${idle * p.hourly_price_usd:,.2f}/h at hourlyPriceUsd)" if p.hourly_price_usd is not None
+                        else "")
+                lines.append(f"note: pool {p.name}: capacity.reservedNodes {cap.reserved_nodes} is more than the "
+                             f"{usable} node(s) its GPU limit lets it run (maxGpus {p.max_gpus} / {per_node} GPU(s) per "
+                             f"node), so {idle} reserved node(s) are billed and never used{cost}; fix: raise "
+                             f"gpuPools[].maxGpus to {cap.reserved_nodes * per_node}, or reserve fewer nodes")
         for rid in cap.placeholder_ids:
             lines.append(f"note: pool {p.name} selects the placeholder reservation {rid}: replace it with your "
                          "reservation's id (the preflight names it until then)")

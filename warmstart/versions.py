@@ -109,7 +109,7 @@ STANDARD, EXTENDED, END_OF_SUPPORT, UNKNOWN = "standard", "extended", "end-of-su
 
 def _minor(version: str) -> tuple[int, int] | None:
     parts = version.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+    if len(parts) < 2 or not all(p.isascii() and p.isdigit() for p in parts[:2]):
         return None
     return int(parts[0]), int(parts[1])
 

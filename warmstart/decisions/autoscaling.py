@@ -407,7 +407,7 @@ AMP_QUERY_ACTIONS = ("aps:GetLabels", "aps:GetMetricMetadata", "aps:GetSeries", 
 def keda_query_policy(workspace_arn: str) -> dict:
     """What the KEDA operator may do: query the one workspace, nothing else (no write, no
     other workspace, no wildcard resource)."""
-    if not re.fullmatch(r"arn:aws[a-z-]*:aps:[a-z0-9-]+:\d{12}:workspace/[\w-]+", workspace_arn):
+    if not re.fullmatch(r"arn:aws[a-z-]*:aps:[a-z0-9-]+:[0-9]{12}:workspace/[A-Za-z0-9_-]+", workspace_arn):
         raise ValueError(f"{workspace_arn!r} is not an AMP workspace ARN")
     return {"Version": "2012-10-17", "Statement": [{
         "Sid": "QueryOneWorkspace", "Effect": "Allow", "Action": list(AMP_QUERY_ACTIONS), "Resource": workspace_arn}]}

@@ -18,9 +18,9 @@ _BUCKET_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
 _BUCKET_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
 
 # IAM quotas (IAM User Guide, "IAM object quotas"): role names up to 64 characters of
-# [\w+=,.@-].
+# ASCII letters and digits and _+=,.@- (`\w` would admit any Unicode letter or digit).
 ROLE_NAME_MAX = 64
-_ROLE_CHARS = re.compile(r"^[\w+=,.@-]+$")
+_ROLE_CHARS = re.compile(r"^[A-Za-z0-9_+=,.@-]+$")
 
 # EKS cluster names: up to 100 characters, starting with a letter or digit.
 CLUSTER_NAME_MAX = 100

@@ -14,7 +14,7 @@ from . import cluster as plan_cluster
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
 from ..decisions import image_cache, naming
 from ..decisions import network as network_rules
-from ..errors import ConfigError, Problems
+from ..errors import ConfigError, Problems, listing
 from .model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
 
 __all__ = ["MANAGED_FLAGS", "ModelPlan", "StackPlan", "plan_in_pool", "plan_model", "plan_stack", "plan_stack_model"]
@@ -63,12 +63,12 @@ def _pool_instance_type(key: str, m: ModelConfig, pool: GpuPool) -> str:
         if len(pool.instance_types) != 1:
             raise ConfigError(
                 f"{key}.instanceType", f"pool {pool.name!r} has several instance types "
-                f"({', '.join(pool.instance_types)}) and the model does not say which it runs on",
+                f"({listing(list(pool.instance_types))}) and the model does not say which it runs on",
                 "set instanceType to one of the pool's types")
         return pool.instance_types[0]
     if m.instance_type not in pool.instance_types:
         raise ConfigError(f"{key}.instanceType", f"not one of pool {pool.name!r}'s "
-                          f"instanceTypes ({', '.join(pool.instance_types)})",
+                          f"instanceTypes ({listing(list(pool.instance_types))})",
                           "add it to the pool or pick one of its types", m.instance_type)
     return m.instance_type
 
