@@ -28,7 +28,7 @@ from warmstart.plan.platform import Contract, check_platform_runs, plan_on_platf
 from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole
 from .model_entry import ModelEntryArgs, model_config
-from .platform import PlatformArgs, contract
+from .platform import PlatformArgs, checked, contract
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
 
@@ -79,7 +79,8 @@ class ServedModel(pulumi.ComponentResource):
         of the stack's own earlier layout, kept by alias)."""
         super().__init__("warmstart:index:ServedModel", name, None, opts)
         opts = opts or pulumi.ResourceOptions()
-        p = contract(args["platform"])
+        platform = checked(args["platform"])
+        p = contract(platform)
         self.config: ModelConfig = model_config(args["model"], KEY)
         # Every decision is made here, from the model entry and the platform alone.
         self.plan: ModelPlan = plan_on_platform(self.config, p, KEY)
@@ -99,7 +100,7 @@ class ServedModel(pulumi.ComponentResource):
         after = list(opts.depends_on or [])  # type: ignore[arg-type]
         # A platform given by its kubeconfig gets a provider of this model's own; else the
         # Kubernetes provider of the resource options (the warmstart stack's cluster's).
-        kubeconfig = args["platform"].get("kubeconfig")
+        kubeconfig = platform.get("kubeconfig")
         kube: dict[str, Any] = {"provider": k8s.Provider(
             f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))} if kubeconfig is not None else {}
         wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,

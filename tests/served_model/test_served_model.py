@@ -72,7 +72,7 @@ def test_a_platform_that_ships_the_scripts_is_not_shipped_them_again():
     ({"model": MODEL | {"weights_gib": -1}}, "ServedModelArgs.model.weightsGib", ""),
     ({"model": MODEL | {"autoscaling": {"max_replicas": 3}}}, "ServedModelArgs.model.autoscaling", "runs no KEDA"),
     ({"model": MODEL | {"node_cache": "on"}}, "ServedModelArgs.model.nodeCache", "node-feature-discovery"),
-    ({"platform": {k: v for k, v in PLATFORM.items() if k != "pools"}}, "ServedModelArgs.platform", "pools"),
+    ({"platform": {k: v for k, v in PLATFORM.items() if k != "pools"}}, "ServedModelArgs.platform.pools", "required"),
 ])
 def test_bad_args_are_named_by_their_key(change, key, words):
     args = {"model": MODEL, "platform": PLATFORM} | change
