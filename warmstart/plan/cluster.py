@@ -252,20 +252,13 @@ def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequenc
             reserved_nodes=c.reserved_nodes,
             spot_hourly_price_usd=c.spot_hourly_price_usd,
         )
-    if "spot" in cap.types:
-        # A spot node can be reclaimed with two minutes' warning. Every model keeps a PDB
-        # (maxUnavailable 1, manifests/serving.py) and each mode drains the node on the warning
-        # (Karpenter through the stack's interruption queue, Auto Mode on its own), so a model
-        # survives it only with another replica serving meanwhile.
-        single = [m for m in models if m.fewest_replicas < capacity.MIN_SPOT_REPLICAS]
-        for m in single:
+    for m in models:
+        # The rule of every model on a spot pool (inline, model stack, ServedModel).
+        problem = capacity.spot_replicas_problem(pool.name, cap.types, m.name, m.fewest_replicas)
+        if problem:
             where = model_keys.get(m.name)
-            errors.add(types_key, f"pool {pool.name!r} may run on spot, but model {m.name!r} runs "
-                       f"{m.fewest_replicas} replica(s) at its fewest: a spot interruption would take it offline "
-                       "until a new node has loaded it",
-                       f"give {where or 'the model'} replicas >= {capacity.MIN_SPOT_REPLICAS} (or "
-                       f"autoscaling.minReplicas >= {capacity.MIN_SPOT_REPLICAS}), move it to a pool without spot, "
-                       "or remove spot from the pool", list(cap.types))
+            errors.add(types_key, problem, capacity.SPOT_REPLICAS_FIX.format(model=where or "the model"),
+                       list(cap.types))
     return cap
 
 

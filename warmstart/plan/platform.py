@@ -267,11 +267,12 @@ class ModelStackPlan:
                 "region": self.contract.region, "models": [self.model.summary()]}
 
 
-def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
+def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = "") -> ModelPlan:
     """A model on a platform, by the rules every model has (those of an inline model): its pool
     and instance type, the platform's defaults, its image through the platform's image cache,
-    a relative source in the platform's model bucket. What only a model added to a platform
-    can break (a duplicate, a pool's GPU room) is `plan_model_stack`'s."""
+    a relative source in the platform's model bucket, enough replicas for a pool that may run
+    on spot. What only a model added to a platform can break (a duplicate, a pool's GPU room)
+    is `plan_model_stack`'s. `who` begins each message (`model stack 'x': `)."""
     pools = {p.name: p for p in contract.pools}
     facts_ = pools.get(m.pool)
     if facts_ is None:
@@ -285,8 +286,15 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
     if contract.image_cache_account:
         m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
                                                                     contract.region)})
-    return plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
+    plan = plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
                         cluster_mode=contract.cluster_mode)
+    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
+    problem = capacity.spot_replicas_problem(facts_.name, facts_.capacity_types, plan.name, fewest)
+    if problem:
+        raise ConfigError(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
+                          f"{who}{problem} (platform {contract.stack!r})",
+                          capacity.SPOT_REPLICAS_FIX.format(model="the model") + " (the platform's)", fewest)
+    return plan
 
 
 def check_platform_runs(plan: ModelPlan, contract: Contract, key: str) -> None:
@@ -325,7 +333,8 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"stacks/Pulumi.{platform}.yaml", m.pool)
     problems.raise_if_any()
     assert facts_ is not None
-    plan = plan_on_platform(m, contract, key)
+    # The rules of every model on a platform (a spot pool's replicas among them).
+    plan = plan_on_platform(m, contract, key, who=f"model stack {stack!r}: ")
     pool = facts_
     # The pool's GPU limit is the platform's: what its inline models leave must hold this model
     # at its ceiling plus a surge pod (other model stacks on the pool are not known here).
@@ -339,13 +348,6 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"inline models take {facts_.inline_gpus}, leaving {room}",
                      f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
                      f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
-    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
-    if "spot" in facts_.capacity_types and fewest < capacity.MIN_SPOT_REPLICAS:
-        # The rule of an inline model on a spot pool (plan_cluster.plan_capacity).
-        problems.add(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
-                     f"model stack {stack!r}: pool {pool.name!r} of platform stack {platform!r} may run on spot, but "
-                     f"{m.name} runs {fewest} replica(s) at its fewest: a spot interruption would take it offline",
-                     f"run >= {capacity.MIN_SPOT_REPLICAS} replicas, or use a pool without spot", fewest)
     if plan.autoscaling is not None and contract.monitoring is None:
         problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
                      f"{platform!r} runs no KEDA or metrics collection",
