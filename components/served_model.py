@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from warmstart import versions
 from warmstart.config import ModelConfig
 from warmstart.decisions import image_cache
+from warmstart.decisions import network as network_rules
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
@@ -172,9 +173,14 @@ class ServedModel(pulumi.ComponentResource):
             # the VPC's subnets, a Prometheus of your own is named by its pods.
             metrics_cidrs=vpc if p.managed_scraper else None,
             metrics_scrapers=_scrapers(p),
-            # Pods reach the API at the `kubernetes` ClusterIP (judged before DNAT), its endpoints are
-            # ENIs in the VPC (warmstart/decisions/network.py).
-            api_server_cidrs=[p.service_cidr, *vpc],
+            # Pods reach the API at the `kubernetes` ClusterIP only (kube-client's in-cluster config
+            # dials KUBERNETES_SERVICE_HOST). The AWS network policy agent judges egress on the
+            # address the pod sent to, before kube-proxy's DNAT
+            # (https://github.com/aws/aws-network-policy-agent/blob/main/pkg/ebpf/c/tc.v4egress.bpf.c,
+            # `handle_egress`), and lets the replies of a flow it allowed back in by its conntrack
+            # entry (`aws_conntrack_map`, tc.v4ingress.bpf.c), so that one /32 suffices: no VPC
+            # block, no other ClusterIP.
+            api_server_cidrs=[f"{network_rules.kubernetes_service_ip(p.service_cidr)}/32"],
             expose=m.routing.internal_load_balancer, ready_timeout_seconds=wait,
             image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
             if p.image_cache_account else None,

@@ -64,6 +64,10 @@ class ClusterPlan:
     """karpenter mode only."""
     nvme_check: str
     pools: tuple[PoolPlan, ...]
+    endpoint_public_access: bool = True
+    """The API server's public endpoint is on (the private one always is)."""
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """Who may reach the public endpoint (empty when it is off)."""
 
     @property
     def nvme_mount(self) -> str:
@@ -76,6 +80,7 @@ class ClusterPlan:
             "kubernetesVersion": self.kubernetes_version,
             "systemNodes": self.system_node_group.size if self.system_node_group else None,
             "nvmeCheck": self.nvme_check,
+            "endpointPublicAccess": self.endpoint_public_access,
             "pools": [p.summary() for p in self.pools],
         }
 
@@ -311,6 +316,10 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
             errors.add(f"{key}.systemNodeGroup.instanceTypes", "GPU instance types in the system node "
                        "group would idle their GPUs", "use a general-purpose type such as m7i.large", gpu_types)
     check_access_principals(c, key, errors)
+    if not c.endpoint_public_access and "public_access_cidrs" in c.model_fields_set:
+        errors.add(f"{key}.publicAccessCidrs", "limits who reaches the public endpoint, but endpointPublicAccess is "
+                   "false: there is no public endpoint", "remove publicAccessCidrs, or set endpointPublicAccess: true",
+                   list(c.public_access_cidrs))
     planned = []
     for i, (pool, models) in enumerate(pools):
         with errors.collect():
@@ -329,6 +338,8 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         system_node_group=system,
         nvme_check=c.nvme_check,
         pools=tuple(planned),
+        endpoint_public_access=c.endpoint_public_access,
+        public_access_cidrs=tuple(c.public_access_cidrs) if c.endpoint_public_access else (),
     )
 
 
