@@ -107,8 +107,17 @@ class ServedModel(pulumi.ComponentResource):
         wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,
                      region=p.region, namespace=p.namespace, source=m.source)
         bucket = p.compile_cache_bucket if m.compile_cache else None
+        # Before the components, every model's role was a child of the stack's one ModelRoles
+        # component (`<prefix>-identity`): the role and its policy alias that old parent.
+        legacy_roles = None
+        if parent is not None and legacy_types and "identity" in legacy_types:
+            def old_roles(urn: str, layer: str = legacy_types["identity"]) -> str:
+                head, project, qualified, _ = urn.split("::")
+                return f"{head}::{project}::{qualified}${layer}::{prefix}-identity"
+            legacy_roles = parent.urn.apply(old_roles)
         self.role = ModelRole(f"{prefix}-identity-{m.name}", _args(
-            model_name=m.name, compile_cache_bucket=bucket, **wired), opts=child("identity"))
+            model_name=m.name, compile_cache_bucket=bucket, **wired), opts=child("identity"),
+            legacy_parent=legacy_roles)
         imp = m.weights_import
         # A model with `import` also gets the role of its import Job: write its own prefix only.
         self.import_role = ModelImportRole(f"{prefix}-import-{m.name}", _args(
