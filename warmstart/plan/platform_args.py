@@ -263,6 +263,15 @@ def _both_spellings(values: Any, model: type[BaseModel], path: str) -> list[Conf
     return out
 
 
+def _python_names(fix: str) -> str:
+    """A fix that names keys in the schema's camelCase (`clusterName`) also names their Python
+    spelling, as a Python caller writes them."""
+    def both(m: re.Match[str]) -> str:
+        snake = re.sub(r"(?<!^)([A-Z])", lambda c: "_" + c.group(1).lower(), m.group(1))
+        return m.group(0) if snake == m.group(1) else f"`{m.group(1)}` (`{snake}` in Python)"
+    return re.sub(r"`([a-z][A-Za-z0-9]*)`", both, fix)
+
+
 def check(args: Any, key: str, version: int) -> PlatformArgsSpec:
     """`args` (a PlatformArgs: snake_case or camelCase keys, enum members or values, whole
     numbers as floats) validated, or ConfigErrors keyed `<key>.<camelCaseKey>`. `version` is the
@@ -280,7 +289,8 @@ def check(args: Any, key: str, version: int) -> PlatformArgsSpec:
         spec = PlatformArgsSpec.model_validate(values, strict=True)
     except ValidationError as err:
         # The keys are PlatformArgs', described in the components' reference, not a stack file's.
-        raise ConfigErrors([ConfigError(e.key, e.rule, e.fix.replace(REFERENCE, ARGS_REFERENCE), e.value)
+        raise ConfigErrors([ConfigError(e.key, e.rule, _python_names(e.fix.replace(REFERENCE, ARGS_REFERENCE)),
+                                        e.value)
                             for e in _from_validation_error(err, f"{key}.", PlatformArgsSpec).errors]) from None
     if spec.contract_version is not None and spec.contract_version != version:
         raise ConfigError(f"{key}.contractVersion", f"is a version-{spec.contract_version} platform document; "
