@@ -293,7 +293,7 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = ""
     if problem:
         raise ConfigError(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
                           f"{who}{problem} (platform {contract.stack!r})",
-                          capacity.SPOT_REPLICAS_FIX.format(model="the model") + " (the platform's)", fewest)
+                          capacity.SPOT_REPLICAS_FIX.format(model="it"), fewest)
     return plan
 
 
