@@ -169,6 +169,11 @@ class ClusterArgs(TypedDict):
     stack does) when NetworkPolicies must name the API server's ClusterIP."""
     system_node_group: NotRequired[SystemNodeGroupArgs]
     """Karpenter mode: the system node group (ignored in Auto Mode)."""
+    endpoint_public_access: NotRequired[bool]
+    """The API server's public endpoint (default true, as EKS's); the private endpoint is always
+    on. false: private only, so the program deploying into the cluster must run inside the VPC."""
+    public_access_cidrs: NotRequired[list[str]]
+    """Public IPv4 blocks that may reach the public endpoint (default 0.0.0.0/0, as EKS's)."""
     tags: NotRequired[dict[str, str]]
     """Tags of the instances Karpenter launches (provider default tags do not reach them)."""
     image_cache_account: NotRequired[str]
@@ -240,8 +245,12 @@ class Cluster(pulumi.ComponentResource):
             vpc_id=args["vpc_id"],
             private_subnet_ids=private_subnet_ids,
             public_subnet_ids=args.get("public_subnet_ids", []),
+            # The private endpoint always (nodes and pods reach the API inside the VPC); the public
+            # one as the stack says, for the blocks it names
+            # (https://docs.aws.amazon.com/eks/latest/userguide/cluster-endpoint.html).
             endpoint_private_access=True,
-            endpoint_public_access=True,
+            endpoint_public_access=p.endpoint_public_access,
+            public_access_cidrs=list(p.public_access_cidrs) if p.endpoint_public_access else None,
             # Access entries only: no aws-auth ConfigMap to drift.
             authentication_mode=eks.AuthenticationMode.API,
             create_oidc_provider=True,

@@ -58,9 +58,18 @@ class ModelRole(pulumi.ComponentResource):
     role_name: pulumi.Output[str]
     """The role's name."""
 
-    def __init__(self, name: str, args: ModelRoleArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+    def __init__(self, name: str, args: ModelRoleArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
+                 legacy_parent: Optional[pulumi.Input[str]] = None) -> None:
+        """Python programs may name `legacy_parent`: the URN of the component that held the role
+        and its policy before (the warmstart stack's one `ModelRoles` of every model), so they
+        are adopted from there. The engine passes a parent's old URN on to its children only
+        when the parent itself was found by an alias (pulumi/pulumi
+        `pkg/resource/deploy/step_generator.go` `generateAliases`), and this component is one
+        per model where the old one held them all, so the children alias it themselves."""
         super().__init__("warmstart:index:ModelRole", name, None, opts)
         source, namespace = args["source"], args["namespace"]
+        children = pulumi.ResourceOptions(parent=self, aliases=[pulumi.Alias(parent=legacy_parent)]
+                                          if legacy_parent is not None else None)
         bucket, prefix = _source(source)
         cache_bucket = args.get("compile_cache_bucket")
         # Every decision is made here, from the Args alone, by the pure planner.
@@ -76,12 +85,12 @@ class ModelRole(pulumi.ComponentResource):
             description=f"warmstart: {namespace}/{a.service_account} reads its model weights"
                         + (" and its compile cache" if a.cache_prefix else ""),
             tags={"Name": a.role_name, "warmstart:model": a.model},
-            opts=pulumi.ResourceOptions(parent=self))
+            opts=children)
         policy = pulumi.Output.from_input(cache_bucket if cache_bucket is not None else "").apply(
             lambda cache: iam.to_json(iam.model_role_policy(
                 partition, bucket, a.model_prefix, cache or None, a.cache_prefix)))
         attached = aws.iam.RolePolicy(f"{name}-s3", role=role.name, name=ROLE_POLICY_NAME, policy=policy,
-                                      opts=pulumi.ResourceOptions(parent=self))
+                                      opts=children)
         # The ARN resolves only once the policy is attached, so the ServiceAccount (and the pods
         # admitted with it) never assume a role that cannot read the weights yet.
         self.role_arn = pulumi.Output.all(role.arn, attached.id).apply(lambda v: v[0])

@@ -169,7 +169,7 @@ class ServingPlatform(pulumi.ComponentResource):
         # Every child waits for what the platform waits for (the cluster's nodes and pools).
         child = pulumi.ResourceOptions(parent=self, aliases=legacy,
                                        depends_on=list(opts.depends_on or []) if opts is not None else [])  # type: ignore[arg-type]
-        given = args["platform"]
+        given = checked(args["platform"], "ServingPlatformArgs.platform")
         mode = mode_value(given["cluster_mode"])
         ns = given["namespace"]
         namespace = k8s.core.v1.Namespace(
@@ -215,17 +215,17 @@ class ServingPlatform(pulumi.ComponentResource):
         self.register_outputs({"platform": self.platform})
 
 
-def contract(args: PlatformArgs) -> facts.Contract:
-    """The checked, plan-time view of a `PlatformArgs` (ConfigError keyed `PlatformArgs` when a
-    fact is missing or malformed)."""
-    from warmstart.errors import ConfigError
+def contract(args: PlatformArgs, key: str = facts.ARGS_KEY) -> facts.Contract:
+    """The checked, plan-time view of a `PlatformArgs`, validated as strictly as a stack file
+    (warmstart/plan/platform_args.py): ConfigErrors keyed `<key>.<camelCaseKey>`."""
+    return facts.from_args(args, key)
 
-    try:
-        return facts.from_args(args)  # type: ignore[arg-type]
-    except (KeyError, TypeError, ValueError) as err:
-        raise ConfigError("ServedModelArgs.platform", f"is not a complete PlatformArgs ({type(err).__name__}: {err})",
-                          "give every required PlatformArgs key (components/README.md#platformargs)") from None
+
+def checked(args: PlatformArgs, key: str = facts.ARGS_KEY) -> PlatformArgs:
+    """A `PlatformArgs` validated (as `contract`), with snake_case keys whichever spelling it
+    was given in; wired values (Outputs) as given."""
+    return facts.checked_args(args, key)  # type: ignore[return-value]
 
 
 __all__ = ["PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "ServingPlatform",
-           "ServingPlatformArgs", "contract"]
+           "ServingPlatformArgs", "checked", "contract"]

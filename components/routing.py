@@ -77,8 +77,8 @@ class ModelRouterArgs(TypedDict):
     scraper (vLLM serves /metrics on its serving port)."""
     api_server_cidrs: NotRequired[list[str]]
     """Where the routers reach the Kubernetes API, for their egress policy (default any address).
-    Tighter: the cluster's Service CIDR (pods call the `kubernetes` Service's ClusterIP, which the
-    AWS network policy agent judges before DNAT) plus the VPC CIDRs (its endpoint ENIs)."""
+    Tighter: the `kubernetes` Service's ClusterIP as a /32 (the first address of the Service range,
+    e.g. 172.20.0.1/32), which pods call and the AWS network policy agent judges before DNAT."""
     expose: NotRequired[bool]
     """Also put an internal Network Load Balancer in front of the routers (default false). Auto
     Mode provisions it itself; in karpenter mode the cluster's cloud provider does, with the

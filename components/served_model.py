@@ -19,6 +19,7 @@ import pulumi_kubernetes as k8s
 from warmstart import versions
 from warmstart.config import ModelConfig
 from warmstart.decisions import image_cache
+from warmstart.decisions import network as network_rules
 from warmstart.errors import rekeyed
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
@@ -29,7 +30,7 @@ from warmstart.plan.platform import Contract, check_platform_runs, plan_on_platf
 from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole
 from .model_entry import ModelEntryArgs, model_config
-from .platform import PlatformArgs, contract
+from .platform import PlatformArgs, checked, contract
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
 
@@ -84,7 +85,8 @@ class ServedModel(pulumi.ComponentResource):
         of the stack's own earlier layout, kept by alias)."""
         super().__init__("warmstart:index:ServedModel", name, None, opts)
         opts = opts or pulumi.ResourceOptions()
-        p = contract(args["platform"])
+        platform = checked(args["platform"])
+        p = contract(platform)
         self.config: ModelConfig = model_config(args["model"], KEY)
         # Every decision is made here, from the model entry and the platform alone.
         self.plan: ModelPlan = plan_on_platform(self.config, p, KEY)
@@ -104,14 +106,23 @@ class ServedModel(pulumi.ComponentResource):
         after = list(opts.depends_on or [])  # type: ignore[arg-type]
         # A platform given by its kubeconfig gets a provider of this model's own; else the
         # Kubernetes provider of the resource options (the warmstart stack's cluster's).
-        kubeconfig = args["platform"].get("kubeconfig")
+        kubeconfig = platform.get("kubeconfig")
         kube: dict[str, Any] = {"provider": k8s.Provider(
             f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))} if kubeconfig is not None else {}
         wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,
                      region=p.region, namespace=p.namespace, source=m.source)
         bucket = p.compile_cache_bucket if m.compile_cache else None
+        # Before the components, every model's role was a child of the stack's one ModelRoles
+        # component (`<prefix>-identity`): the role and its policy alias that old parent.
+        legacy_roles = None
+        if parent is not None and legacy_types and "identity" in legacy_types:
+            def old_roles(urn: str, layer: str = legacy_types["identity"]) -> str:
+                head, project, qualified, _ = urn.split("::")
+                return f"{head}::{project}::{qualified}${layer}::{prefix}-identity"
+            legacy_roles = parent.urn.apply(old_roles)
         self.role = ModelRole(f"{prefix}-identity-{m.name}", _args(
-            model_name=m.name, compile_cache_bucket=bucket, **wired), opts=child("identity"))
+            model_name=m.name, compile_cache_bucket=bucket, **wired), opts=child("identity"),
+            legacy_parent=legacy_roles)
         imp = m.weights_import
         # A model with `import` also gets the role of its import Job: write its own prefix only.
         self.import_role = ModelImportRole(f"{prefix}-import-{m.name}", _args(
@@ -178,9 +189,14 @@ class ServedModel(pulumi.ComponentResource):
             # the VPC's subnets, a Prometheus of your own is named by its pods.
             metrics_cidrs=vpc if p.managed_scraper else None,
             metrics_scrapers=_scrapers(p),
-            # Pods reach the API at the `kubernetes` ClusterIP (judged before DNAT), its endpoints are
-            # ENIs in the VPC (warmstart/decisions/network.py).
-            api_server_cidrs=[p.service_cidr, *vpc],
+            # Pods reach the API at the `kubernetes` ClusterIP only (kube-client's in-cluster config
+            # dials KUBERNETES_SERVICE_HOST). The AWS network policy agent judges egress on the
+            # address the pod sent to, before kube-proxy's DNAT
+            # (https://github.com/aws/aws-network-policy-agent/blob/main/pkg/ebpf/c/tc.v4egress.bpf.c,
+            # `handle_egress`), and lets the replies of a flow it allowed back in by its conntrack
+            # entry (`aws_conntrack_map`, tc.v4ingress.bpf.c), so that one /32 suffices: no VPC
+            # block, no other ClusterIP.
+            api_server_cidrs=[f"{network_rules.kubernetes_service_ip(p.service_cidr)}/32"],
             expose=m.routing.internal_load_balancer, ready_timeout_seconds=wait,
             image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
             if p.image_cache_account else None,

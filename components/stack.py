@@ -172,7 +172,8 @@ class WarmstartStack(pulumi.ComponentResource):
             vpc_id=self.network.vpc_id, private_subnet_ids=self.network.private_subnet_ids,
             public_subnet_ids=self.network.public_subnet_ids, gpu_pools=pools, name_prefix=plan.name_prefix,
             kubernetes_version=cfg.kubernetes_version, admins=c.admins, viewers=c.viewers, log_types=c.log_types,
-            log_retention_days=c.log_retention_days,
+            log_retention_days=c.log_retention_days, endpoint_public_access=c.endpoint_public_access,
+            public_access_cidrs=list(c.public_access_cidrs) if c.endpoint_public_access else None,
             # The size the plan derived from what runs there (plan_cluster.plan_system_group).
             system_node_group=_args(instance_types=list(plan.cluster.system_node_group.instance_types),
                                     size=plan.cluster.system_node_group.size)

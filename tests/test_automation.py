@@ -585,3 +585,23 @@ def test_workflow_runs_the_readme_tests_and_the_engine_commands():
                 assert order.index(c["warmstart:platform"]) < order.index(s), f"{job}: {s} after its platform"
     assert "environment" in doc["jobs"]["up"], "up runs in a GitHub environment (approvals for prod)"
     assert "PULUMI_CONFIG_PASSPHRASE: ${{ secrets." in text, "the passphrase only ever comes from a secret"
+
+
+def test_a_private_only_cluster_says_preview_and_up_must_run_inside_the_vpc(engine, monkeypatch, tmp_path, capsys):
+    """cluster.endpointPublicAccess: false renders (the private endpoint only) and the engine
+    commands say where they must run before they start; a public cluster says nothing."""
+    doc = load_stack_doc("dev")
+    doc["config"]["warmstart:cluster"] = dict(doc["config"].get("warmstart:cluster") or {}) | {
+        "endpointPublicAccess": False}
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks" / "Pulumi.dev.yaml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "stacks" / "Pulumi.public.yaml").write_text(yaml.safe_dump(load_stack_doc("dev")))
+    monkeypatch.chdir(tmp_path)
+    engine(FakeStack())
+    for op in ("preview", "up"):
+        assert cli.main([op, "--stack", "dev"]) == cli.EXIT_OK
+        err = capsys.readouterr().err
+        assert "no public API endpoint" in err and "inside the VPC" in err and f"`warmstart {op}`" in err, err
+    assert cli.main(["preview", "--stack", "public"]) == cli.EXIT_OK
+    assert "no public API endpoint" not in capsys.readouterr().err

@@ -65,6 +65,21 @@ def test_every_router_may_call_the_kubernetes_service_clusterip(stack):
         assert _allows_https_to(policy, api), f"{policy['metadata']['name']}: no egress to {api}:443"
 
 
+@pytest.mark.parametrize("stack", ["prod", "staging-llama-3-1-8b"])
+def test_a_routers_only_443_peer_is_the_kubernetes_clusterip(stack):
+    """The AWS agent judges the pre-DNAT address and lets replies back by conntrack, so the
+    `kubernetes` ClusterIP's /32 is all the API needs: before, every VPC block and the whole
+    Service range were open on 443."""
+    r = render_stack(stack)
+    platform = render_stack("staging") if stack.startswith("staging-") else r
+    api = network.kubernetes_service_ip(_service_cidr(platform))
+    for policy in _router_policies(r):
+        https = [rule for rule in policy["spec"]["egress"] if any(p.get("port") == 443 for p in rule["ports"])]
+        assert [rule["to"] for rule in https] == [[{"ipBlock": {"cidr": f"{api}/32"}}]], policy["metadata"]["name"]
+        assert not _allows_https_to(policy, "10.0.0.5")  # the API's ENI, dialled directly
+        assert not _allows_https_to(policy, str(ipaddress.ip_address(api) + 1))  # another ClusterIP
+
+
 def test_the_service_cidr_is_the_one_eks_would_pick_so_a_deployed_cluster_is_not_replaced():
     # A VPC in 10.0.0.0/8 gets 172.20.0.0/16 (EKS's default, now explicit); any other VPC 10.100.0.0/16.
     assert _service_cidr(render_stack("prod")) == "172.20.0.0/16"
@@ -103,7 +118,8 @@ def test_an_existing_vpc_outside_10_0_is_named_by_its_real_blocks(tmp_path, monk
     assert "10.0.0.0/16" not in cidrs
     assert blocks <= cidrs  # the collector's scrapes come from either block
     (router,) = _router_policies(r)
-    assert _allows_https_to(router, "10.100.0.1") and _allows_https_to(router, "100.64.0.9")
+    # The API at its ClusterIP; no VPC address on 443 (the agent judges before DNAT).
+    assert _allows_https_to(router, "10.100.0.1") and not _allows_https_to(router, "100.64.0.9")
     assert set(r.outputs["warmstartPlatform"]["vpcCidrs"]) == blocks
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, render_stack
+from tests.conftest import ALL_STACK_NAMES, STACKS_DIR, render_stack
 from tests.golden import RENDER, STATE
 from warmstart import render
 
@@ -36,10 +36,14 @@ def test_every_resource_of_existing_state_still_resolves(snapshot):
     ModelRole per model): a component owns nothing in the cloud, so that deletes nothing."""
     stack = snapshot.split("@")[0]
     old = [u for u in json.loads((STATE / f"urns-{snapshot}.json").read_text()) if f"::{ROOT_STACK}::" not in u]
-    resources = render_stack(stack).resources
+    # The upgrade run as the engine runs it: each resource adopts the first of its URN and its
+    # aliases the old state holds, and a child inherits only the old URN its parent adopted.
+    resources = render.run_program(STACKS_DIR, stack, olds=old).resources
     # A StackReference is read, not registered: the engine gives it no URN of its own here.
     assert all(r.urn for r in resources if r.typ != "pulumi:pulumi:StackReference")
-    resolves = {r.urn for r in resources} | {a for r in resources for a in r.aliases}
+    adopted = [r.old_urn for r in resources if r.old_urn]
+    assert len(adopted) == len(set(adopted)), "two resources adopt one old URN (the engine refuses it)"
+    resolves = {r.urn for r in resources} | set(adopted)
     lost = [u for u in old if u not in resolves and not _own_type(u).startswith("warmstart:")]
     assert not lost, f"{len(lost)} resources of existing state would be replaced: {lost[:5]}"
     dropped = sorted(_own_type(u) for u in old if u not in resolves)
@@ -56,3 +60,41 @@ def test_aliases_are_checked_at_all():
     resolves = {r.urn for r in resources} | {a for r in resources for a in r.aliases}
     assert "urn:pulumi:dev::warmstart::warmstart:index:Stack$warmstart:gone:Thing::x" not in resolves
     assert len({r.urn for r in resources}) == len(resources), "two resources share a URN"
+
+
+def test_a_child_inherits_only_the_old_urn_its_parent_was_found_by():
+    """The engine's rule (pulumi/pulumi pkg/resource/deploy/step_generator.go `generateAliases`):
+    a parent's aliases reach its children only through the one old URN the parent was matched
+    by. Multiplying every alias of the parent onto the child (the harness before) would let a
+    child "resolve" to a URN under the parent's other old name, which the engine never adopts."""
+    import pulumi
+
+    from warmstart import mocks
+
+    class Parent(pulumi.ComponentResource):
+        def __init__(self, name, opts=None):
+            super().__init__("test:index:Parent", name, None, opts)
+            self.child = pulumi.ComponentResource("test:index:Child", f"{name}-x", None,
+                                                  pulumi.ResourceOptions(parent=self))
+
+    def program():
+        Parent("new", pulumi.ResourceOptions(aliases=[pulumi.Alias(name="old-a"), pulumi.Alias(name="old-b")]))
+
+    urn = "urn:pulumi:s::p::test:index:Parent{}::{}"
+    old_parent, under_a, under_b = urn.format("", "old-a"), urn.format("$test:index:Child", "old-a-x"), \
+        urn.format("$test:index:Child", "old-b-x")
+
+    def child(olds):
+        rs = mocks.run(program, region="us-east-1", stack="s", project="p", olds=olds)
+        return next(r for r in rs if r.typ == "test:index:Child"), next(r for r in rs if r.typ == "test:index:Parent")
+
+    # The parent was found as old-a: the child follows it there, and only there.
+    c, p = child([old_parent, under_b])
+    assert p.old_urn == old_parent
+    assert c.aliases == (under_a,) and c.old_urn is None  # old-b-x is not adopted: the engine replaces it
+    c, _ = child([old_parent, under_a])
+    assert c.old_urn == under_a
+    # A first deployment: nothing matched, nothing inherited.
+    c, p = child([])
+    assert p.old_urn is None and c.aliases == ()
+

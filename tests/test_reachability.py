@@ -196,6 +196,25 @@ def test_router_api_egress_to_the_vpc_cidr_only_fails(stack, model):
     assert f"egress to {net.service_cidr.network_address + 1}:443/TCP" in v.why and v.must == "allow"
 
 
+@pytest.mark.parametrize(("stack", "model"), [("prod", "qwen-67b"), ("staging-llama-3-1-8b", "llama-3-1-8b")])
+def test_router_api_egress_to_the_vpc_and_the_whole_service_range_fails(stack, model):
+    """The router's API egress before it was the ClusterIP's /32: every VPC block and the whole
+    Service range on 443. The routers still reach the API, and also what they need not."""
+    net = _network(stack)
+
+    def edit(p):
+        if _selects(p, "router"):
+            _replace_egress(p, 443, {"to": [{"ipBlock": {"cidr": str(c)}} for c in (net.service_cidr, *net.vpc_cidrs)],
+                                     "ports": [tcp(443)]})
+    violations = _broken(stack, edit)
+    flow = "routers -> not-the-api (https)"
+    assert not [v for v in violations if v.flow == "routers -> api-server (https)"]
+    for destination in ("EKS API endpoint ENI, dialled directly", "another ClusterIP of the Service range",
+                        "a VPC client outside the cluster"):
+        v = _found(violations, stack, flow, f"inference/{model}-router", destination, "443/TCP")
+        assert v.must == "deny"
+
+
 def test_vllm_port_admitting_the_vpc_cidr_fails():
     cidr = str(_network("prod").vpc_cidrs[0])
 

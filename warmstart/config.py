@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
 from .decisions import instances, tuning
+from .decisions import network as network_rules
 from .errors import ConfigError, ConfigErrors, listing
 
 NAMESPACE = "warmstart"
@@ -629,6 +630,30 @@ class ClusterConfig(_Strict):
     """What the serving pod's start-up NVMe check does when the compile-cache path is not on
     the node's local NVMe: `warn` logs it and starts anyway (slower, on EBS); `fail` stops
     the pod with the reason, so it never silently runs from EBS."""
+    endpoint_public_access: bool = True
+    """The EKS API server's public endpoint (`endpointPublicAccess`, EKS's default true). The
+    private endpoint is always on, so nodes and pods reach the API inside the VPC. `false`:
+    private only, and `warmstart preview`/`up` (the Kubernetes objects) must run from inside the
+    VPC or a network routed to it (VPN, Direct Connect, a bastion)
+    (https://docs.aws.amazon.com/eks/latest/userguide/cluster-endpoint.html)."""
+    public_access_cidrs: Annotated[list[str], Field(min_length=1, max_length=network_rules.MAX_PUBLIC_ACCESS_CIDRS)] = \
+        list(network_rules.EKS_PUBLIC_ACCESS_CIDRS)
+    """The public IPv4 blocks that may reach the public endpoint (`publicAccessCidrs`, EKS's
+    default 0.0.0.0/0; at most 40): e.g. your office's and CI runners' egress addresses. Only
+    with `endpointPublicAccess: true`."""
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _public_cidrs(cls, cidrs: list[str]) -> list[str]:
+        for c in cidrs:
+            why = network_rules.public_access_cidr_problem(c)
+            if why:
+                raise _rule(f"{c} {why}", "list public IPv4 blocks, e.g. 203.0.113.0/24 (the default, 0.0.0.0/0, "
+                            "is every address)", c)
+        if len(set(cidrs)) != len(cidrs):
+            raise _rule("lists a block more than once", "list each block once", sorted(c for c in set(cidrs)
+                                                                                       if cidrs.count(c) > 1))
+        return cidrs
 
 
 class EcrPullThroughConfig(_Strict):

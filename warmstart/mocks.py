@@ -149,8 +149,12 @@ class Registered:
     provider: str | None = None
     urn: str = ""
     aliases: tuple[str, ...] = ()
-    """Full URNs this resource answers to besides `urn`: its own aliases and those inherited
-    from its parents' aliases, resolved as the engine resolves them."""
+    """Full URNs this resource answers to besides `urn`, as the engine generates them: its own
+    aliases, and those inherited from the old URN its parent was matched by (none when the
+    parent kept its URN or is new)."""
+    old_urn: str | None = None
+    """The URN of the old state (`run(olds=...)`) this resource adopts through an alias; None
+    when it keeps its own URN or is created."""
     retain_on_delete: bool = False
     """`destroy` would leave the resource in the cloud and only drop it from the state."""
     dependencies: tuple[str, ...] = ()
@@ -245,25 +249,42 @@ class EngineMonitor(MockMonitor):
 
     - URNs carry the parent's whole qualified type and leave out the root stack's type, as
       the engine's `generateURN` does (the SDK's mock keeps only the last parent type).
-    - Aliases arrive as alias specs, as with a current engine, and are resolved as the engine
-      resolves them: each spec against the resource's own name, type and parent, then every
-      alias of the parent multiplied out onto the child (`inheritedChildAlias`: a child named
-      after its parent follows the parent's old name), so a test can check that an old URN
-      still resolves. https://www.pulumi.com/docs/iac/concepts/options/aliases/
+    - Aliases arrive as alias specs, as with a current engine, and are resolved by the engine's
+      rule (pulumi/pulumi `pkg/resource/deploy/step_generator.go`, `generateAliases`,
+      `collapseAliasToUrn`, `inheritedChildAlias`, `getOldResource`,
+      https://github.com/pulumi/pulumi/blob/1b5949891b3cefcb9974752b24a5ecef0acc86c8/pkg/resource/deploy/step_generator.go#L545-L716):
+      each spec against the resource's own name, type and parent (an explicit parent that was
+      itself adopted by an alias stands for the old URN it matched); then, when the parent was
+      matched in the old state by an alias, that one old URN of the parent (`sg.aliases[parent]`,
+      not every alias it declared) is multiplied onto the resource and each of its own aliases
+      (a child named after its parent follows the parent's old name). The resource adopts the
+      first of its URN and aliases, in that order, that the old state (`olds`) holds.
+      https://www.pulumi.com/docs/iac/concepts/options/aliases/
     """
 
-    def __init__(self, mocks: FakeCloud) -> None:
+    def __init__(self, mocks: FakeCloud, olds: Iterable[str] = ()) -> None:
         super().__init__(mocks)
         self.fake = mocks
+        self.olds = frozenset(olds)
         # The SDK registers from several threads; one registration at a time keeps each
         # record paired with its own URN.
         self._lock = threading.Lock()
         self.alias_urns: dict[str, tuple[str, ...]] = {}
+        self.matched: dict[str, str] = {}
+        """{URN: the old URN it adopted through an alias}: the engine's `sg.aliases`."""
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         return _urn(pulumi.get_stack(), pulumi.get_project(), _qualified_type(parent) if parent else "", type_, name)
 
+    def _inherited(self, child_type: str, child_name: str, parent_name: str, parent_alias: str) -> str:
+        """`inheritedChildAlias`: the child under its parent's old URN, its name's parent prefix
+        replaced by the parent's old name."""
+        if child_name.startswith(parent_name):
+            child_name = parent_alias.rsplit("::", 1)[-1] + child_name[len(parent_name):]
+        return _urn(pulumi.get_stack(), pulumi.get_project(), _qualified_type(parent_alias), child_type, child_name)
+
     def _aliases(self, request, urn: str) -> tuple[str, ...]:
+        """`generateAliases`: the resource's aliases in the engine's order, each once."""
         stack, project = pulumi.get_stack(), pulumi.get_project()
         own = []
         for alias in request.aliases:
@@ -271,29 +292,39 @@ class EngineMonitor(MockMonitor):
                 own.append(alias.urn)
                 continue
             spec = alias.spec
-            parent = "" if spec.noParent else (spec.parentUrn or request.parent)
+            parent = spec.parentUrn or ""
+            # `collapseAliasToUrn`: an explicit parent that was adopted by an alias is its old URN.
+            parent = self.matched.get(parent, parent) if parent else request.parent
+            if spec.noParent:
+                parent = ""
             own.append(_urn(spec.stack or stack, spec.project or project,
                             _qualified_type(parent) if parent else "", spec.type or request.type,
                             spec.name or request.name))
-        inherited = []
-        parent_name = request.parent.rsplit("::", 1)[-1] if request.parent else ""
-        for parent_alias in self.alias_urns.get(request.parent, ()):
-            for child in [urn, *own]:
-                child_name, child_type = child.rsplit("::", 1)[-1], _qualified_type(child).split("$")[-1]
-                if child_name.startswith(parent_name):
-                    child_name = parent_alias.rsplit("::", 1)[-1] + child_name[len(parent_name):]
-                inherited.append(_urn(stack, project, _qualified_type(parent_alias), child_type, child_name))
-        return tuple(sorted(set(own + inherited) - {urn}))
+        out = list(own)
+        parent_alias = self.matched.get(request.parent) if request.parent else None
+        if parent_alias is not None:
+            parent_name = request.parent.rsplit("::", 1)[-1]
+            out.append(self._inherited(request.type, request.name, parent_name, parent_alias))
+            for a in own:
+                out.append(self._inherited(_qualified_type(a).split("$")[-1], a.rsplit("::", 1)[-1], parent_name,
+                                           parent_alias))
+        return tuple(dict.fromkeys(a for a in out if a != urn))
 
     def RegisterResource(self, request):  # noqa: N802 - gRPC method name
         with self._lock:
             before = len(self.fake.resources)
             response = super().RegisterResource(request)
-            self.alias_urns[response.urn] = self._aliases(request, response.urn)
+            aliases = self._aliases(request, response.urn)
+            self.alias_urns[response.urn] = aliases
+            # `getOldResource`: its own URN first, then its aliases in order.
+            adopted = None if response.urn in self.olds else next((a for a in aliases if a in self.olds), None)
+            if adopted is not None:
+                self.matched[response.urn] = adopted
             if len(self.fake.resources) > before:
                 rec = self.fake.resources[-1]
                 rec.urn = response.urn
-                rec.aliases = self.alias_urns[response.urn]
+                rec.aliases = tuple(sorted(aliases))
+                rec.old_urn = adopted
                 rec.retain_on_delete = bool(request.retainOnDelete)
                 rec.dependencies = tuple(sorted(set(request.dependencies)))
             return response
@@ -312,13 +343,16 @@ def policy_records(resources: Iterable[Registered], region: str) -> list[policie
 
 def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "warmstart",
         config: dict[str, str] | None = None, stack_outputs: dict[str, dict[str, Any]] | None = None,
-        exports: dict[str, Any] | None = None) -> list[Registered]:
+        exports: dict[str, Any] | None = None, olds: Iterable[str] = ()) -> list[Registered]:
     """Run `program` under the mocks; every registration, sorted by (type, name).
 
     `stack_outputs`: other stacks' outputs, for the program's `pulumi.StackReference`s.
-    `exports`: a dict that receives the program's `pulumi.export`s, resolved."""
+    `exports`: a dict that receives the program's `pulumi.export`s, resolved.
+    `olds`: the URNs of the stack's state before, which aliases are matched against as the
+    engine matches them (each resource's `old_urn`); none: a first deployment."""
     cloud = FakeCloud(region=region, stack_outputs=dict(stack_outputs or {}))
-    pulumi.runtime.set_mocks(cloud, project=project, stack=stack, preview=False, monitor=EngineMonitor(cloud))
+    pulumi.runtime.set_mocks(cloud, project=project, stack=stack, preview=False,
+                             monitor=EngineMonitor(cloud, olds))
     pulumi.runtime.set_all_config(dict(config or {}))
     exported: dict[str, Any] = {}
     real_export = pulumi.export
@@ -343,7 +377,7 @@ def run(program: Callable[[], Any], *, region: str, stack: str, project: str = "
 
 def run_program_file(program_dir: Path, *, region: str, stack: str, config: dict[str, str],
                      project: str = "warmstart", stack_outputs: dict[str, dict[str, Any]] | None = None,
-                     exports: dict[str, Any] | None = None) -> list[Registered]:
+                     exports: dict[str, Any] | None = None, olds: Iterable[str] = ()) -> list[Registered]:
     """Run a Pulumi Python program folder (its `__main__.py`) under the mocks.
 
     The folder goes first on `sys.path`, as Pulumi's Python language host puts it there, so
@@ -354,4 +388,4 @@ def run_program_file(program_dir: Path, *, region: str, stack: str, config: dict
         sys.path.insert(0, folder)
     return run(lambda: runpy.run_path(str(Path(folder) / "__main__.py"), run_name="__main__"),
                region=region, stack=stack, project=project, config=config, stack_outputs=stack_outputs,
-               exports=exports)
+               exports=exports, olds=olds)

@@ -11,7 +11,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
@@ -110,9 +110,11 @@ def platform_outputs(stacks_dir: Path, platform: str, model_stack: str,
     return _PLATFORMS[key]
 
 
-def run_program(stacks_dir: Path, stack: str, program_dir: Path | None = None) -> Rendered:
+def run_program(stacks_dir: Path, stack: str, program_dir: Path | None = None,
+                olds: Iterable[str] = ()) -> Rendered:
     """Validate the stack config, then run the Pulumi program (`program_dir/__main__.py`, by
-    default the project that holds `stacks_dir`) under the mocks."""
+    default the project that holds `stacks_dir`) under the mocks; `olds`: the URNs of a state
+    the run upgrades, matched by the resources' aliases as the engine matches them."""
     raw, stack_plan = load_plan(stacks_dir, stack, program_dir)
     program_dir = stacks_dir.parent if program_dir is None else program_dir
     others = {}
@@ -124,7 +126,7 @@ def run_program(stacks_dir: Path, stack: str, program_dir: Path | None = None) -
         region = stack_plan.config.region
     outputs: dict[str, Any] = {}
     resources = mocks.run_program_file(program_dir, region=region, stack=stack, config=raw, stack_outputs=others,
-                                       exports=outputs)
+                                       exports=outputs, olds=olds)
     return Rendered(stack_plan, resources, outputs)
 
 

@@ -251,6 +251,24 @@ def test_the_cluster_is_pulumi_eks_with_access_entries_oidc_and_logs(any_mode):
         assert "autoMode" not in eks
 
 
+def test_the_api_endpoint_is_public_as_eks_defaults_or_limited_or_private_only(any_mode, stack_doc, tmp_path):
+    """EKS's defaults unless the stack says otherwise: the public endpoint for 0.0.0.0/0, and
+    always the private one (nodes and pods reach the API inside the VPC)."""
+    eks = _one(any_mode, EKS).inputs
+    assert (eks["endpointPublicAccess"], eks["endpointPrivateAccess"], eks["publicAccessCidrs"]) == (
+        True, True, ["0.0.0.0/0"])
+    doc = stack_doc("dev")
+    doc["config"]["warmstart:cluster"] = {"publicAccessCidrs": ["203.0.113.0/24", "198.51.100.7/32"]}
+    eks = _one(render_doc(doc, tmp_path, stack="limited"), EKS).inputs
+    assert eks["endpointPublicAccess"] is True and eks["publicAccessCidrs"] == ["203.0.113.0/24", "198.51.100.7/32"]
+    doc["config"]["warmstart:cluster"] = {"endpointPublicAccess": False}
+    private = render_doc(doc, tmp_path, stack="private")
+    eks = _one(private, EKS).inputs
+    assert eks["endpointPublicAccess"] is False and eks["endpointPrivateAccess"] is True
+    assert "publicAccessCidrs" not in eks
+    assert private.stack_plan.cluster.summary()["endpointPublicAccess"] is False
+
+
 def test_every_kubernetes_object_goes_through_the_clusters_provider(any_mode):
     k8s_resources = [r for r in any_mode.resources
                      if r.typ.startswith("kubernetes:") and not r.typ.startswith("pulumi:providers:")]

@@ -17,7 +17,9 @@ from warmstart.plan import platform
 from warmstart.plan.stack import plan_stack
 
 # What a program adds to the plan-derived facts (resource outputs); no decision reads them.
-WIRED = {"vpc_cidrs": ["10.0.0.0/16"], "service_cidr": "172.20.0.0/16", "oidc_provider_arn": "arn", "oidc_issuer": "oidc",
+WIRED = {"vpc_cidrs": ["10.0.0.0/16"], "service_cidr": "172.20.0.0/16",
+         "oidc_provider_arn": "arn:aws:iam::123456789012:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/ABC",
+         "oidc_issuer": "oidc.eks.us-east-1.amazonaws.com/id/ABC",
          "compile_cache_bucket": "cache"}
 
 

@@ -72,7 +72,7 @@ def test_a_platform_that_ships_the_scripts_is_not_shipped_them_again():
     ({"model": MODEL | {"weights_gib": -1}}, "ServedModelArgs.model.weightsGib", ""),
     ({"model": MODEL | {"autoscaling": {"max_replicas": 3}}}, "ServedModelArgs.model.autoscaling", "runs no KEDA"),
     ({"model": MODEL | {"node_cache": "on"}}, "ServedModelArgs.model.nodeCache", "node-feature-discovery"),
-    ({"platform": {k: v for k, v in PLATFORM.items() if k != "pools"}}, "ServedModelArgs.platform", "pools"),
+    ({"platform": {k: v for k, v in PLATFORM.items() if k != "pools"}}, "ServedModelArgs.platform.pools", "required"),
 ])
 def test_bad_args_are_named_by_their_key(change, key, words):
     args = {"model": MODEL, "platform": PLATFORM} | change
@@ -80,6 +80,35 @@ def test_bad_args_are_named_by_their_key(change, key, words):
         mocks.run(lambda: components.ServedModel("research-llama-70b", args), region="us-east-1", stack="bad")
     errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
     assert any(e.key == key and words in str(e) for e in errors), [str(e) for e in errors]
+
+
+SPOT = PLATFORM | {"pools": [PLATFORM["pools"][0] | {"capacity_types": ["spot", "on-demand"]}]}
+
+
+def test_a_one_replica_model_on_a_spot_pool_is_refused_as_inline_models_and_model_stacks_are():
+    """The rule of a model on a spot pool is one (capacity.spot_replicas_problem), run by an
+    inline model's plan, a model stack's and a ServedModel's: before, a ServedModel took a
+    one-replica model onto spot."""
+    from warmstart.decisions import capacity
+
+    with pytest.raises((ConfigError, ConfigErrors)) as err:
+        mocks.run(lambda: components.ServedModel("research-llama-70b", {"model": MODEL, "platform": SPOT}),
+                  region="us-east-1", stack="bad")
+    errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
+    (e,) = errors
+    assert e.key == "ServedModelArgs.model.replicas" and e.value == 1
+    assert capacity.spot_replicas_problem("h100", ["spot"], "llama-70b", 1) in e.rule and "'research'" in e.rule
+    assert "replicas >= 2" in e.fix
+    # An autoscaled model is judged by its fewest replicas, and two replicas may run on spot.
+    monitored = SPOT | {"monitoring": {"server_address": "https://prometheus.example/api/v1"}}
+    with pytest.raises((ConfigError, ConfigErrors)) as err:
+        mocks.run(lambda: components.ServedModel("research-llama-70b", {
+            "model": MODEL | {"autoscaling": {"min_replicas": 1, "max_replicas": 3}}, "platform": monitored}),
+            region="us-east-1", stack="bad")
+    errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
+    assert [x.key for x in errors] == ["ServedModelArgs.model.autoscaling.minReplicas"]
+    m, _ = _served(model=MODEL | {"replicas": 2}, platform=SPOT)
+    assert m.plan.replicas == 2
 
 
 def test_another_languages_inputs_reach_it_as_its_args():

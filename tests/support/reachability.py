@@ -439,6 +439,9 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
 FLOWS = (
     ("allow", "routers", "api-server", "https", "SMG watches its model's pods (kube-client's in-cluster config "
                                                 "dials KUBERNETES_SERVICE_HOST, the `kubernetes` ClusterIP)"),
+    ("deny", "routers", "not-the-api", "https", "a router's one 443 peer is the `kubernetes` ClusterIP: not the "
+                                               "API's ENIs dialled directly, no other VPC address or ClusterIP, "
+                                               "nothing public"),
     ("allow", "routers", "vllm", "http", "the router forwards requests to its model's pods"),
     ("allow", "routers", "dns", "dns", "name lookups"),
     ("allow", "scrapers", "vllm", "metrics", "autoscaling reads vLLM's queue from its /metrics"),
@@ -500,6 +503,10 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "vpc-client": [e for e in stack.sources if e.role == "vpc-client"],
         "model-service": [stack.services[model]] if model in stack.services and vllm else [],
         "api-server": [stack.api], "dns": [stack.dns],
+        "not-the-api": [*(Endpoint(f"{b.name}, dialled directly", b.ip, "api-eni") for b in stack.api.backends),
+                        Endpoint("another ClusterIP of the Service range", stack.api.cluster_ip + 1, "service-range"),
+                        *(e for e in stack.sources if e.role == "vpc-client"),
+                        Endpoint("S3 (gateway endpoint)", S3_IP, "s3"), Endpoint("huggingface.co", HUB_IP, "hub")],
         "s3": [Endpoint("S3 (gateway endpoint)", S3_IP, "s3")], "sts": [Endpoint("STS", STS_IP, "sts")],
         "hub": [Endpoint("huggingface.co", HUB_IP, "hub")],
     }

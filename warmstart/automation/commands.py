@@ -18,6 +18,7 @@ from ..exit_codes import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, EXIT_PREFLIGHT, EXIT
 # `preflight.run_preflight` or `engine.open_stack` replaces what `execute` calls.
 from . import account, engine, preflight, prerequisites, quotas
 from .request import (
+    ENGINE_OPERATIONS,
     OPERATIONS,
     POLICY_OPERATIONS,
     PREFLIGHT_OPERATIONS,
@@ -55,6 +56,10 @@ def execute(request: Request) -> int:
         except (ConfigError, ConfigErrors) as err:
             finish(Outcome("config-error", EXIT_CONFIG, str(err)))
             raise  # cli.main prints it, exactly as `warmstart render` does
+
+    note = private_endpoint_note(request, stack_plan)
+    if note:
+        say_err(f"warmstart: note: {note}")
 
     cmd, missing = prerequisites.check_prerequisites(request)
     if missing:
@@ -124,6 +129,21 @@ def execute(request: Request) -> int:
     if outcome.message:
         (say if outcome.exit_code == EXIT_OK else say_err)(f"warmstart: {outcome.message}")
     return finish(outcome)
+
+
+def private_endpoint_note(request: Request, stack_plan: Any) -> str | None:
+    """What to say before an operation on a stack whose cluster has no public API endpoint
+    (`cluster.endpointPublicAccess: false`): the engine reaches the cluster's Kubernetes objects
+    through its private endpoint only, so it must run inside the VPC
+    (https://docs.aws.amazon.com/eks/latest/userguide/cluster-endpoint.html)."""
+    cluster = getattr(stack_plan, "cluster", None)
+    if request.operation not in ENGINE_OPERATIONS or cluster is None or cluster.endpoint_public_access:
+        return None
+    return (f"cluster {cluster.name!r} has no public API endpoint (cluster.endpointPublicAccess: false): "
+            f"`warmstart {request.operation}` reaches its Kubernetes objects through the private endpoint only, so "
+            "run it from inside the VPC (or a network routed to it: VPN, Direct Connect, a bastion); from "
+            "anywhere else the Kubernetes steps time out. The first `up` creates the cluster, then needs that "
+            "network access too")
 
 
 def add_parsers(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:

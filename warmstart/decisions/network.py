@@ -93,3 +93,33 @@ def kubernetes_service_ip(service_cidr: str) -> str:
     """The ClusterIP of `default/kubernetes`: the range's first host
     (https://kubernetes.io/docs/concepts/services-networking/cluster-ip-allocation/)."""
     return str(next(ipaddress.IPv4Network(service_cidr).hosts()))
+
+
+# The EKS API server's public endpoint: open to 0.0.0.0/0 unless limited, up to 40 blocks
+# (https://docs.aws.amazon.com/eks/latest/APIReference/API_VpcConfigRequest.html, `publicAccessCidrs`;
+# https://docs.aws.amazon.com/eks/latest/userguide/service-quotas.html).
+EKS_PUBLIC_ACCESS_CIDRS = ("0.0.0.0/0",)
+MAX_PUBLIC_ACCESS_CIDRS = 40
+# Ranges no client reaches the public endpoint from (RFC 1918, RFC 6598, loopback, link-local,
+# multicast and reserved: https://www.iana.org/assignments/iana-ipv4-special-registry/).
+_NEVER_PUBLIC = tuple(ipaddress.IPv4Network(c) for c in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "224.0.0.0/4", "240.0.0.0/4"))
+
+
+def public_access_cidr_problem(cidr: str) -> str | None:
+    """Why `cidr` cannot be one of the EKS public endpoint's `publicAccessCidrs`, or None: it
+    must be an IPv4 block with its host bits zero, of public addresses (the public endpoint
+    sees a client's public address; a private or reserved block matches no one, and EKS refuses
+    it)."""
+    try:
+        net = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as err:
+        return f"is not an IPv4 CIDR block with its host bits zero ({err})"
+    if "/" not in cidr:
+        return "is not a CIDR block (address/prefix length)"
+    if net.prefixlen and any(net.overlaps(b) for b in _NEVER_PUBLIC):
+        return ("is or overlaps a private, shared, loopback, link-local or multicast range, which the public "
+                "endpoint never sees a client from")
+    return None
+

@@ -248,8 +248,8 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
         # the node, not kube-dns pods (network_policy.egress_rules).
         network_policy.egress_rules()[0],
         # The Kubernetes API (the pod watch): the pod calls the `kubernetes` Service's ClusterIP,
-        # which the AWS network policy agent judges before DNAT, so the Service CIDR; the VPC's
-        # blocks hold the API server's endpoint ENIs (decisions/network.py).
+        # which the AWS network policy agent judges before DNAT (replies ride its conntrack), so
+        # ServedModel names that ClusterIP's /32 alone (components/served_model.py).
         {"to": [{"ipBlock": {"cidr": c}} for c in p.api_server_cidrs], "ports": [_tcp(443)]},
     ]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(p),

@@ -64,6 +64,10 @@ class ClusterPlan:
     """karpenter mode only."""
     nvme_check: str
     pools: tuple[PoolPlan, ...]
+    endpoint_public_access: bool = True
+    """The API server's public endpoint is on (the private one always is)."""
+    public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
+    """Who may reach the public endpoint (empty when it is off)."""
 
     @property
     def nvme_mount(self) -> str:
@@ -76,6 +80,7 @@ class ClusterPlan:
             "kubernetesVersion": self.kubernetes_version,
             "systemNodes": self.system_node_group.size if self.system_node_group else None,
             "nvmeCheck": self.nvme_check,
+            "endpointPublicAccess": self.endpoint_public_access,
             "pools": [p.summary() for p in self.pools],
         }
 
@@ -251,20 +256,13 @@ def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequenc
             reserved_nodes=c.reserved_nodes,
             spot_hourly_price_usd=c.spot_hourly_price_usd,
         )
-    if "spot" in cap.types:
-        # A spot node can be reclaimed with two minutes' warning. Every model keeps a PDB
-        # (maxUnavailable 1, manifests/serving.py) and each mode drains the node on the warning
-        # (Karpenter through the stack's interruption queue, Auto Mode on its own), so a model
-        # survives it only with another replica serving meanwhile.
-        single = [m for m in models if m.fewest_replicas < capacity.MIN_SPOT_REPLICAS]
-        for m in single:
+    for m in models:
+        # The rule of every model on a spot pool (inline, model stack, ServedModel).
+        problem = capacity.spot_replicas_problem(pool.name, cap.types, m.name, m.fewest_replicas)
+        if problem:
             where = model_keys.get(m.name)
-            errors.add(types_key, f"pool {pool.name!r} may run on spot, but model {m.name!r} runs "
-                       f"{m.fewest_replicas} replica(s) at its fewest: a spot interruption would take it offline "
-                       "until a new node has loaded it",
-                       f"give {where or 'the model'} replicas >= {capacity.MIN_SPOT_REPLICAS} (or "
-                       f"autoscaling.minReplicas >= {capacity.MIN_SPOT_REPLICAS}), move it to a pool without spot, "
-                       "or remove spot from the pool", list(cap.types))
+            errors.add(types_key, problem, capacity.SPOT_REPLICAS_FIX.format(model=where or "the model"),
+                       list(cap.types))
     return cap
 
 
@@ -317,6 +315,10 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
             errors.add(f"{key}.systemNodeGroup.instanceTypes", "GPU instance types in the system node "
                        "group would idle their GPUs", "use a general-purpose type such as m7i.large", gpu_types)
     check_access_principals(c, key, errors)
+    if not c.endpoint_public_access and "public_access_cidrs" in c.model_fields_set:
+        errors.add(f"{key}.publicAccessCidrs", "limits who reaches the public endpoint, but endpointPublicAccess is "
+                   "false: there is no public endpoint", "remove publicAccessCidrs, or set endpointPublicAccess: true",
+                   list(c.public_access_cidrs))
     planned = []
     for i, (pool, models) in enumerate(pools):
         with errors.collect():
@@ -335,6 +337,8 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         system_node_group=system,
         nvme_check=c.nvme_check,
         pools=tuple(planned),
+        endpoint_public_access=c.endpoint_public_access,
+        public_access_cidrs=tuple(c.public_access_cidrs) if c.endpoint_public_access else (),
     )
 
 

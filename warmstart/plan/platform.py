@@ -22,9 +22,10 @@ from typing import Any
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
 from ..decisions import capacity, gpu_pools, image_cache, instances
 from ..decisions import node_cache as staging
-from ..errors import ConfigError, Problems
+from ..errors import ConfigError, ConfigErrors, Problems
 from .stack import StackPlan, plan_in_pool
 from . import cluster as plan_cluster
+from . import platform_args as platform_args_spec
 from .cluster import pool_model
 from .model import ModelPlan
 
@@ -80,7 +81,7 @@ def platform_facts(plan: StackPlan) -> dict[str, Any]:
 
 
 # Keys whose values are label maps: their keys are Kubernetes label keys, never renamed.
-_LABEL_MAPS = ("pod_labels", "podLabels")
+_LABEL_MAPS = ("pod_labels", "podLabels", "node_selector", "nodeSelector")
 
 
 def _camel(key: str) -> str:
@@ -181,30 +182,32 @@ class Contract:
         return bool((self.monitoring or {}).get("managed_scraper"))
 
 
-def from_args(args: Mapping[str, Any]) -> Contract:
-    """The checked view of a `PlatformArgs` (snake_case keys); KeyError, TypeError or ValueError
-    on a missing or malformed fact."""
-    pools = tuple(PoolFacts(str(p["name"]), tuple(p["instance_types"]), tuple(p.get("capacity_types") or ("on-demand",)),
-                            int(p["max_gpus"]), int(p.get("inline_gpus") or 0), int(p.get("staged_bytes") or 0),
-                            int(p.get("compile_cache_models") or 0)) for p in args["pools"])
+ARGS_KEY = "ServedModelArgs.platform"
+"""The key a ServedModel's platform errors are named by."""
+
+
+def checked_args(args: Any, key: str = ARGS_KEY) -> dict[str, Any]:
+    """A `PlatformArgs` validated as strictly as a stack file (`platform_args.check`: snake_case
+    or camelCase keys, strict types), as a dict of snake_case keys; ConfigErrors keyed
+    `<key>.<camelCaseKey>`."""
+    return platform_args_spec.as_args(platform_args_spec.check(args, key, CONTRACT_VERSION))
+
+
+def from_args(args: Any, key: str = ARGS_KEY) -> Contract:
+    """The checked view of a `PlatformArgs`; ConfigErrors keyed `<key>.<camelCaseKey>` on a
+    missing, unknown or malformed fact (`platform_args.check`)."""
+    spec = platform_args_spec.check(args, key, CONTRACT_VERSION)
+    pools = tuple(PoolFacts(p.name, tuple(p.instance_types), tuple(p.capacity_types), p.max_gpus, p.inline_gpus,
+                            p.staged_bytes, p.compile_cache_models) for p in spec.pools)
+    monitoring = platform_args_spec.as_args(spec).get("monitoring")
     return Contract(
-        stack=str(args["stack"]), region=str(args["region"]), cluster_mode=_value(args["cluster_mode"]),
-        cluster_name=str(args["cluster_name"]), kubernetes_version=str(args["kubernetes_version"]),
-        name_prefix=str(args["name_prefix"]), namespace=str(args["namespace"]),
-        vpc_cidrs=tuple(str(c) for c in args["vpc_cidrs"]), service_cidr=str(args["service_cidr"]),
-        model_bucket=str(args["model_bucket"]), compile_cache_bucket=args.get("compile_cache_bucket") or None,
-        loader=LoaderTuning.model_validate(_ints(args.get("loader") or {})),
-        compile_cache=CompileCacheConfig.model_validate(args.get("compile_cache") or {}),
-        nvme_check=_value(args.get("nvme_check") or "warn"), models=tuple(str(m) for m in args.get("models") or ()),
-        pools=pools, node_cache=bool(args.get("node_cache")), oidc_provider_arn=args["oidc_provider_arn"],
-        oidc_issuer=args["oidc_issuer"], monitoring=dict(args["monitoring"]) if args.get("monitoring") else None,
-        image_cache_account=str(args["image_cache_account"]) if args.get("image_cache_account") else None,
-        pod_scripts=bool(args.get("pod_scripts")))
-
-
-def _value(v: Any) -> str:
-    """An enum member's value (ClusterMode, NvmeCheckMode), or the string itself."""
-    return str(getattr(v, "value", v))
+        stack=spec.stack, region=spec.region, cluster_mode=spec.cluster_mode, cluster_name=spec.cluster_name,
+        kubernetes_version=spec.kubernetes_version, name_prefix=spec.name_prefix, namespace=spec.namespace,
+        vpc_cidrs=tuple(spec.vpc_cidrs), service_cidr=spec.service_cidr, model_bucket=spec.model_bucket,
+        compile_cache_bucket=spec.compile_cache_bucket, loader=spec.loader, compile_cache=spec.compile_cache,
+        nvme_check=spec.nvme_check, models=tuple(spec.models), pools=pools, node_cache=spec.node_cache,
+        oidc_provider_arn=spec.oidc_provider_arn, oidc_issuer=spec.oidc_issuer, monitoring=monitoring,
+        image_cache_account=spec.image_cache_account, pod_scripts=spec.pod_scripts)
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
@@ -230,17 +233,12 @@ def platform_args(doc: Any, platform: str, model_stack: str) -> dict[str, Any]:
     # A version-2 platform exported before `podScripts` existed always shipped the scripts.
     args = {"pod_scripts": True} | _rekey({k: v for k, v in doc.items() if k != "contractVersion"}, _snake)
     try:
-        from_args(args)
-    except (KeyError, TypeError, ValueError) as err:
+        return checked_args(args, OUTPUT)
+    except (ConfigError, ConfigErrors) as err:
+        first = err.errors[0] if isinstance(err, ConfigErrors) else err
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r}'s {OUTPUT} is not a "
-                          f"version-{CONTRACT_VERSION} contract ({type(err).__name__}: {err})",
+                          f"version-{CONTRACT_VERSION} contract ({first.key}: {first.rule})",
                           f"up {platform!r} again with this warmstart version", platform) from None
-    return args
-
-
-def _ints(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Stack outputs carry numbers as floats; the loader's fields are integers."""
-    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in doc.items()}
 
 
 @dataclass(frozen=True)
@@ -269,11 +267,12 @@ class ModelStackPlan:
                 "region": self.contract.region, "models": [self.model.summary()]}
 
 
-def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
+def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = "") -> ModelPlan:
     """A model on a platform, by the rules every model has (those of an inline model): its pool
     and instance type, the platform's defaults, its image through the platform's image cache,
-    a relative source in the platform's model bucket. What only a model added to a platform
-    can break (a duplicate, a pool's GPU room) is `plan_model_stack`'s."""
+    a relative source in the platform's model bucket, enough replicas for a pool that may run
+    on spot. What only a model added to a platform can break (a duplicate, a pool's GPU room)
+    is `plan_model_stack`'s. `who` begins each message (`model stack 'x': `)."""
     pools = {p.name: p for p in contract.pools}
     facts_ = pools.get(m.pool)
     if facts_ is None:
@@ -287,8 +286,15 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str) -> ModelPlan:
     if contract.image_cache_account:
         m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
                                                                     contract.region)})
-    return plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
+    plan = plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
                         cluster_mode=contract.cluster_mode)
+    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
+    problem = capacity.spot_replicas_problem(facts_.name, facts_.capacity_types, plan.name, fewest)
+    if problem:
+        raise ConfigError(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
+                          f"{who}{problem} (platform {contract.stack!r})",
+                          capacity.SPOT_REPLICAS_FIX.format(model="it"), fewest)
+    return plan
 
 
 def check_platform_runs(plan: ModelPlan, contract: Contract, key: str) -> None:
@@ -327,7 +333,8 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"stacks/Pulumi.{platform}.yaml", m.pool)
     problems.raise_if_any()
     assert facts_ is not None
-    plan = plan_on_platform(m, contract, key)
+    # The rules of every model on a platform (a spot pool's replicas among them).
+    plan = plan_on_platform(m, contract, key, who=f"model stack {stack!r}: ")
     pool = facts_
     # The pool's GPU limit is the platform's: what its inline models leave must hold this model
     # at its ceiling plus a surge pod (other model stacks on the pool are not known here).
@@ -341,13 +348,6 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"inline models take {facts_.inline_gpus}, leaving {room}",
                      f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
                      f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
-    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
-    if "spot" in facts_.capacity_types and fewest < capacity.MIN_SPOT_REPLICAS:
-        # The rule of an inline model on a spot pool (plan_cluster.plan_capacity).
-        problems.add(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
-                     f"model stack {stack!r}: pool {pool.name!r} of platform stack {platform!r} may run on spot, but "
-                     f"{m.name} runs {fewest} replica(s) at its fewest: a spot interruption would take it offline",
-                     f"run >= {capacity.MIN_SPOT_REPLICAS} replicas, or use a pool without spot", fewest)
     if plan.autoscaling is not None and contract.monitoring is None:
         problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
                      f"{platform!r} runs no KEDA or metrics collection",
