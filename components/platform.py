@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.decisions import image_cache
-from warmstart.decisions import weights_import as imports
+from warmstart.decisions import placement
 from warmstart.manifests import compile_cache, first_token, metrics_proxy, nvme_check
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
@@ -87,6 +87,28 @@ class PlatformMonitoringArgs(TypedDict):
     """A Prometheus of your own in the cluster, by namespace and pod labels."""
 
 
+class TolerationArgs(TypedDict):
+    """One pod toleration, as Kubernetes writes it."""
+
+    key: NotRequired[str]
+    """The taint's key (none with `Exists`: every taint)."""
+    operator: NotRequired[str]
+    """`Equal` (default) or `Exists`."""
+    value: NotRequired[str]
+    """The taint's value (with `Equal`)."""
+    effect: NotRequired[str]
+    """`NoSchedule`, `PreferNoSchedule` or `NoExecute` (none: every effect)."""
+
+
+class NonGpuPlacementArgs(TypedDict):
+    """Where a platform's non-GPU pods (routers, weights-import Jobs) run."""
+
+    node_selector: NotRequired[dict[str, str]]
+    """Labels of the nodes they select, e.g. `karpenter.sh/nodepool: general-purpose`."""
+    tolerations: NotRequired[list[TolerationArgs]]
+    """Taints of those nodes the pods tolerate."""
+
+
 class PlatformArgs(TypedDict):
     """Everything a model needs of the platform it runs on: warmstart's `CoreData`."""
 
@@ -138,6 +160,11 @@ class PlatformArgs(TypedDict):
     """Metrics for autoscaling (KEDA runs in the cluster); none: models cannot autoscale."""
     pod_scripts: NotRequired[bool]
     """The pod-side scripts' ConfigMaps are in `namespace` already; otherwise each model ships its own."""
+    non_gpu_placement: NotRequired[NonGpuPlacementArgs]
+    """Where the models' routers and weights-import Jobs run: a warmstart platform's own elastic
+    CPU NodePool (`karpenter.sh/nodepool: general-purpose`, either mode), or the nodes of a
+    cluster of your own. None given: anywhere off the GPU nodes (a required node affinity on the
+    GPU labels)."""
 
 
 class ServingPlatformArgs(TypedDict):
@@ -194,7 +221,7 @@ class ServingPlatform(pulumi.ComponentResource):
         if stages:
             # Only the master and its garbage collector, on non-GPU nodes
             # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
-            values = staging_objects.nfd_values(node_selector=imports.node_selector(mode))  # type: ignore[arg-type]
+            values = staging_objects.nfd_values(placement.placement_from_args(given.get("non_gpu_placement")))
             node_cache.append(k8s.helm.v3.Release(
                 f"{name}-node-feature-discovery", name="node-feature-discovery", chart=versions.NFD_CHART,
                 version=versions.NFD_VERSION, namespace=NFD_NAMESPACE, create_namespace=True,
@@ -227,5 +254,5 @@ def contract(args: PlatformArgs) -> facts.Contract:
                           "give every required PlatformArgs key (components/README.md#platformargs)") from None
 
 
-__all__ = ["PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "ServingPlatform",
-           "ServingPlatformArgs", "contract"]
+__all__ = ["NonGpuPlacementArgs", "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "ServingPlatform",
+           "ServingPlatformArgs", "TolerationArgs", "contract"]

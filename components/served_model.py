@@ -165,6 +165,7 @@ class ServedModel(pulumi.ComponentResource):
         return ModelRouter(f"{prefix}-{m.name}-router", _args(
             model_name=m.name, namespace=p.namespace, policy=RoutingPolicy(m.routing_policy),
             cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,
+            non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
             max_excess_requests=m.routing.max_excess_requests,
             client_cidrs=vpc if m.routing.internal_load_balancer else None,
             # The routers' metrics listener serves only metrics: the managed collector's ENIs are in

@@ -180,7 +180,7 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
                     "serviceAccountName": p.name,
                     "automountServiceAccountToken": True,
                     "enableServiceLinks": False,
-                    "nodeSelector": dict(p.node_selector),
+                    **p.non_gpu.pod_fields(),
                     "topologySpreadConstraints": spread,
                     "containers": [container],
                     "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
