@@ -398,3 +398,34 @@ def test_the_service_cidr_default_follows_the_vpc():
     assert default("10.0.0.0/16") == "172.20.0.0/16"
     assert default("172.31.0.0/16") == "10.100.0.0/16"
     assert default("172.31.0.0/16", "10.8.0.0/16") == "172.20.0.0/16"
+
+
+def test_snat_through_a_nodeport_would_void_an_exposed_routers_client_fence(tmp_path_factory):
+    """The agent admits a node's own IP on every port of the pods on it. Karpenter mode's NLB has
+    instance targets: with `externalTrafficPolicy: Cluster` kube-proxy SNATs each client to the
+    receiving node's IP, so a client reaches the router on any port, past `clientCidrs`. The
+    render says `Local` (client address kept); without it the row fails."""
+    st = variant("two-routed-karpenter", tmp_path_factory)
+    assert st.exposed and not st.snat_exposed
+    r, _ = _variants["two-routed-karpenter"]
+    objs = copy.deepcopy(r.kubernetes_objects)
+    (lb,) = [o for o in objs if o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer"]
+    assert lb["spec"].pop("externalTrafficPolicy") == "Local"
+    snat = variant("two-routed-karpenter", tmp_path_factory, objects=objs)
+    assert snat.snat_exposed
+    violations = R.check(snat, [ROWS["lb-clients-as-seen -> exposed-routers (any)"]])
+    assert violations and all("own IP" in v.source for v in violations)
+
+
+def test_the_nodes_own_ip_reaches_every_port_of_a_vllm_pod_on_it():
+    """What the agent's node-IP rule exposes, as the evaluator now models it: the vLLM pod's own
+    node reaches every port, its serving port included, whatever the policies say; a pod of a
+    foreign namespace does not."""
+    st = shipped("prod")
+    (vllm,) = [e for e in st.sources if e.role == "vllm" and e.model == "qwen-67b"]
+    (node,) = [e for e in st.sources if e.role == "node" and e.node == vllm.node]
+    assert st.cluster.reach(node, vllm, "http") == ""
+    (foreign,) = [e for e in st.sources if e.role == "foreign"]
+    assert st.cluster.reach(foreign, vllm, "http")
+    other = [e for e in st.sources if e.role == "node" and e.node != vllm.node]
+    assert other and all(st.cluster.reach(n, vllm, "http") for n in other)

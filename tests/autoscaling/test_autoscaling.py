@@ -21,7 +21,7 @@ from tests.support.keda import SCALED_OBJECT, SCHEMAS, validate_keda
 from warmstart import mocks, versions
 from warmstart.config import LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as decide
-from warmstart.decisions import gpu_pools, instances, placement, tuning, weights_import
+from warmstart.decisions import gpu_pools, instances, placement, tuning
 from warmstart.decisions.gpu_pools import SURGE_PODS, PoolModel
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import autoscaling as objects

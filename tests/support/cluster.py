@@ -356,7 +356,8 @@ def misfits(v: ClusterView) -> list[str]:
                                    f"(at most {alloc.cpu_millis}m, {alloc.memory_mib}Mi)")
             continue  # a cluster warmstart did not create: its nodes' sizes are not known
         for p in pods:
-            if not any(node_fit.pack(node_fit.NodeGroup(g, n.instance_type, 1), node_daemons, [_demand(p)]).fits
+            one = node_fit.PodDemand(p.name, p.cpu_millis, p.memory_mib)
+            if not any(node_fit.pack(node_fit.NodeGroup(g, n.instance_type, 1), node_daemons, [one]).fits
                        and not why_not(p, n) for n in known):
                 bad.append(f"{p.kind} {p.name} ({p.cpu_millis}m CPU, {p.memory_mib}Mi, {p.gpus} GPUs) fits no node of "
                            f"{g} ({', '.join(n.instance_type for n in known)})")  # type: ignore[misc]

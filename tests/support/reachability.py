@@ -519,6 +519,9 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
     scrapers = [e for e in stack.sources if e.role == "scraper"]
     # scrapers read vLLM's `http` port when it serves the metrics too
     metrics_on_http = any(_metrics_port(v) == "http" for v in vllm)
+    # The nodes' own IPs are admitted everywhere on their node by the agent itself (the "own-node"
+    # row says what that exposes); every other row is about pods and clients.
+    others = [e for e in stack.sources if e.role != "node"]
     sets = {
         "routers": routers, "vllm": vllm, "imports": of("import"), "staging": of("staging"),
         "routed-vllm": vllm if routers else [],
@@ -526,10 +529,10 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "hub-imports": of("import") if model in stack.hub_imports else [],
         "exposed-routers": routers if model in stack.exposed else [],
         "warm-spares": [e for e in stack.sources if e.role == "warm-spare"],
-        "scrapers": scrapers, "everyone": stack.sources,
-        "non-scrapers": [e for e in stack.sources if e.role != "scraper"]
+        "scrapers": scrapers, "everyone": others,
+        "non-scrapers": [e for e in others if e.role != "scraper"]
         if scrapers and all(s.namespace is not None for s in scrapers) else [],
-        "all-but-routers": [e for e in stack.sources
+        "all-but-routers": [e for e in others
                             if e not in routers and not (e.role == "scraper" and metrics_on_http)],
         "outsiders": [e for e in stack.sources if e.role in ("foreign", "vpc-client")],
         "clients": [e for e in stack.sources if e.role == "client" and any(v.namespace == e.namespace for v in vllm)],
