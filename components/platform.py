@@ -28,7 +28,7 @@ from warmstart.plan import platform as facts
 from .enums import ClusterMode, NvmeCheckMode, mode_value
 from .node_cache import WarmSpareArgs, register_warm_spares
 from .pod_scripts import PodScript
-from .serving import LoaderArgs, ScraperPodsArgs
+from .serving import LoaderArgs, NonGpuPlacementArgs, ScraperPodsArgs, TolerationArgs
 
 # Every pod-side script a model may need, once per namespace: (name suffix, ConfigMap, script).
 POD_SCRIPTS = (
@@ -85,28 +85,6 @@ class PlatformMonitoringArgs(TypedDict):
     """The AMP managed collector scrapes the pods, from its ENIs in the VPC (default false)."""
     scraper_pods: NotRequired[list[ScraperPodsArgs]]
     """A Prometheus of your own in the cluster, by namespace and pod labels."""
-
-
-class TolerationArgs(TypedDict):
-    """One pod toleration, as Kubernetes writes it."""
-
-    key: NotRequired[str]
-    """The taint's key (none with `Exists`: every taint)."""
-    operator: NotRequired[str]
-    """`Equal` (default) or `Exists`."""
-    value: NotRequired[str]
-    """The taint's value (with `Equal`)."""
-    effect: NotRequired[str]
-    """`NoSchedule`, `PreferNoSchedule` or `NoExecute` (none: every effect)."""
-
-
-class NonGpuPlacementArgs(TypedDict):
-    """Where a platform's non-GPU pods (routers, weights-import Jobs) run."""
-
-    node_selector: NotRequired[dict[str, str]]
-    """Labels of the nodes they select, e.g. `karpenter.sh/nodepool: general-purpose`."""
-    tolerations: NotRequired[list[TolerationArgs]]
-    """Taints of those nodes the pods tolerate."""
 
 
 class PlatformArgs(TypedDict):

@@ -20,11 +20,8 @@ from warmstart.decisions.routing import RoutingPlan
 from warmstart.manifests import routing as objects
 from warmstart.manifests.routing import SERVICE_PORT
 
-from warmstart.decisions import placement
-
 from .enums import ClusterMode, mode_value
-from .platform import NonGpuPlacementArgs
-from .serving import ScraperPodsArgs
+from .serving import NonGpuPlacementArgs, ScraperPodsArgs, non_gpu_placement
 
 DEFAULT_NAMESPACE = "default"
 
@@ -130,17 +127,7 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
         api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
         expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
-        non_gpu=_placement(args))
-
-
-def _placement(args: ModelRouterArgs) -> placement.NonGpuPlacement:
-    from warmstart.errors import ConfigError
-
-    try:
-        return placement.placement_from_args(args.get("non_gpu_placement"))  # type: ignore[arg-type]
-    except ValueError as err:
-        raise ConfigError("ModelRouterArgs.nonGpuPlacement", str(err),
-                          "give {nodeSelector: {label: value}, tolerations: [{key, operator, value, effect}]}") from None
+        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"))
 
 
 class ModelRouter(pulumi.ComponentResource):

@@ -134,7 +134,8 @@ class ServedModel(pulumi.ComponentResource):
             # Scrapers reach vLLM's metrics-only port, never its serving port: the managed collector
             # from its ENIs in the VPC's subnets, a Prometheus of the platform's own by its pods.
             metrics_scraper_cidrs=scraped_cidrs, metrics_scrapers=_scrapers(p),
-            autoscaled=True if m.autoscaling is not None else None)
+            autoscaled=True if m.autoscaling is not None else None,
+            non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None)
         self.model = VllmModel(f"{prefix}-{m.name}", model_args, opts=child("model", depends_on=after, **kube),
                                router=[self.router] if self.router is not None else [], plan=m.serving)
         self.autoscaler = None

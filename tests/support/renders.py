@@ -94,7 +94,7 @@ def cluster_from(name: str, platform: Any, model_stacks: Sequence[Any] = ()) -> 
 def shipped_cluster(stack: str) -> Any:
     """The cluster a stack of stacks/ runs on: its platform (itself, or a model stack's) and every
     model stack of that platform in stacks/."""
-    from tests.conftest import STACKS_DIR, render_stack
+    from tests.conftest import render_stack
 
     r = render_stack(stack)
     contract = getattr(r.stack_plan, "contract", None)

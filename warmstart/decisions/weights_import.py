@@ -44,9 +44,9 @@ BACKOFF_LIMIT = 2
 SCRATCH_EXTRA_BYTES = 2 * GIB
 # Ephemeral storage of the node the Job lands on: Auto Mode's `general-purpose` NodePool uses
 # the default NodeClass (80 GiB, https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html);
-# the Karpenter-mode `general-purpose` NodePool's EC2NodeClass gives its nodes the same root
-# volume (warmstart/manifests/gpu_pools.py CPU_ROOT_VOLUME_GIB). A scratch larger than that can
-# never be scheduled.
+# the Karpenter-mode `general-purpose` NodePool's EC2NodeClass gives its nodes a root volume with
+# that much room besides the image and the OS (warmstart/manifests/gpu_pools.py
+# CPU_ROOT_VOLUME_GIB). A scratch larger than that can never be scheduled.
 NODE_EPHEMERAL_BYTES: dict[placement.ClusterMode, int] = {"auto": 80 * GIB, "karpenter": 80 * GIB}
 
 

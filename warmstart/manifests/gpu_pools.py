@@ -155,10 +155,12 @@ def node_pool(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, Any]:
 
 
 # --- Karpenter mode: the elastic CPU NodePool of the non-GPU pods ----------------------------
-# Root volume of its nodes: the ephemeral storage of a weights import's Hub download, as much as
-# Auto Mode's default NodeClass gives its general-purpose nodes
-# (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html; decisions/weights_import.py).
-CPU_ROOT_VOLUME_GIB = 80
+# Root volume of its nodes (kubelet, images and pod scratch live there): the 80 GiB a weights
+# import's Hub download may take (decisions/weights_import.py NODE_EPHEMERAL_BYTES, as much as Auto
+# Mode's default NodeClass gives its general-purpose nodes,
+# https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html), plus the model's vLLM
+# image unpacked (about 20 GiB) and the OS.
+CPU_ROOT_VOLUME_GIB = 120
 # Routers and KEDA keep a PodDisruptionBudget; the pool repacks underused nodes, one at a time.
 CPU_CONSOLIDATION_POLICY = "WhenEmptyOrUnderutilized"
 CPU_CONSOLIDATE_AFTER = "5m"
