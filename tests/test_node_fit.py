@@ -167,3 +167,16 @@ def test_a_platform_with_several_routed_imported_model_stacks_renders_and_packs(
         assert {n.group for n in v.where(p)} == {f"pool:{placement.GENERAL_PURPOSE_POOL}"}, p.name
     if mode == "karpenter":
         assert platform.stack_plan.cluster.system_node_group.size == 2
+
+
+def test_the_same_model_stacks_pinned_to_the_system_group_would_not_fit(tmp_path):
+    """The finding itself: with the routers and import Jobs pinned to `warmstart.io/node-group:
+    system`, as before, three routed model stacks overflow the platform's two system nodes and
+    the check says so with the numbers."""
+    platform, stacks = _platform_with_model_stacks(tmp_path / "stacks", "karpenter")
+    v = copy.deepcopy(cluster_from("staging", platform, stacks))
+    for p in v.pods:
+        if p.name.endswith("-router") or p.kind == "Job":
+            p.spec = {"nodeSelector": {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}}
+    found = cluster.misfits(v)
+    assert any("node group 'system' (2 x m7i.large" in m and "cannot place" in m for m in found), found
