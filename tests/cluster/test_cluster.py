@@ -506,6 +506,17 @@ def test_karpenter_controller_runs_on_the_system_node_group(karpenter_mode):
         assert placement.NODE_GROUP_LABEL not in pool["spec"]["template"].get("metadata", {}).get("labels", {})
 
 
+def test_the_controller_needs_nothing_that_runs_on_nodes_it_launches(karpenter_mode):
+    """Pinned to the system group (and the chart's `karpenter.sh/nodepool DoesNotExist`), and
+    resolving names through the node's resolver, not CoreDNS, which may run on the
+    general-purpose pool's nodes."""
+    values = _release(karpenter_mode, "karpenter")["values"]
+    chart = yaml.safe_load((Path(__file__).resolve().parent.parent / "schemas" / "karpenter" /
+                            "helm-values-v1.14.1.yaml").read_text())
+    assert "dnsPolicy" in chart and values["dnsPolicy"] == "Default"
+    assert values["nodeSelector"][placement.NODE_GROUP_LABEL] == placement.SYSTEM_NODE_GROUP
+
+
 def test_the_cpu_pool_takes_the_gpu_pools_nodes_identity_and_no_gpu_taint(karpenter_mode):
     """The Karpenter-mode `general-purpose` NodePool: the GPU node classes' role, subnets and
     security groups (nodes that could not join or reach the cluster would never serve a pod), the

@@ -333,18 +333,10 @@ def non_gpu_room_problems(plan: ModelPlan, contract: Contract, key: str, platfor
                                    if contract.cluster_mode == "karpenter" else None)
         for problem in room.problems:
             out.append((pods_key, f"{where}{plan.name} on platform {contract.stack!r}: {problem}",
-                        "lower the router's replicas or drop the import (import the weights once from another "
-                        "stack), or give the platform's general-purpose NodePool more CPU "
+                        "turn the router off (routing.policy: none) or drop the import (copy the weights into "
+                        "source first), or give the platform's general-purpose NodePool more CPU "
                         "(ClusterArgs.cpuPoolCpuLimit)", total))
     return out
-
-
-def check_non_gpu_room(plan: ModelPlan, contract: Contract, key: str, platform_key: str, where: str = "") -> None:
-    """ConfigErrors from `non_gpu_room_problems`."""
-    problems = Problems()
-    for k, rule, fix, value in non_gpu_room_problems(plan, contract, key, platform_key, where):
-        problems.add(k, rule, fix, value)
-    problems.raise_if_any()
 
 
 def check_platform_runs(plan: ModelPlan, contract: Contract, key: str, platform_key: str = "") -> None:
