@@ -32,8 +32,8 @@ from .identity import ModelImportRole, ModelImportRoleArgs, ModelRole, ModelRole
 from .model_stack import KUBECONFIG_OUTPUT, PLATFORM_OUTPUT, ModelStack, ModelStackArgs, is_model_stack, model_stack_config
 from .monitoring import Monitoring, MonitoringArgs
 from .network import Network, NetworkArgs
-from .platform import (PlatformArgs, PlatformCompileCacheArgs, PlatformMonitoringArgs, PlatformPoolArgs, ServingPlatform,
-                       ServingPlatformArgs)
+from .platform import (NonGpuPlacementArgs, PlatformArgs, PlatformCompileCacheArgs, PlatformMonitoringArgs,
+                       PlatformPoolArgs, ServingPlatform, ServingPlatformArgs, TolerationArgs)
 from .served_model import ServedModel, ServedModelArgs
 from .routing import ModelRouter, ModelRouterArgs, RoutingPolicy
 from .serving import HuggingFaceSourceArgs, LoaderArgs, VllmModel, VllmModelArgs, WeightsImportArgs
@@ -44,8 +44,8 @@ from .enums import ClusterMode, NvmeCheckMode
 __all__ = [
     "KUBECONFIG_OUTPUT", "PLATFORM_OUTPUT", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
     "LoaderArgs", "ModelAutoscaling", "ModelStack", "ModelStackArgs", "ModelAutoscalingArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs", "ModelRouter", "ModelRouterArgs",
-    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NvmeCheckMode",
+    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NonGpuPlacementArgs", "NvmeCheckMode",
     "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "PoolModelArgs", "RoutingPolicy",
-    "ServedModel", "ServedModelArgs", "ServingPlatform", "ServingPlatformArgs", "SystemNodeGroupArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
+    "ServedModel", "ServedModelArgs", "ServingPlatform", "ServingPlatformArgs", "SystemNodeGroupArgs", "TolerationArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
     "WeightsImportArgs", "is_model_stack", "model_stack_config", "stack_config",
 ]

@@ -9,8 +9,9 @@ NodePool per GPU pool whose nodes put their ephemeral storage on local NVMe.
   the EC2-type access entry with AmazonEKSAutoNodePolicy
   (https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html#auto-node-access-entry;
   without it nodes never join, silently).
-- karpenter: a small managed system node group for the controller and add-ons, then the
-  Karpenter component (karpenter.py) and EC2NodeClasses with RAID0 instance store.
+- karpenter: a small managed system node group for the controller and CoreDNS, then the
+  Karpenter component (karpenter.py), EC2NodeClasses with RAID0 instance store, and the
+  elastic `general-purpose` NodePool every other non-GPU pod runs on.
 
 Access: `admins` get cluster-admin and `viewers` read-only (Secrets included) access entries.
 The identity that creates the cluster already has cluster-admin through the creator entry EKS
@@ -168,7 +169,11 @@ class ClusterArgs(TypedDict):
     cluster). Default: unset, EKS picks 10.100.0.0/16 or 172.20.0.0/16; give it (the warmstart
     stack does) when NetworkPolicies must name the API server's ClusterIP."""
     system_node_group: NotRequired[SystemNodeGroupArgs]
-    """Karpenter mode: the system node group (ignored in Auto Mode)."""
+    """Karpenter mode: the system node group, for the controller and CoreDNS (ignored in Auto Mode)."""
+    cpu_pool_cpu_limit: NotRequired[int]
+    """Karpenter mode: `limits.cpu` of the `general-purpose` NodePool that every non-GPU pod
+    (routers, weights imports, KEDA) runs on (default: room for 16 routed, imported model stacks
+    plus a node; the warmstart stack adds its own pods)."""
     endpoint_public_access: NotRequired[bool]
     """The API server's public endpoint (default true, as EKS's); the private endpoint is always
     on. false: private only, so the program deploying into the cluster must run inside the VPC."""
@@ -195,7 +200,8 @@ def plan(args: ClusterArgs) -> ClusterPlan:
     return plan_cluster_layer(
         spec_from_args(ClusterConfig, args, "ClusterArgs."), pools, mode=mode_value(args["mode"]),  # type: ignore[arg-type]
         name=args["cluster_name"], kubernetes_version=args.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION,
-        region=args["region"], key="ClusterArgs", pools_key="ClusterArgs.gpuPools")
+        region=args["region"], key="ClusterArgs", pools_key="ClusterArgs.gpuPools",
+        cpu_limit=args.get("cpu_pool_cpu_limit"))
 
 
 class Cluster(pulumi.ComponentResource):

@@ -1,4 +1,6 @@
-"""GPU capacity: one node class and one NodePool per GPU pool, on the cluster's provider.
+"""GPU capacity: one node class and one NodePool per GPU pool, on the cluster's provider; in
+Karpenter mode also the elastic CPU NodePool of the non-GPU pods, on the same node role, subnets
+and security groups.
 
 A part of the Cluster component (not hosted on its own); the objects themselves are built by
 `warmstart.manifests.gpu_pools` (pure, validated against the upstream CRD schemas).
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_kubernetes as k8s
 
-from warmstart.manifests.gpu_pools import node_class, node_pool
+from warmstart.manifests.gpu_pools import cpu_node_class, cpu_node_pool, node_class, node_pool
 from warmstart.plan.cluster import ClusterPlan
 
 
@@ -37,7 +39,7 @@ class GpuPools(pulumi.ComponentResource):
     node_classes: dict[str, k8s.apiextensions.CustomResource]
     """Node class (NodeClass or EC2NodeClass) per pool name."""
     node_pools: dict[str, k8s.apiextensions.CustomResource]
-    """NodePool per pool name."""
+    """NodePool per pool name (the Karpenter-mode CPU pool's too)."""
 
     def __init__(self, name: str, args: GpuPoolsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("warmstart:cluster:GpuPools", name, None, opts)
@@ -54,4 +56,16 @@ class GpuPools(pulumi.ComponentResource):
                 f"{name}-{pool.name}-nodepool", api_version=np_["apiVersion"], kind=np_["kind"],
                 metadata=np_["metadata"], spec=np_["spec"],
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.node_classes[pool.name]]))
+        cpu = args.plan.cpu_pool
+        if cpu is not None:
+            nc = cpu_node_class(cpu, role=args.node_role_name, subnet_terms=args.subnet_selector_terms,
+                                security_group_terms=args.security_group_selector_terms, tags=args.tags)
+            self.node_classes[cpu.name] = k8s.apiextensions.CustomResource(
+                f"{name}-{cpu.name}-nodeclass", api_version=nc["apiVersion"], kind=nc["kind"],
+                metadata=nc["metadata"], spec=nc["spec"], opts=pulumi.ResourceOptions(parent=self))
+            np_ = cpu_node_pool(cpu)
+            self.node_pools[cpu.name] = k8s.apiextensions.CustomResource(
+                f"{name}-{cpu.name}-nodepool", api_version=np_["apiVersion"], kind=np_["kind"],
+                metadata=np_["metadata"], spec=np_["spec"],
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.node_classes[cpu.name]]))
         self.register_outputs({})

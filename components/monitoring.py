@@ -43,8 +43,8 @@ class MonitoringArgs(TypedDict):
     cluster_name: str
     """Name of the EKS cluster (the access entry's cluster, and the prefix of the collector's alias)."""
     cluster_mode: ClusterMode
-    """How the cluster runs nodes; KEDA lands on Auto Mode's general-purpose pool or on the
-    Karpenter-mode system node group, never on a GPU node."""
+    """How the cluster runs nodes; KEDA lands on its elastic `general-purpose` NodePool (Auto Mode's
+    built-in one, or warmstart's own in Karpenter mode), never on a GPU node."""
     region: str
     """AWS region of the cluster and the workspace (KEDA signs its queries for it)."""
     name_prefix: str

@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.decisions import image_cache
-from warmstart.decisions import weights_import as imports
+from warmstart.decisions import placement
 from warmstart.manifests import compile_cache, first_token, metrics_proxy, nvme_check
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
@@ -28,7 +28,7 @@ from warmstart.plan import platform as facts
 from .enums import ClusterMode, NvmeCheckMode, mode_value
 from .node_cache import WarmSpareArgs, register_warm_spares
 from .pod_scripts import PodScript
-from .serving import LoaderArgs, ScraperPodsArgs
+from .serving import LoaderArgs, NonGpuPlacementArgs, ScraperPodsArgs, TolerationArgs
 
 # Every pod-side script a model may need, once per namespace: (name suffix, ConfigMap, script).
 POD_SCRIPTS = (
@@ -138,6 +138,11 @@ class PlatformArgs(TypedDict):
     """Metrics for autoscaling (KEDA runs in the cluster); none: models cannot autoscale."""
     pod_scripts: NotRequired[bool]
     """The pod-side scripts' ConfigMaps are in `namespace` already; otherwise each model ships its own."""
+    non_gpu_placement: NotRequired[NonGpuPlacementArgs]
+    """Where the models' routers and weights-import Jobs run: a warmstart platform's own elastic
+    CPU NodePool (`karpenter.sh/nodepool: general-purpose`, either mode), or the nodes of a
+    cluster of your own. None given: anywhere off the GPU nodes (a required node affinity on the
+    GPU labels)."""
 
 
 class ServingPlatformArgs(TypedDict):
@@ -194,7 +199,7 @@ class ServingPlatform(pulumi.ComponentResource):
         if stages:
             # Only the master and its garbage collector, on non-GPU nodes
             # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
-            values = staging_objects.nfd_values(node_selector=imports.node_selector(mode))  # type: ignore[arg-type]
+            values = staging_objects.nfd_values(placement.placement_from_args(given.get("non_gpu_placement")))
             node_cache.append(k8s.helm.v3.Release(
                 f"{name}-node-feature-discovery", name="node-feature-discovery", chart=versions.NFD_CHART,
                 version=versions.NFD_VERSION, namespace=NFD_NAMESPACE, create_namespace=True,
@@ -227,5 +232,5 @@ def checked(args: PlatformArgs, key: str = facts.ARGS_KEY) -> PlatformArgs:
     return facts.checked_args(args, key)  # type: ignore[return-value]
 
 
-__all__ = ["PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "ServingPlatform",
-           "ServingPlatformArgs", "checked", "contract"]
+__all__ = ["NonGpuPlacementArgs", "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs",
+           "ServingPlatform", "ServingPlatformArgs", "TolerationArgs", "checked", "contract"]

@@ -21,7 +21,7 @@ from warmstart.manifests import routing as objects
 from warmstart.manifests.routing import SERVICE_PORT
 
 from .enums import ClusterMode, mode_value
-from .serving import ScraperPodsArgs
+from .serving import NonGpuPlacementArgs, ScraperPodsArgs, non_gpu_placement
 
 DEFAULT_NAMESPACE = "default"
 
@@ -46,9 +46,10 @@ class ModelRouterArgs(TypedDict):
     policy: NotRequired[RoutingPolicy]
     """Routing policy (default prefix_hash)."""
     cluster_mode: NotRequired[ClusterMode]
-    """How the cluster runs its nodes, which decides the routers' non-GPU nodes (Auto Mode's
-    general-purpose pool, or nodes labelled `warmstart.io/node-group: system`) and the load
-    balancer's annotations (default auto)."""
+    """How the cluster runs its nodes, which decides the load balancer's annotations (default auto)."""
+    non_gpu_placement: NotRequired[NonGpuPlacementArgs]
+    """The non-GPU nodes the routers run on (a node selector and tolerations; the platform's
+    `nonGpuPlacement`). Default: anywhere off the GPU nodes."""
     router_replicas: NotRequired[int]
     """Router pods, one per node (default 2, so one can be drained while the other serves)."""
     load_factor: NotRequired[float]
@@ -125,7 +126,8 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         metrics_pods=[(s["namespace"], s["pod_labels"]) for s in args.get("metrics_scrapers") or []],
         vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
         api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
-        expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800))
+        expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
+        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"))
 
 
 class ModelRouter(pulumi.ComponentResource):

@@ -151,7 +151,8 @@ class ServedModel(pulumi.ComponentResource):
             # Scrapers reach vLLM's metrics-only port, never its serving port: the managed collector
             # from its ENIs in the VPC's subnets, a Prometheus of the platform's own by its pods.
             metrics_scraper_cidrs=scraped_cidrs, metrics_scrapers=_scrapers(p),
-            autoscaled=True if m.autoscaling is not None else None)
+            autoscaled=True if m.autoscaling is not None else None,
+            non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None)
         self.model = VllmModel(f"{prefix}-{m.name}", model_args, opts=child("model", depends_on=after, **kube),
                                router=[self.router] if self.router is not None else [], plan=m.serving)
         self.autoscaler = None
@@ -183,6 +184,7 @@ class ServedModel(pulumi.ComponentResource):
         return ModelRouter(f"{prefix}-{m.name}-router", _args(
             model_name=m.name, namespace=p.namespace, policy=RoutingPolicy(m.routing_policy),
             cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,
+            non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
             max_excess_requests=m.routing.max_excess_requests,
             client_cidrs=vpc if m.routing.internal_load_balancer else None,
             # The routers' metrics listener serves only metrics: the managed collector's ENIs are in

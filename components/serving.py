@@ -85,6 +85,28 @@ class ScraperPodsArgs(TypedDict):
     """Labels that select exactly them."""
 
 
+class TolerationArgs(TypedDict):
+    """One pod toleration, as Kubernetes writes it."""
+
+    key: NotRequired[str]
+    """The taint's key (none with `Exists`: every taint)."""
+    operator: NotRequired[str]
+    """`Equal` (default) or `Exists`."""
+    value: NotRequired[str]
+    """The taint's value (with `Equal`)."""
+    effect: NotRequired[str]
+    """`NoSchedule`, `PreferNoSchedule` or `NoExecute` (none: every effect)."""
+
+
+class NonGpuPlacementArgs(TypedDict):
+    """Where a platform's non-GPU pods (routers, weights-import Jobs) run."""
+
+    node_selector: NotRequired[dict[str, str]]
+    """Labels of the nodes they select, e.g. `karpenter.sh/nodepool: general-purpose`."""
+    tolerations: NotRequired[list[TolerationArgs]]
+    """Taints of those nodes the pods tolerate."""
+
+
 class VllmModelArgs(TypedDict):
     """Inputs of the VllmModel component."""
 
@@ -186,6 +208,18 @@ class VllmModelArgs(TypedDict):
     autoscaled: NotRequired[bool]
     """An autoscaler (KEDA, the ModelAutoscaling component) owns the replica count: `replicas`
     is the count of the first create only, and `up` and the drift check never reset it."""
+    non_gpu_placement: NotRequired[NonGpuPlacementArgs]
+    """The non-GPU nodes the weights-import Job runs on (a node selector and tolerations; a
+    platform's `nonGpuPlacement`). Default: anywhere off the GPU nodes."""
+
+
+def non_gpu_placement(given: NonGpuPlacementArgs | None, key: str) -> placement.NonGpuPlacement:
+    """A component's `nonGpuPlacement` as the planners take it (ConfigError keyed `key`)."""
+    try:
+        return placement.placement_from_args(given)  # type: ignore[arg-type]
+    except ValueError as err:
+        raise ConfigError(key, str(err), "give {nodeSelector: {label: value}, tolerations: [{key, operator, "
+                          "value, effect}]}") from None
 
 
 def plan_serving(args: VllmModelArgs) -> ServingPlan:
@@ -208,7 +242,8 @@ def plan_serving(args: VllmModelArgs) -> ServingPlan:
         compile_cache=args.get("compile_cache", not spec.eager),
         compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
         cluster_mode=mode, import_key="VllmModelArgs.weightsImport",  # type: ignore[arg-type]
-        node_cache=args.get("node_cache", "off")).serving  # type: ignore[arg-type]
+        node_cache=args.get("node_cache", "off"),  # type: ignore[arg-type]
+        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "VllmModelArgs.nonGpuPlacement")).serving
 
 
 class VllmModel(pulumi.ComponentResource):

@@ -178,6 +178,7 @@ class WarmstartStack(pulumi.ComponentResource):
             system_node_group=_args(instance_types=list(plan.cluster.system_node_group.instance_types),
                                     size=plan.cluster.system_node_group.size)
             if plan.cluster.system_node_group else None,
+            cpu_pool_cpu_limit=plan.cluster.cpu_pool.cpu_limit if plan.cluster.cpu_pool else None,
             tags=stack_tags(plan), image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None)
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
         # 3. storage: the model and compile-cache buckets.

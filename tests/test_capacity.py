@@ -176,7 +176,9 @@ def test_a_flipped_prod_renders_its_reservation_in_auto_mode_too(mode, tmp_path)
     doc["config"]["warmstart:clusterMode"] = mode
     r = render_doc(doc, tmp_path, stack="prod")
     kind = "NodeClass" if mode == "auto" else "EC2NodeClass"
-    (nc,) = r.kind(kind)
+    # The GPU pool's node class (Karpenter mode also has the general-purpose pool's, without reservations).
+    (nc,) = [c for c in r.kind(kind) if c["metadata"]["name"] == r.stack_plan.cluster.pools[0].name]
+    assert all(TERMS not in c["spec"] for c in r.kind(kind) if c is not nc)
     assert nc["spec"][TERMS] == [{"id": capacity.PLACEHOLDER_RESERVATION_ID}]
     assert not list(validator(kind).iter_errors(nc))
     for np_ in r.kind("NodePool"):

@@ -12,6 +12,7 @@ import yaml
 
 from tests.conftest import ROOT, STACK_NAMES, STACKS_DIR
 from warmstart import config, mocks, policies, render
+from warmstart.decisions import placement
 from warmstart.errors import ConfigErrors
 
 import components
@@ -129,7 +130,9 @@ def _flat_args(spec, m, cfg) -> dict:
                   loader=m.loader.model_dump(), cluster_mode=cfg.cluster_mode, node_pool=m.pool,
                   compile_cache=m.compile_cache, compile_cache_host_path=m.compile_cache_host_path,
                   weights_import=spec.weights_import.model_dump(exclude_none=True) if spec.weights_import else None,
-                  node_cache=m.load.mode if m.load else None)
+                  node_cache=m.load.mode if m.load else None,
+                  # The stack's platform puts the non-GPU pods on its general-purpose pool.
+                  non_gpu_placement=placement.own_platform_placement().args())
     return {k: v for k, v in values.items() if v is not None}
 
 

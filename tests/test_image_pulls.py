@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.renders import node_group_of, platform_of
+from tests.support import cluster, renders
+from tests.support.renders import platform_of
 from tests.conftest import ALL_STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import render
 from warmstart.decisions import image_cache
@@ -42,37 +43,46 @@ class Pull:
     role: str
 
 
-def _roles_by_group(r: render.Rendered) -> dict[str | None, str]:
-    """The node role of each place a pod can be pinned to: `system` (the managed node group), a
-    GPU pool by its NodePool name, and None (Auto Mode's built-in pools)."""
-    out: dict[str | None, str] = {}
+def _roles_by_group(r: render.Rendered) -> dict[str, str]:
+    """The node role of each group of nodes a pod can land on (tests/support/cluster.py): `system`
+    (the managed node group), a NodePool by `pool:<name>` (its node class's role), and Auto Mode's
+    built-in pools (the cluster's Auto Mode node role)."""
+    out: dict[str, str] = {}
     for cls in r.kind("EC2NodeClass") + r.kind("NodeClass"):
-        out[cls["metadata"]["name"]] = cls["spec"]["role"]
+        out[f"pool:{cls['metadata']['name']}"] = cls["spec"]["role"]
     for g in r.of_type("aws:eks/nodeGroup:NodeGroup"):
         out["system"] = str(g.inputs["nodeRoleArn"]).rsplit("/", 1)[-1]
     for c in r.of_type("eks:index:Cluster"):
         if c.inputs.get("autoMode"):
-            out[None] = f"{c.inputs['name']}-auto-node"  # pulumi-eks's autoModeNodeRoleName (the mocks answer it)
+            for pool in ("general-purpose", "system"):
+                out[f"pool:{pool}"] = f"{c.inputs['name']}-auto-node"  # pulumi-eks's autoModeNodeRoleName (the mocks answer it)
     return out
 
 
 def pulls(r: render.Rendered) -> list[Pull]:
-    """Every (pod, image, pulling node role) of the render."""
-    roles = _roles_by_group((platform_of(r) or r))
+    """Every (pod, image, pulling node role) of the render, for every group of the platform's
+    nodes the pod can be scheduled on."""
+    platform = platform_of(r) or r
+    nodes = renders.cluster_from(platform.stack_plan.stack, platform)
+    roles = _roles_by_group(platform)
+
+    def where(pod: cluster.Pod) -> list[str]:
+        return sorted({roles.get(n.group, "?") for n in nodes.where(pod)}) or ["?"]
     out = []
     for o in r.kubernetes_objects:
         if o["kind"] not in ("Deployment", "DaemonSet", "Job"):
             continue
         spec = o["spec"]["template"]["spec"]
-        role = roles.get(node_group_of(spec.get("nodeSelector") or {}), "?")
-        for c in spec.get("initContainers", []) + spec.get("containers", []):
-            out.append(Pull(f"{o['kind']} {o['metadata']['name']}", c["image"], role))
+        for role in where(cluster.object_pods([o])[0]):
+            for c in spec.get("initContainers", []) + spec.get("containers", []):
+                out.append(Pull(f"{o['kind']} {o['metadata']['name']}", c["image"], role))
     for rel in r.of_type("kubernetes:helm.sh/v3:Release"):
         values = rel.inputs.get("values") or {}
         image = (values.get("controller") or {}).get("image")
-        if isinstance(image, dict):
-            out.append(Pull(f"Release {rel.inputs.get('name')}", f"{image['repository']}:{image['tag']}",
-                            roles.get(node_group_of(values.get("nodeSelector") or {}), "?")))
+        pods = cluster.release_pods([rel])
+        if isinstance(image, dict) and pods:
+            for role in where(pods[0]):
+                out.append(Pull(f"Release {rel.inputs.get('name')}", f"{image['repository']}:{image['tag']}", role))
     return out
 
 

@@ -1,175 +1,112 @@
-"""What fits where, over the whole render of every stack (issue 20).
+"""What fits where, and what can be scheduled at all, over whole clusters (issues 20 and 28).
 
-Every pod a stack runs is read from its render (Deployments at their replicas plus a rollout's
-surge pod, DaemonSets on every node of their pool, Jobs, the Helm releases' pods from the values
-warmstart gives them) and bin-packed onto the nodes it is pinned to, with the kubelet's
-reservation as the EKS AMI computes it (warmstart/decisions/node_fit.py):
-- the Karpenter-mode system node group, a fixed number of nodes: everything must fit at once;
-- each GPU pool, whose NodePool adds nodes up to its limit: each pod must fit one node of the
-  pool's instance type beside the pool's DaemonSets, GPUs included.
-The planner sizes the system group from the plan; this reads the objects, so a request changed in
-a manifest without the planner knowing fails here.
+A cluster is a platform's render and every model stack of that platform in the same stacks/
+folder, together (tests/support/cluster.py): its nodes (NodePools with their requirements,
+labels, taints and limits, the Karpenter-mode system node group, Auto Mode's built-in pools, or
+what an example's PlatformArgs say its cluster has) and every pod on it (Deployments at their
+replicas plus a rollout's surge pod, DaemonSets on every node they match, Jobs, the Helm releases'
+pods from the values warmstart gives them). Each pod must be schedulable on some node (its node
+selector, required node affinity and tolerations against the nodes' labels and taints), and all
+of them must fit at once: the fixed system group holds its pods, each elastic pool each pod on
+one node and all of them within its limits. The planner sizes from the plan; this reads the
+objects, so a request or selector changed in a manifest without the planner knowing fails here.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from pathlib import Path
 
 import pytest
+import yaml
 
-
-from tests.support.renders import EXAMPLE_NAMES, example, node_group_of, workloads
-from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
+from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
+from tests.support import cluster
+from tests.support.renders import EXAMPLE_NAMES, cluster_from, example_cluster, shipped_cluster
 from warmstart import render
-from warmstart.decisions import node_fit, instances, placement
-
-NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
-RELEASE = "kubernetes:helm.sh/v3:Release"
-
-
-def _release_pods(r: render.Rendered) -> list[tuple[str, node_fit.PodDemand]]:
-    """The Helm releases' pods with the requests and nodes warmstart's values give them."""
-    out = []
-    for rel in r.of_type(RELEASE):
-        values, name = rel.inputs.get("values") or {}, rel.inputs.get("name") or rel.name
-        where = node_group_of(values.get("nodeSelector") or {})
-        if name == "karpenter":
-            req = values["controller"]["resources"]["requests"]
-            out.append((where, node_fit.PodDemand("karpenter", node_fit.parse_cpu(req["cpu"]),
-                                                  node_fit.parse_memory(req["memory"]), count=values["replicas"],
-                                                  max_per_node=1)))
-        elif name == "keda":
-            for part in ("operator", "metricServer", "webhooks"):
-                req = values["resources"][part]["requests"]
-                out.append((where, node_fit.PodDemand(f"keda-{part}", node_fit.parse_cpu(req["cpu"]),
-                                                      node_fit.parse_memory(req["memory"]))))
-        elif name == "node-feature-discovery":
-            for part, demand in (("master", node_fit.NFD_MASTER), ("gc", node_fit.NFD_GC)):
-                out.append((node_group_of(values[part]["nodeSelector"]), demand))
-    return out
-
-
-def _system_group(r: render.Rendered) -> node_fit.NodeGroup | None:
-    groups = r.of_type(NODE_GROUP)
-    if not groups:
-        return None
-    (g,) = groups
-    types = g.inputs["instanceTypes"]
-    smallest = min(types, key=lambda t: node_fit.allocatable(t, managed=True).cpu_millis)
-    return node_fit.NodeGroup("system", smallest, g.inputs["scalingConfig"]["desiredSize"], managed=True)
-
-
-def _system_load(r: render.Rendered) -> tuple[list[node_fit.DaemonDemand], list[node_fit.PodDemand]]:
-    """The DaemonSets on every system node and the pods pinned to the system group."""
-    pods = [node_fit.COREDNS]
-    daemons = list(node_fit.NODE_DAEMONS)
-    for kind, name, spec, count in workloads(r):
-        if node_group_of(spec.get("nodeSelector") or {}) != "system":
-            continue
-        cpu, mem = node_fit.pod_requests(spec)
-        if kind == "DaemonSet":
-            daemons.append(node_fit.DaemonDemand(name, cpu, mem))
-        else:
-            spread = name if spec.get("topologySpreadConstraints") else None
-            pods.append(node_fit.PodDemand(name, cpu, mem, count=count, spread=spread))
-    pods += [d for where, d in _release_pods(r) if where == "system"]
-    return daemons, pods
-
-
-def system_group_fit(r: render.Rendered, nodes: int | None = None) -> node_fit.PackResult | None:
-    """Every pod pinned to the system node group, packed onto it (or onto `nodes` of its nodes)."""
-    group = _system_group(r)
-    if group is None:
-        return None
-    if nodes is not None:
-        group = node_fit.NodeGroup(group.name, group.instance_type, nodes, managed=True)
-    return node_fit.pack(group, *_system_load(r))
-
-
-def _gpu_nodepools(r: Any) -> dict[str, list[str]]:
-    out = {}
-    for pool in [o for o in r.kubernetes_objects if o["kind"] == "NodePool"]:
-        reqs = pool["spec"]["template"]["spec"]["requirements"]
-        types = [v for q in reqs if q["key"] == "node.kubernetes.io/instance-type" for v in q["values"]]
-        out[pool["metadata"]["name"]] = types
-    return out
-
-
-def gpu_pool_misfits(r: Any) -> list[str]:
-    """Each pod on a GPU pool that fits no node of the pool's instance types beside the pool's
-    DaemonSets (CPU, memory, pods and GPUs). A pod pinned to an instance type on a cluster the
-    program does not own (an example) is held against one such node."""
-    pools = _gpu_nodepools(r)
-    for _, _, spec, _ in workloads(r):
-        pool = node_group_of(spec.get("nodeSelector") or {})
-        if pool is not None and pool.startswith("type:"):
-            pools[pool] = [pool.removeprefix("type:")]
-    work = workloads(r)
-    bad = []
-    for pool, types in pools.items():
-        daemons = list(node_fit.NODE_DAEMONS) + [
-            node_fit.DaemonDemand(name, *node_fit.pod_requests(spec)) for kind, name, spec, _ in work
-            if kind == "DaemonSet" and node_group_of(spec.get("nodeSelector") or {}) == pool]
-        for kind, name, spec, _ in work:
-            if kind == "DaemonSet" or node_group_of(spec.get("nodeSelector") or {}) != pool:
-                continue
-            wanted = spec.get("nodeSelector", {}).get("node.kubernetes.io/instance-type")
-            gpus = sum(int(c.get("resources", {}).get("requests", {}).get(placement.GPU_RESOURCE, 0))
-                       for c in spec.get("containers", []))
-            fits = False
-            for t in [t for t in types if wanted in (None, t)]:
-                one = node_fit.pack(node_fit.NodeGroup(pool, t, 1), daemons,
-                                    [node_fit.PodDemand(name, *node_fit.pod_requests(spec))])
-                fits = fits or (one.fits and gpus <= instances.lookup(t).gpu_count)
-            if not fits:
-                bad.append(f"{kind} {name} on pool {pool} ({', '.join(types)})")
-    return bad
+from warmstart.decisions import instances, placement
 
 
 @pytest.mark.parametrize("stack", ALL_STACK_NAMES)
-def test_every_pod_of_every_stack_fits_its_nodes(stack):
-    r = render_stack(stack)
-    result = system_group_fit(r)
-    if result is not None:
-        assert result.fits, node_fit.explain(result, result.group)
-    assert gpu_pool_misfits(r) == []
+def test_every_pod_of_every_stack_can_be_scheduled_on_its_cluster(stack):
+    assert cluster.unschedulable(shipped_cluster(stack)) == []
+
+
+@pytest.mark.parametrize("stack", ALL_STACK_NAMES)
+def test_every_pod_of_every_stack_fits_its_cluster(stack):
+    assert cluster.misfits(shipped_cluster(stack)) == []
 
 
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
-def test_every_pod_of_every_example_fits_its_nodes(name):
-    program, _ = example(name)
-    assert gpu_pool_misfits(program) == []
+def test_every_pod_of_every_example_can_be_scheduled_and_fits(name):
+    v = example_cluster(name)
+    assert cluster.unschedulable(v) == []
+    assert cluster.misfits(v) == []
 
 
-def test_two_routed_models_in_karpenter_mode_get_a_system_group_that_holds_them(tmp_path):
-    doc = load_stack_doc("prod")
-    models = doc["config"]["warmstart:models"]
-    models[1]["replicas"] = 2  # llama-4-scout now has a router too
-    models[1]["import"] = {"s3": "s3://upstream-models/scout"}
-    doc["config"]["warmstart:gpuPools"][0]["maxGpus"] = 64
-    r = render_doc(doc, tmp_path, stack="two-routed")
-    result = system_group_fit(r)
-    assert result is not None and result.fits, node_fit.explain(result, result.group)
-    assert result.group.nodes > render_stack("prod").stack_plan.cluster.system_node_group.size
-    # One node fewer would leave a pod Pending: the planner took the fewest.
-    assert not system_group_fit(r, nodes=result.group.nodes - 1).fits
+def test_the_shipped_example_uses_no_label_only_warmstart_clusters_have():
+    """The routed model of examples/model-on-existing-platform runs on a cluster warmstart did not
+    create: no pod may select a label only warmstart's nodes carry."""
+    v = example_cluster("model-on-existing-platform")
+    routers = [p for p in v.pods if p.name.endswith("-router")]
+    assert routers
+    for p in v.pods:
+        assert placement.NODE_GROUP_LABEL not in (p.spec.get("nodeSelector") or {}), p.name
+        if (p.spec.get("nodeSelector") or {}).get(placement.NODEPOOL_LABEL) == placement.GENERAL_PURPOSE_POOL:
+            raise AssertionError(f"{p.name} selects warmstart's general-purpose pool")
 
 
-def test_the_shipped_prod_system_group_was_too_small_at_two_nodes():
-    # The finding: 2 x m7i.large cannot hold what prod pins there; the planner now asks for 3.
-    fit = system_group_fit(render_stack("prod"))
-    assert fit is not None and fit.group.nodes == 3 and fit.fits
-    assert not system_group_fit(render_stack("prod"), nodes=2).fits
+def test_a_pod_pinned_to_a_label_the_cluster_lacks_is_unschedulable():
+    """Finding 2 as it was: a router pinned to `warmstart.io/node-group: system` on a cluster that
+    has no such nodes passed every reachability row; the schedulability check refuses it."""
+    v = copy.deepcopy(example_cluster("model-on-existing-platform"))
+    (router,) = [p for p in v.pods if p.name.endswith("-router")]
+    router.spec = {"nodeSelector": {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}}
+    assert [b for b in cluster.unschedulable(v) if router.name in b]
+
+
+def _pod(v: cluster.ClusterView, name: str) -> cluster.Pod:
+    (pod,) = [p for p in v.pods if p.name == name]
+    return pod
+
+
+@pytest.mark.parametrize(("what", "cpu", "gpus"), [("cpu", 500_000, 1), ("gpus", 0, 64)])
+def test_a_model_stack_pod_too_large_for_its_platform_is_caught(what, cpu, gpus):
+    """staging-llama-3-1-8b's pods are packed on its platform's nodes (staging's NodePools), not on
+    the model stack's own render, where there are none: a 500-CPU or 64-GPU vLLM pod must fail."""
+    v = copy.deepcopy(shipped_cluster("staging-llama-3-1-8b"))
+    assert cluster.misfits(v) == [] and cluster.unschedulable(v) == []
+    pod = _pod(v, "inference/llama-3-1-8b")
+    if cpu:
+        pod.cpu_millis = cpu
+        assert any("inference/llama-3-1-8b" in m for m in cluster.misfits(v)), cluster.misfits(v)
+    else:
+        pod.gpus = gpus
+        assert any("inference/llama-3-1-8b" in b for b in cluster.unschedulable(v))
+
+
+def test_a_router_too_large_for_the_general_purpose_pool_is_caught():
+    v = copy.deepcopy(shipped_cluster("staging-llama-3-1-8b"))
+    _pod(v, "inference/llama-3-1-8b-router").cpu_millis = 500_000
+    assert any("llama-3-1-8b-router" in m for m in cluster.misfits(v))
 
 
 def test_a_gpu_pod_larger_than_its_node_is_caught():
-    r = copy.deepcopy(render_stack("dev"))  # the session's render is shared: mutate a copy
-    assert gpu_pool_misfits(r) == []
-    (dep,) = [o for o in r.kind("Deployment") if o["metadata"]["name"] == "llama-3-1-8b"]
-    (vllm,) = [c for c in dep["spec"]["template"]["spec"]["containers"] if c["name"] == "vllm"]
-    vllm["resources"]["requests"]["cpu"] = "8"  # a g6e.2xlarge has 8 vCPUs, less the kubelet's share
-    assert gpu_pool_misfits(r) == ["Deployment llama-3-1-8b on pool l40s (g6e.2xlarge)"]
+    v = copy.deepcopy(shipped_cluster("dev"))
+    _pod(v, "inference/llama-3-1-8b").cpu_millis = 8000  # a g6e.2xlarge has 8 vCPUs, less the kubelet's share
+    assert [m for m in cluster.misfits(v) if "inference/llama-3-1-8b " in m]
+
+
+def test_the_system_group_holds_only_what_karpenter_needs():
+    """Karpenter mode: only the controller selects the system node group; everything else of
+    warmstart's runs on the elastic general-purpose NodePool, so the group is sized for the
+    controller and CoreDNS (two nodes) whatever the models."""
+    v = shipped_cluster("prod")
+    system = [p.name for p in v.pods if p.kind != "DaemonSet" and {n.group for n in v.where(p)} == {"system"}]
+    assert system == ["karpenter"]
+    assert render_stack("prod").stack_plan.cluster.system_node_group.size == 2
+    for p in v.pods:
+        assert placement.NODE_GROUP_LABEL not in (p.spec.get("nodeSelector") or {}) or p.name == "karpenter", p.name
 
 
 def test_on_every_gpu_type_a_staged_scraped_pod_fits_beside_the_nodes_daemonsets(tmp_path):
@@ -185,4 +122,61 @@ def test_on_every_gpu_type_a_staged_scraped_pod_fits_beside_the_nodes_daemonsets
          "autoscaling": {"minReplicas": 1, "maxReplicas": 2}} for i in range(len(types))]
     r = render_doc(doc, tmp_path, stack="every-gpu-type")
     assert {"g6e.xlarge", "g6.xlarge", "g5.xlarge"} <= set(types)
-    assert gpu_pool_misfits(r) == []
+    v = cluster_from("every-gpu-type", r)
+    assert cluster.misfits(v) == [] and cluster.unschedulable(v) == []
+
+
+# --- Several routed, imported model stacks on one platform, in both modes ----------------------
+
+MODEL_STACKS = 3
+
+
+def _platform_with_model_stacks(folder: Path, mode: str) -> tuple[render.Rendered, list[render.Rendered]]:
+    """staging as the platform (in `mode`, with room on its pool) and three routed, imported,
+    autoscaled model stacks on it, in one stacks/ folder."""
+    folder.mkdir()
+    platform = load_stack_doc("staging")
+    platform["config"]["warmstart:clusterMode"] = mode
+    platform["config"]["warmstart:gpuPools"][0]["maxGpus"] = 4 * MODEL_STACKS
+    (folder / "Pulumi.staging.yaml").write_text(yaml.safe_dump(platform))
+    names = []
+    for i in range(MODEL_STACKS):
+        doc = load_stack_doc("staging-llama-3-1-8b")
+        model = doc["config"]["warmstart:model"]
+        model["name"] = f"llama-{i}"
+        model["source"] = f"meta-llama/llama-{i}"
+        model["import"] = {"s3": f"s3://upstream-models/llama-{i}"}
+        model["nodeCache"] = "off"
+        names.append(f"staging-llama-{i}")
+        (folder / f"Pulumi.{names[-1]}.yaml").write_text(yaml.safe_dump(doc))
+    return (render.run_program(folder, "staging", program_dir=ROOT),
+            [render.run_program(folder, n, program_dir=ROOT) for n in names])
+
+
+@pytest.mark.parametrize("mode", ["auto", "karpenter"])
+def test_a_platform_with_several_routed_imported_model_stacks_renders_and_packs(tmp_path, mode):
+    platform, stacks = _platform_with_model_stacks(tmp_path / "stacks", mode)
+    v = cluster_from("staging", platform, stacks)
+    routers = [p for p in v.pods if p.name.endswith("-router")]
+    imports = [p for p in v.pods if p.kind == "Job"]
+    assert len(routers) == MODEL_STACKS and len(imports) == MODEL_STACKS
+    assert cluster.unschedulable(v) == []
+    assert cluster.misfits(v) == []
+    # Every router and import lands on the elastic general-purpose pool, never on fixed nodes.
+    for p in routers + imports:
+        assert {n.group for n in v.where(p)} == {f"pool:{placement.GENERAL_PURPOSE_POOL}"}, p.name
+    if mode == "karpenter":
+        assert platform.stack_plan.cluster.system_node_group.size == 2
+
+
+def test_the_same_model_stacks_pinned_to_the_system_group_would_not_fit(tmp_path):
+    """The finding itself: with the routers and import Jobs pinned to `warmstart.io/node-group:
+    system`, as before, three routed model stacks overflow the platform's two system nodes and
+    the check says so with the numbers."""
+    platform, stacks = _platform_with_model_stacks(tmp_path / "stacks", "karpenter")
+    v = copy.deepcopy(cluster_from("staging", platform, stacks))
+    for p in v.pods:
+        if p.name.endswith("-router") or p.kind == "Job":
+            p.spec = {"nodeSelector": {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}}
+    found = cluster.misfits(v)
+    assert any("node group 'system' (2 x m7i.large" in m and "cannot place" in m for m in found), found

@@ -38,9 +38,14 @@ def _assert_flow(stack: R.Stack, flow: str) -> None:
 
 @functools.cache
 def shipped(name: str) -> R.Stack:
-    """A stack of stacks/ as endpoints."""
+    """A stack of stacks/ as endpoints, on its whole cluster: its platform's objects (policies,
+    pods) and every model stack of that platform in stacks/, together."""
     r = render_stack(name)
-    return R.stack_model(name, r, renders.platform_of(r))
+    platform = renders.platform_of(r) or r
+    renders_ = [platform] + [render_stack(s) for s in renders.model_stacks_of(platform.stack_plan.stack)]
+    objects = [o for x in renders_ for o in x.kubernetes_objects]
+    hub = set().union(*(R.hub_models(x.stack_plan) for x in renders_))
+    return R.stack_model(name, r, renders.platform_of(r), objects=objects, hub_imports=hub)
 
 
 @pytest.mark.parametrize(("stack", "flow"), _params(ALL_STACK_NAMES))
@@ -50,14 +55,29 @@ def test_shipped_stack_flow(stack, flow):
 
 @functools.cache
 def example(name: str) -> R.Stack:
-    """An example (components alone on a cluster the user has): its network is not in the
-    program, so it stands on a VPC like the shipped stacks' (10.0.0.0/16, two private subnets)."""
+    """An example (components alone on a cluster the user has), checked with its own facts: its
+    PlatformArgs' VPC blocks, Service range and cluster mode (its network is not in the program;
+    pods get addresses in two subnets of its first block)."""
     program, raw = renders.example(name)
-    mode = next((v for k, v in raw.items() if k.endswith(":clusterMode")), "auto")
-    subnets = [ipaddress.ip_network(c) for c in ("10.0.0.0/19", "10.0.32.0/19")]
-    net = R.Network([ipaddress.ip_network("10.0.0.0/16")], subnets, [], ipaddress.ip_network("172.20.0.0/16"),
+    mode, vpcs, service = renders.example_facts(raw)
+    first = ipaddress.ip_network(vpcs[0])
+    subnets = list(first.subnets(new_prefix=min(32, first.prefixlen + 3)))[:2]
+    net = R.Network([ipaddress.ip_network(c) for c in vpcs], subnets, [], ipaddress.ip_network(service),
                     mode == "auto")
     return R.stack_model(f"examples/{name}", program, network=net)
+
+
+def test_an_example_is_checked_with_its_own_facts():
+    """model-on-existing-platform's cluster is a Karpenter cluster on 10.40.0.0/16 with the
+    172.20.0.0/16 Service range (its PlatformArgs), not the shipped stacks' Auto Mode VPC."""
+    st = example("model-on-existing-platform")
+    _, raw = renders.example("model-on-existing-platform")
+    platform = renders.example_platform(raw)
+    assert platform is not None
+    blocks = [ipaddress.ip_network(c) for c in platform["vpc_cidrs"]]
+    assert all(any(e.ip in b for b in blocks) for e in st.sources if e.namespace)
+    assert st.api.cluster_ip in ipaddress.ip_network(platform["service_cidr"])
+    assert not isinstance(st.dns, R.Endpoint)  # Karpenter mode: CoreDNS pods behind kube-dns
 
 
 @pytest.mark.parametrize(("name", "flow"), _params(EXAMPLE_NAMES))
@@ -397,3 +417,34 @@ def test_the_service_cidr_default_follows_the_vpc():
     assert default("10.0.0.0/16") == "172.20.0.0/16"
     assert default("172.31.0.0/16") == "10.100.0.0/16"
     assert default("172.31.0.0/16", "10.8.0.0/16") == "172.20.0.0/16"
+
+
+def test_snat_through_a_nodeport_would_void_an_exposed_routers_client_fence(tmp_path_factory):
+    """The agent admits a node's own IP on every port of the pods on it. Karpenter mode's NLB has
+    instance targets: with `externalTrafficPolicy: Cluster` kube-proxy SNATs each client to the
+    receiving node's IP, so a client reaches the router on any port, past `clientCidrs`. The
+    render says `Local` (client address kept); without it the row fails."""
+    st = variant("two-routed-karpenter", tmp_path_factory)
+    assert st.exposed and not st.snat_exposed
+    r, _ = _variants["two-routed-karpenter"]
+    objs = copy.deepcopy(r.kubernetes_objects)
+    (lb,) = [o for o in objs if o["kind"] == "Service" and o["spec"].get("type") == "LoadBalancer"]
+    assert lb["spec"].pop("externalTrafficPolicy") == "Local"
+    snat = variant("two-routed-karpenter", tmp_path_factory, objects=objs)
+    assert snat.snat_exposed
+    violations = R.check(snat, [ROWS["lb-clients-as-seen -> exposed-routers (any)"]])
+    assert violations and all("own IP" in v.source for v in violations)
+
+
+def test_the_nodes_own_ip_reaches_every_port_of_a_vllm_pod_on_it():
+    """What the agent's node-IP rule exposes, as the evaluator now models it: the vLLM pod's own
+    node reaches every port, its serving port included, whatever the policies say; a pod of a
+    foreign namespace does not."""
+    st = shipped("prod")
+    (vllm,) = [e for e in st.sources if e.role == "vllm" and e.model == "qwen-67b"]
+    (node,) = [e for e in st.sources if e.role == "node" and e.node == vllm.node]
+    assert st.cluster.reach(node, vllm, "http") == ""
+    (foreign,) = [e for e in st.sources if e.role == "foreign"]
+    assert st.cluster.reach(foreign, vllm, "http")
+    other = [e for e in st.sources if e.role == "node" and e.node != vllm.node]
+    assert other and all(st.cluster.reach(n, vllm, "http") for n in other)

@@ -99,7 +99,8 @@ def test_a_stack_without_imports_has_no_import_objects():
 def _check_job(job: dict, m, mode: str) -> None:
     pod = job["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert pod["nodeSelector"] == imports.node_selector(mode)
+    # A warmstart platform's own elastic CPU pool, in either mode (the platform's non_gpu_placement).
+    assert pod["nodeSelector"] == placement.own_platform_placement().selector
     assert placement.GPU_RESOURCE not in json.dumps(c["resources"])
     assert not pod.get("tolerations"), "the import must not be able to land on a GPU node"
     assert pod["restartPolicy"] == "Never" and pod["serviceAccountName"] == f"{m.name}-import"
@@ -132,13 +133,14 @@ def test_the_dev_import_job_runs_on_a_general_purpose_node():
     assert m.weights_import.revision == LLAMA_COMMIT
 
 
-def test_karpenter_mode_import_jobs_run_on_the_system_node_group(prod_imports):
+def test_karpenter_mode_import_jobs_run_on_the_general_purpose_pool_not_the_system_group(prod_imports):
     jobs = _jobs(prod_imports)
     assert set(jobs) == {"qwen-67b", "qwen-7b"}
     for m in prod_imports.stack_plan.models:
         if m.weights_import:
             _check_job(jobs[m.name], m, "karpenter")
-            assert jobs[m.name]["spec"]["template"]["spec"]["nodeSelector"] == {"warmstart.io/node-group": "system"}
+            assert jobs[m.name]["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "general-purpose"}
+    assert prod_imports.kind("NodePool") and "general-purpose" in {p["metadata"]["name"] for p in prod_imports.kind("NodePool")}
 
 
 def test_the_token_reaches_only_the_hub_import_through_a_secret(prod_imports, tmp_path):
@@ -267,11 +269,11 @@ def test_an_s3_import_from_the_models_own_source_is_refused(stack_doc):
     assert "warmstart:models[0].import.s3" in _plan_errors(doc) and "overlaps the model's own source" in _plan_errors(doc)
 
 
-def test_a_hub_import_whose_scratch_cannot_fit_the_system_nodes_is_refused(stack_doc):
+def test_a_hub_import_whose_scratch_cannot_fit_a_general_purpose_node_is_refused(stack_doc):
     doc = stack_doc("prod")
-    doc["config"]["warmstart:models"][0]["import"] = {"huggingFace": {"repo": "Qwen/Qwen2.5-72B", "revision": "c" * 40}}
+    doc["config"]["warmstart:models"][1]["import"] = {"huggingFace": {"repo": "meta-llama/Scout", "revision": "c" * 40}}
     text = _plan_errors(doc)
-    assert "warmstart:models[0].import.huggingFace" in text and "a node of the system node group" in text
+    assert "warmstart:models[1].import.huggingFace" in text and "a general-purpose node" in text
     assert "import.s3" in text
 
 

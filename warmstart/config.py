@@ -585,17 +585,17 @@ LogRetentionDays = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 
 
 class SystemNodeGroupConfig(_Strict):
     """`clusterMode: karpenter` only: the EKS managed node group that runs the Karpenter
-    controller and the cluster add-ons. Karpenter must not run on nodes it launches, and its
-    chart spreads two replicas over hosts and zones, so the group needs two nodes or more."""
+    controller and CoreDNS (every other non-GPU pod runs on warmstart's elastic `general-purpose`
+    NodePool). Karpenter must not run on nodes it launches, and its chart spreads two replicas
+    over hosts and zones, so the group needs two nodes or more."""
 
     instance_types: Annotated[list[str], Field(min_length=1)] = ["m7i.large"]
     """On-demand x86_64 instance types of the group (no GPU needed)."""
     size: Annotated[int, Field(ge=1)] | None = None
     """Nodes in the group, spread over the private subnets' AZs; at least 2. Default: the fewest
-    (at least 2) that hold what warmstart pins to the group: the Karpenter controller, CoreDNS,
-    each routed model's routers, KEDA, node-feature-discovery and the weights-import Jobs, with
-    the nodes' kubelet reservation (`warmstart render` shows the count; a set size that cannot
-    hold them is refused with the numbers)."""
+    (at least 2) that hold what runs there, the Karpenter controller and CoreDNS, with the nodes'
+    kubelet reservation (`warmstart render` shows the count; a set size that cannot hold them is
+    refused with the numbers)."""
 
     @field_validator("instance_types")
     @classmethod

@@ -421,17 +421,17 @@ def table(stack_plan: AnyPlan) -> str:
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
     g = stack_plan.cluster.system_node_group
     if g is not None:
+        lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller and CoreDNS "
+                     "(cluster.systemNodeGroup.size)")
+    cpu = stack_plan.cluster.cpu_pool
+    if cpu is not None:
         routed = sum(1 for m in stack_plan.models if m.routed)
-        lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller, CoreDNS"
-                     + (f", {routed} routed model(s)' routers" if routed else "")
-                     + (", KEDA" if platform_mod.plan_runs_autoscaling(stack_plan) else "")
-                     + (", node-feature-discovery" if platform_mod.plan_stages(stack_plan) else "")
-                     + (", the weights-import Jobs" if any(m.weights_import for m in stack_plan.models) else "")
-                     + " (cluster.systemNodeGroup.size)")
-        if stack_plan.config.model_stacks.autoscaling or stack_plan.config.model_stacks.node_cache:
-            lines.append("note: the system nodes are sized for this stack's own models; model stacks' routers and "
-                         "import Jobs run there too: set cluster.systemNodeGroup.size above "
-                         f"{g.size} for them")
+        what = ([f"{routed} routed model(s)' routers"] if routed else []) + (
+            ["KEDA"] if platform_mod.plan_runs_autoscaling(stack_plan) else []) + (
+            ["node-feature-discovery"] if platform_mod.plan_stages(stack_plan) else []) + (
+            ["the weights-import Jobs"] if any(m.weights_import for m in stack_plan.models) else [])
+        lines.append(f"general-purpose NodePool: {'/'.join(cpu.instance_types)} up to {cpu.cpu_limit} CPU, for "
+                     + ", ".join(what + ["the model stacks' routers and imports"]))
     if stack_plan.config.image_cache.ecr_pull_through is not None:
         lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
     lines += lone_router_notes(list(stack_plan.models))

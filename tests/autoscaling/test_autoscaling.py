@@ -21,7 +21,7 @@ from tests.support.keda import SCALED_OBJECT, SCHEMAS, validate_keda
 from warmstart import mocks, versions
 from warmstart.config import LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as decide
-from warmstart.decisions import gpu_pools, instances, placement, tuning, weights_import
+from warmstart.decisions import gpu_pools, instances, placement, tuning
 from warmstart.decisions.gpu_pools import SURGE_PODS, PoolModel
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import autoscaling as objects
@@ -343,7 +343,7 @@ def test_keda_values_exist_in_the_pinned_chart_and_keep_keda_off_gpu_nodes(mode)
         for step in path:
             assert isinstance(cur, dict) and step in cur, f"{'.'.join(path)} is not a value of keda 2.20.2"
             cur = cur[step]
-    assert values["nodeSelector"] == weights_import.node_selector(mode)
+    assert values["nodeSelector"] == placement.own_platform_placement().selector
     assert placement.GPU_RESOURCE not in json.dumps(values["tolerations"]) and values["tolerations"] == []
     assert values["podIdentity"]["aws"]["irsa"] == {"enabled": True, "roleArn": "arn:aws:iam::123456789012:role/x-keda-operator"}
     for c in ("operator", "metricServer", "webhooks"):

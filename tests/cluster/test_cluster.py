@@ -104,7 +104,9 @@ def test_every_karpenter_object_validates_against_the_upstream_crds(any_mode):
 
 
 def test_each_mode_renders_its_own_node_class_kind(any_mode):
-    pools = {p.name for p in any_mode.stack_plan.cluster.pools}
+    # Karpenter mode adds the elastic CPU pool of the non-GPU pods (Auto Mode has its built-in one).
+    cpu = any_mode.stack_plan.cluster.cpu_pool
+    pools = {p.name for p in any_mode.stack_plan.cluster.pools} | ({cpu.name} if cpu else set())
     assert set(_by_name(any_mode, "NodePool")) == pools
     own, other = ("NodeClass", "EC2NodeClass") if any_mode.stack_plan.cluster_mode == "auto" else ("EC2NodeClass", "NodeClass")
     assert set(_by_name(any_mode, own)) == pools and not any_mode.kind(other)
@@ -141,7 +143,7 @@ def _karpenter_allowed_aws_labels() -> frozenset[str]:
 def test_requirement_keys_use_the_modes_label_domain(any_mode):
     mode = any_mode.stack_plan.cluster_mode
     foreign = placement.LABEL_DOMAIN["karpenter" if mode == "auto" else "auto"]
-    for pool in any_mode.kind("NodePool"):
+    for pool in _gpu_nodepools(any_mode):
         keys = [q["key"] for q in pool["spec"]["template"]["spec"]["requirements"]]
         assert not any(k.startswith(foreign + "/") for k in keys), keys
         assert placement.local_nvme_label(mode) in keys and placement.gpu_count_label(mode) in keys
@@ -157,8 +159,14 @@ def test_requirement_keys_use_the_modes_label_domain(any_mode):
 # GPU placement invariants
 
 
+def _gpu_nodepools(r: render.Rendered) -> list[dict[str, Any]]:
+    """The GPU pools' NodePools (not the Karpenter-mode CPU pool of the non-GPU pods)."""
+    names = {p.name for p in r.stack_plan.cluster.pools}
+    return [o for o in r.kind("NodePool") if o["metadata"]["name"] in names]
+
+
 def test_every_gpu_nodepool_is_tainted(any_mode):
-    for pool in any_mode.kind("NodePool"):
+    for pool in _gpu_nodepools(any_mode):
         taints = pool["spec"]["template"]["spec"]["taints"]
         assert {"key": placement.GPU_TAINT_KEY, "effect": placement.GPU_TAINT_EFFECT} in taints
 
@@ -198,7 +206,7 @@ def test_nodepool_limits_cover_every_replica_and_a_surge(any_mode):
 
 
 def test_disruption_never_repacks_serving_pods(any_mode):
-    for pool in any_mode.kind("NodePool"):
+    for pool in _gpu_nodepools(any_mode):
         d = pool["spec"]["disruption"]
         assert d["consolidationPolicy"] == "WhenEmpty"
         assert all(b["nodes"] in ("0", "1") for b in d["budgets"])
@@ -516,6 +524,40 @@ def test_karpenter_controller_runs_on_the_system_node_group(karpenter_mode):
         assert placement.NODE_GROUP_LABEL not in pool["spec"]["template"].get("metadata", {}).get("labels", {})
 
 
+def test_the_controller_needs_nothing_that_runs_on_nodes_it_launches(karpenter_mode):
+    """Pinned to the system group (and the chart's `karpenter.sh/nodepool DoesNotExist`), and
+    resolving names through the node's resolver, not CoreDNS, which may run on the
+    general-purpose pool's nodes."""
+    values = _release(karpenter_mode, "karpenter")["values"]
+    chart = yaml.safe_load((Path(__file__).resolve().parent.parent / "schemas" / "karpenter" /
+                            "helm-values-v1.14.1.yaml").read_text())
+    assert "dnsPolicy" in chart and values["dnsPolicy"] == "Default"
+    assert values["nodeSelector"][placement.NODE_GROUP_LABEL] == placement.SYSTEM_NODE_GROUP
+
+
+def test_the_cpu_pool_takes_the_gpu_pools_nodes_identity_and_no_gpu_taint(karpenter_mode):
+    """The Karpenter-mode `general-purpose` NodePool: the GPU node classes' role, subnets and
+    security groups (nodes that could not join or reach the cluster would never serve a pod), the
+    same AMI pin, no GPU taint and no GPU instance type, a CPU limit, and never the system label
+    (the controller's own nodes)."""
+    r = karpenter_mode
+    cpu = r.stack_plan.cluster.cpu_pool
+    assert cpu is not None and cpu.name == placement.GENERAL_PURPOSE_POOL
+    classes = _by_name(r, "EC2NodeClass")
+    gpu_class = classes[r.stack_plan.cluster.pools[0].name]["spec"]
+    cpu_class = classes[cpu.name]["spec"]
+    for key in ("role", "subnetSelectorTerms", "securityGroupSelectorTerms", "amiSelectorTerms", "metadataOptions",
+                "tags"):
+        assert cpu_class[key] == gpu_class[key], key
+    assert "instanceStorePolicy" not in cpu_class
+    pool = _by_name(r, "NodePool")[cpu.name]
+    assert not pool["spec"]["template"]["spec"].get("taints")
+    types = _requirement(pool, placement.INSTANCE_TYPE_LABEL)["values"]
+    assert types and not set(types) & set(instances.catalog())
+    assert int(pool["spec"]["limits"]["cpu"]) == cpu.cpu_limit > 0
+    assert placement.NODE_GROUP_LABEL not in (pool["spec"]["template"].get("metadata") or {}).get("labels", {})
+
+
 def test_karpenter_charts_are_pinned_and_ordered(karpenter_mode):
     r = karpenter_mode
     crd, ctl = _release(r, "karpenter-crd"), _release(r, "karpenter")
@@ -527,7 +569,7 @@ def test_karpenter_charts_are_pinned_and_ordered(karpenter_mode):
     assert dp["version"] == versions.NVIDIA_DEVICE_PLUGIN_VERSION
     assert dp["repositoryOpts"]["repo"] == "https://nvidia.github.io/k8s-device-plugin"
     # The plugin's default affinity matches `nvidia.com/gpu.present=true`: every GPU pool sets it.
-    for pool in r.kind("NodePool"):
+    for pool in _gpu_nodepools(r):
         assert pool["spec"]["template"]["metadata"]["labels"][placement.NVIDIA_GPU_PRESENT_LABEL] == "true"
 
 

@@ -22,7 +22,8 @@ def test_each_pool_gets_a_valid_node_class_and_nodepool_of_its_mode(stack):
                         security_group_selector_terms=[{"id": "sg-0000000a"}])
     built = {}
     resources = mocks.run(lambda: built.setdefault("p", GpuPools("gpu", args)), region=plan.config.region, stack=stack)
-    pools = [p.name for p in cluster.pools]
+    # Karpenter mode: the GPU pools and the general-purpose pool of the non-GPU pods.
+    pools = [p.name for p in cluster.pools] + ([cluster.cpu_pool.name] if cluster.cpu_pool else [])
     assert sorted(built["p"].node_pools) == sorted(built["p"].node_classes) == sorted(pools)
     objects = [r.inputs for r in resources if r.typ.startswith("kubernetes:")]
     kinds = sorted(o["kind"] for o in objects)

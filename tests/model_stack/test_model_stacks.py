@@ -241,3 +241,44 @@ def test_a_single_replica_model_stack_on_a_spot_pool_is_refused(tmp_path):
             m["replicas"] = 2
     errors = {e.key: str(e) for e in _plan_errors(tmp_path, {"prod": spot, "prod-x": _model_stack()})}
     assert "may run on spot" in errors["warmstart:model.replicas"] and "'prod-x'" in errors["warmstart:model.replicas"]
+
+
+def _staging_model_stack():
+    return config.model_stack_from_pulumi_config(config.read_stack_file(STACKS_DIR / "Pulumi.staging-llama-3-1-8b.yaml"))
+
+
+def test_the_platform_exports_where_its_non_gpu_pods_run():
+    """Both modes' platforms export their elastic CPU pool as `nonGpuPlacement`, with the label
+    key intact (label maps are never re-cased), and the model stack's routers and import use it."""
+    for stack in ("staging", "prod"):
+        doc = render_stack(stack).outputs[platform.OUTPUT]
+        assert doc["nonGpuPlacement"] == {"nodeSelector": {"karpenter.sh/nodepool": "general-purpose"}, "tolerations": []}
+    r = render_stack("staging-llama-3-1-8b")
+    for o in r.kubernetes_objects:
+        if o["kind"] in ("Deployment", "Job") and o["metadata"]["name"] != "llama-3-1-8b":
+            assert o["spec"]["template"]["spec"]["nodeSelector"] == {"karpenter.sh/nodepool": "general-purpose"}
+
+
+@pytest.mark.parametrize(("selector", "words"), [
+    ({"karpenter.sh/nodepool": "l40s"}, "its GPU pool 'l40s'"),
+    ({"warmstart.io/node-group": "system"}, "Karpenter system node group"),
+])
+def test_a_model_stack_whose_non_gpu_pods_have_nowhere_to_run_is_refused(selector, words):
+    doc = copy.deepcopy(render_stack("staging").outputs[platform.OUTPUT])
+    doc["nonGpuPlacement"] = {"nodeSelector": selector}
+    contract = platform.parse(doc, "staging", "staging-llama-3-1-8b")
+    with pytest.raises((ConfigError, ConfigErrors)) as err:
+        platform.plan_model_stack(_staging_model_stack(), contract, "staging-llama-3-1-8b")
+    errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
+    (e,) = [e for e in errors if e.key == "warmstart:platform.nonGpuPlacement"]
+    # Its numbers: 2 routers plus a surge pod and the import Job, 500m each.
+    assert words in str(e) and "2000m CPU" in str(e) and "'staging-llama-3-1-8b'" in str(e)
+
+
+def test_a_model_stack_on_a_platform_without_placement_runs_anywhere_off_the_gpu_nodes():
+    """A platform exported before `nonGpuPlacement` (or a cluster of your own without it): no
+    label is selected, only an affinity off the GPU nodes."""
+    doc = {k: v for k, v in render_stack("staging").outputs[platform.OUTPUT].items() if k != "nonGpuPlacement"}
+    contract = platform.parse(doc, "staging", "staging-llama-3-1-8b")
+    plan = platform.plan_model_stack(_staging_model_stack(), contract, "staging-llama-3-1-8b")
+    assert not plan.model.weights_import.non_gpu.given

@@ -12,7 +12,7 @@ import yaml
 
 import components.monitoring as monitoring_component
 from warmstart import mocks, versions
-from warmstart.decisions import placement, weights_import
+from warmstart.decisions import placement
 from warmstart.manifests import autoscaling as objects
 
 REGION = "us-east-1"
@@ -82,7 +82,7 @@ def test_monitoring_installs_the_pinned_chart_on_non_gpu_nodes_with_the_role(mon
     assert (release.inputs["chart"], release.inputs["version"], release.inputs["repositoryOpts"]["repo"]) == \
         ("keda", versions.KEDA_CHART_VERSION, "https://kedacore.github.io/charts")
     values = release.inputs["values"]
-    assert values["nodeSelector"] == {placement.NODEPOOL_LABEL: weights_import.GENERAL_PURPOSE_POOL}
+    assert values["nodeSelector"] == {placement.NODEPOOL_LABEL: placement.GENERAL_PURPOSE_POOL}
     role = _one(rs, "aws:iam/role:Role")
     assert values["podIdentity"]["aws"]["irsa"]["roleArn"] == f"arn:aws:iam::{mocks.FAKE_ACCOUNT}:role/{role.inputs['name']}"
     ns = _one(rs, "kubernetes:core/v1:Namespace")
@@ -103,7 +103,8 @@ def test_monitoring_with_an_existing_endpoint_creates_no_aws_resource(monkeypatc
     assert not [r for r in rs if r.typ.startswith("aws:")]
     values = _one(rs, "kubernetes:helm.sh/v3:Release").inputs["values"]
     assert "podIdentity" not in values
-    assert values["nodeSelector"] == {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
+    # Karpenter mode too: warmstart's own elastic CPU pool, never the controller's system group.
+    assert values["nodeSelector"] == {placement.NODEPOOL_LABEL: placement.GENERAL_PURPOSE_POOL}
 
 
 @pytest.mark.parametrize("overrides, drop, key", [

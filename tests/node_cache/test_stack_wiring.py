@@ -62,7 +62,7 @@ def test_prod_keeps_a_warm_spare_and_pre_pulls_unstaged_images():
     (pause,) = pod["containers"]
     assert pause["resources"]["requests"]["nvidia.com/gpu"] == str(pool.warm_instance.gpu_count)
     # The spare's GPUs count against the pool's limit.
-    np = r.kind("NodePool")[0]
+    (np,) = [p for p in r.kind("NodePool") if p["metadata"]["name"] == pool.name]
     assert int(np["spec"]["limits"]["nvidia.com/gpu"]) == pool.max_gpus
     for m in r.stack_plan.models:
         assert not m.staged
@@ -73,7 +73,8 @@ def test_prod_keeps_a_warm_spare_and_pre_pulls_unstaged_images():
 
 def test_karpenter_nodes_pull_with_soci_parallel_pull():
     r = render_stack("prod")
-    (nc,) = r.kind("EC2NodeClass")
+    # The GPU pool's node class (the general-purpose pool's nodes need no SOCI on NVMe).
+    (nc,) = [c for c in r.kind("EC2NodeClass") if c["metadata"]["name"] == r.stack_plan.cluster.pools[0].name]
     msg = email.message_from_string(nc["spec"]["userData"])
     assert msg.is_multipart()
     (part,) = [p for p in msg.get_payload() if p.get_content_type() == "application/node.eks.aws"]

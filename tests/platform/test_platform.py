@@ -3,8 +3,12 @@ document a platform stack exports and a model stack reads back."""
 
 from __future__ import annotations
 
+import json
+
 import kubernetes_validate
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import components
 from components import platform as platform_component
@@ -94,3 +98,30 @@ def test_a_platform_exported_before_pod_scripts_were_listed_still_offers_them():
     doc = render_stack("staging").outputs[contract.OUTPUT]
     old = {k: v for k, v in doc.items() if k != "podScripts"}
     assert contract.parse(old, "staging", "reader").pod_scripts is True
+
+
+_LABEL_KEY = st.from_regex(r"[a-z]([a-z0-9.-]{0,10}[a-z0-9])?\.(io|com)/[A-Za-z]([A-Za-z0-9_.-]{0,12}[A-Za-z0-9])?",
+                           fullmatch=True)
+_TOLERATION = st.one_of(
+    st.builds(lambda k, v, e: {"key": k, "operator": "Equal", "value": v, "effect": e},
+              _LABEL_KEY, st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), st.sampled_from(["NoSchedule", "NoExecute"])),
+    st.builds(lambda k: {"key": k, "operator": "Exists"}, _LABEL_KEY))
+
+
+@settings(max_examples=40, deadline=None)
+@given(selector=st.dictionaries(_LABEL_KEY, st.from_regex(r"[a-z0-9]{1,8}", fullmatch=True), max_size=3),
+       tolerations=st.lists(_TOLERATION, max_size=2))
+def test_a_non_gpu_placement_reads_back_from_the_exported_document(selector, tolerations):
+    """`nonGpuPlacement` crosses the contract intact: camelCase field names, label keys (with
+    capitals and underscores) never re-cased, the same placement on the other side."""
+    from warmstart.decisions import placement
+
+    wanted = {"node_selector": selector, "tolerations": tolerations}
+    args = dict(PLATFORM) | {"non_gpu_placement": wanted}
+    doc = contract.document(args)
+    assert doc["nonGpuPlacement"]["nodeSelector"] == selector
+    back = contract.platform_args(json.loads(json.dumps(doc)), "research", "reader")
+    assert contract.from_args(back).non_gpu_placement == placement.placement_from_args(wanted)
+    assert contract.from_args(back).non_gpu_placement.args() == wanted | {
+        "tolerations": [placement.Toleration(t["key"], t["operator"], t.get("value"), t.get("effect")).as_dict()
+                        for t in tolerations]}

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from warmstart import config, mocks, render, versions
 from warmstart.decisions import routing
-from warmstart.decisions import weights_import as imports
+from warmstart.decisions import placement
 from warmstart.errors import ConfigErrors
 from warmstart.manifests import routing as router, serving
 
@@ -221,11 +221,21 @@ def test_router_fence_metrics_only_from_named_cidrs_egress_only_to_its_needs(met
 
 @pytest.mark.parametrize("mode", ["auto", "karpenter"])
 def test_routers_run_spread_on_the_non_gpu_nodes_the_import_job_uses(mode):
+    # Alone, with no placement given: anywhere off the GPU nodes, by affinity, no warmstart label.
     p = _plan(cluster_mode=mode)
     dep = router.deployment_spec(p)
     pod = dep["spec"]["template"]["spec"]
-    assert pod["nodeSelector"] == imports.node_selector(mode)
+    assert "nodeSelector" not in pod and pod["affinity"] == placement.off_gpu_affinity()
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {e["key"] for t in terms for e in t["matchExpressions"]} >= {
+        placement.gpu_count_label("auto"), placement.gpu_count_label("karpenter"), placement.NVIDIA_GPU_PRESENT_LABEL}
     assert "tolerations" not in pod, "no GPU toleration: never on a GPU node"
+    # Given one (a platform's), exactly its selector and tolerations, as the import Job gets them.
+    given = placement.NonGpuPlacement((("node-role", "cpu"),), (placement.Toleration("dedicated", "Equal", "cpu",
+                                                                                     "NoSchedule"),))
+    pod = router.deployment_spec(_plan(cluster_mode=mode, non_gpu=given))["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"node-role": "cpu"} and "affinity" not in pod
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}]
     assert dep["spec"]["replicas"] == 2
     (host,) = [t for t in pod["topologySpreadConstraints"] if t["topologyKey"] == "kubernetes.io/hostname"]
     assert host["whenUnsatisfiable"] == "DoNotSchedule" and host["maxSkew"] == 1
@@ -312,7 +322,7 @@ def test_the_component_registers_the_planned_objects_and_exposes_the_endpoint():
         (o["kind"], o["metadata"]["name"]) for o in router.objects(r.plan))
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     assert dep["spec"] == json.loads(json.dumps(router.deployment_spec(r.plan)["spec"]))
-    assert dep["spec"]["template"]["spec"]["nodeSelector"] == imports.node_selector("karpenter")
+    assert dep["spec"]["template"]["spec"]["affinity"] == placement.off_gpu_affinity()
     (provider,) = [x for x in resources if x.typ == "pulumi:providers:kubernetes"]
     assert all(x.provider and provider.urn in x.provider for x in resources if render.is_kubernetes_object(x))
     (comp,) = [x for x in resources if x.typ == "warmstart:index:ModelRouter"]

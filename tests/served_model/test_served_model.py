@@ -176,3 +176,81 @@ def test_the_components_pages_yaml_program_reaches_the_served_model_intact():
     assert m.platform.cluster_mode == "karpenter" and m.platform.vpc_cidrs == ("10.40.0.0/16",)
     assert m.plan.source == "s3://my-models/meta-llama/Llama-3.1-70B-Instruct" and not m.plan.staged
     assert [r for r in rs if r.typ == "kubernetes:apps/v1:Deployment"]
+
+
+# --- Where its non-GPU pods run (the platform's `non_gpu_placement`) ---------------------------
+
+ROUTED = MODEL | {"replicas": 2, "import": {"s3": "s3://upstream/llama"}}
+
+
+def _non_gpu_pods(rs):
+    """The router Deployment's and import Job's pod specs."""
+    out = {}
+    for r in _of(rs, "kubernetes:apps/v1:Deployment") + _of(rs, "kubernetes:batch/v1:Job"):
+        spec = r.inputs["spec"]["template"]["spec"]
+        if not any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations") or []):
+            out[r.inputs["metadata"]["name"]] = spec
+    return out
+
+
+def test_with_no_placement_its_routers_and_import_run_anywhere_off_the_gpu_nodes():
+    """A cluster warmstart did not create has neither `warmstart.io/node-group` nor warmstart's
+    NodePools: with no placement, no warmstart-only label, only an affinity off the GPU labels."""
+    from warmstart.decisions import placement
+
+    _, rs = _served(model=ROUTED)
+    pods = _non_gpu_pods(rs)
+    assert "llama-70b-router" in pods and len(pods) == 2, sorted(pods)
+    for spec in pods.values():
+        assert "nodeSelector" not in spec and "tolerations" not in spec
+        assert spec["affinity"] == placement.off_gpu_affinity()
+        assert placement.NODE_GROUP_LABEL not in json.dumps(spec)
+
+
+def test_its_routers_and_import_take_the_platforms_placement():
+    given = {"node_selector": {"node-role.example.com/cpu": "true"},
+             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}]}
+    _, rs = _served(model=ROUTED, platform=PLATFORM | {"non_gpu_placement": given})
+    pods = _non_gpu_pods(rs)
+    assert len(pods) == 2
+    for spec in pods.values():
+        assert spec["nodeSelector"] == given["node_selector"] and spec["tolerations"] == given["tolerations"]
+        assert "affinity" not in spec
+
+
+@pytest.mark.parametrize(("selector", "words"), [
+    ({"karpenter.sh/nodepool": "h100"}, "its GPU pool 'h100'"),
+    ({"warmstart.io/node-group": "system"}, "sized for the controller and CoreDNS alone"),
+])
+def test_a_placement_where_its_non_gpu_pods_cannot_run_is_refused_with_the_numbers(selector, words):
+    platform = PLATFORM | {"non_gpu_placement": {"node_selector": selector}}
+    with pytest.raises((ConfigError, ConfigErrors)) as err:
+        mocks.run(lambda: components.ServedModel("research-llama-70b", {"model": ROUTED, "platform": platform}),
+                  region="us-east-1", stack="bad")
+    errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
+    (e,) = [e for e in errors if e.key == "ServedModelArgs.platform.nonGpuPlacement"]
+    # The numbers: 2 routers plus a surge pod at 500m and the import Job at 500m.
+    assert words in str(e) and "2000m CPU" in str(e), str(e)
+
+
+def test_a_malformed_placement_is_named_by_its_key():
+    platform = PLATFORM | {"non_gpu_placement": {"tolerations": [{"key": "x", "operator": "Sometimes"}]}}
+    with pytest.raises((ConfigError, ConfigErrors), match=r"ServedModelArgs\.platform.*operator"):
+        mocks.run(lambda: components.ServedModel("research-llama-70b", {"model": ROUTED, "platform": platform}),
+                  region="us-east-1", stack="bad")
+
+
+def test_the_general_purpose_pools_room_is_checked_with_the_numbers():
+    """On a warmstart platform's own pool: each pod must fit one of its nodes, and in Karpenter
+    mode all of a model's non-GPU pods at their peak must fit what the CPU limit keeps for model
+    stacks (warmstart/decisions/cpu_pool.py)."""
+    from warmstart.decisions import cpu_pool, node_fit
+
+    router = node_fit.PodDemand("m-router", 500, 512, count=3)
+    assert cpu_pool.check_pods("karpenter", [router], budget_millis=cpu_pool.MODEL_STACKS_CPU_MILLIS).problems == ()
+    huge = node_fit.PodDemand("m-router", 9000, 512, count=3)
+    (one, total) = cpu_pool.check_pods("karpenter", [huge], budget_millis=20000).problems
+    assert "9000m CPU" in one and "largest general-purpose node" in one
+    assert "27000m CPU" in total and "20000m" in total
+    assert cpu_pool.check_pods("auto", [huge], budget_millis=None).problems == ()
+    assert cpu_pool.check_pods("auto", [node_fit.PodDemand("x", 500_000, 1)], budget_millis=None).problems

@@ -132,6 +132,8 @@ SAMPLES: dict[str, Sample] = {
     "autoscaling": Sample({"maxReplicas": 2}),
     "pool": Sample("l40s-b", _second_pool, "a second pool, l40s-b"),
     "priority_class_name": Sample("inference-high"),
+    # Its upper bound (1 PiB) gives no derivable sample that still fits a GPU.
+    "weights_gib": Sample(30.0),
 }
 
 

@@ -58,6 +58,8 @@ class Endpoint:
     model: str | None = None
     sidecar_ports: Sequence[tuple[str, int, str]] = ()
     """Ports of native sidecars (init containers with restartPolicy Always)."""
+    node: str | None = None
+    """The node a pod runs on, or whose own IP an endpoint is (role `node`)."""
 
     def named_port(self, name: str, proto: str = "TCP") -> int | None:
         """A named port as a policy resolves it: in `containers` only (the controller's
@@ -232,8 +234,13 @@ class Cluster:
         return f"egress to {ip}:{port}/{proto} matches no rule of {_names(policies)}"
 
     def ingress(self, dst: Endpoint, src: Endpoint, port: int, proto: str) -> str:
-        """'' when `dst` accepts a connection from `src` on its (target) `port`, else why not."""
+        """'' when `dst` accepts a connection from `src` on its (target) `port`, else why not.
+        The agent puts the node's own IP in every pod's map, allowed on every port: "Traffic from
+        the local node should always be allowed" (aws/aws-network-policy-agent
+        `pkg/fwruleprocessor/fw_rule_processor.go`, ComputeMapEntriesFromEndpointRules)."""
         if dst.namespace is None:
+            return ""
+        if src.role == "node" and src.node is not None and src.node == dst.node:
             return ""
         policies = self.selecting(dst, "Ingress")
         for policy in policies:
@@ -338,6 +345,12 @@ def network_of(rendered, platform=None, *, vpc_cidrs: Sequence[str] = (),
                    rendered.stack_plan.cluster_mode == "auto")
 
 
+def hub_models(plan) -> set[str]:
+    """The models of a plan whose weights import downloads from the Hugging Face Hub."""
+    return {m.name for m in (plan.models if plan else ())
+            if m.weights_import is not None and m.weights_import.source.startswith("hf://")}
+
+
 def named_scrapers(plan) -> list[tuple[str, Mapping[str, str]]]:
     """(namespace, pod labels) of the user's Prometheus pods: `monitoring.scraper` of an
     environment stack, its platform's `monitoring.scraper_pods` for a model stack."""
@@ -359,6 +372,9 @@ class Stack:
     services: dict[str, Service]
     exposed: set[str]
     hub_imports: set[str]
+    snat_exposed: set[str] = field(default_factory=set)
+    """Models whose load balancer reaches the routers through a NodePort with SNAT (instance
+    targets, `externalTrafficPolicy: Cluster`): its clients arrive as the receiving node's IP."""
 
     @property
     def models(self) -> list[str]:
@@ -367,9 +383,11 @@ class Stack:
 
 def stack_model(name: str, rendered, platform=None, *, network: Network | None = None,
                 prometheus: Sequence[tuple[str, Mapping[str, str]]] | None = None,
-                objects: Sequence[Mapping[str, Any]] | None = None) -> Stack:
+                objects: Sequence[Mapping[str, Any]] | None = None, hub_imports: set[str] | None = None) -> Stack:
     """The stack as endpoints: one pod per pod template the render declares (`objects`, by
-    default the render's Kubernetes objects), plus what the cluster and AWS put around them."""
+    default the render's Kubernetes objects: a whole cluster's, its platform's and model stacks'
+    together), plus what the cluster and AWS put around them. `hub_imports`: the models whose
+    import downloads from the Hub (default: the render's plan's)."""
     net = network or network_of(rendered, platform)
     objects = rendered.kubernetes_objects if objects is None else objects
     hosts = (s.network_address + 10 + i for i in range(200) for s in net.pod_subnets)
@@ -384,9 +402,13 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
             return [(p.get("name", ""), p["containerPort"], p.get("protocol", "TCP"))
                     for c in containers for p in c.get("ports") or []]
         sidecars = [c for c in tpl["spec"].get("initContainers") or [] if c.get("restartPolicy") == "Always"]
+        model = None if role == "warm-spare" else labels.get(INSTANCE)
+        # GPU pods share a node with their model's other GPU pods, never with a router (the GPU taint).
+        gpu = bool(tpl["spec"].get("tolerations") and any(t.get("key") == "nvidia.com/gpu"
+                                                           for t in tpl["spec"]["tolerations"]))
+        node = f"GPU node of {model or o['metadata']['name']}" if gpu else "CPU node"
         pods.append(Endpoint(f"{ns}/{o['metadata']['name']}", next(hosts), role, ns, labels,
-                             ports(tpl["spec"].get("containers") or []),
-                             None if role == "warm-spare" else labels.get(INSTANCE), ports(sidecars)))
+                             ports(tpl["spec"].get("containers") or []), model, ports(sidecars), node))
     # Stand-ins: any other pod of the models' namespaces, a pod of a foreign namespace.
     pods += [Endpoint(f"{ns}/another-pod", next(hosts), "client", ns, {NAME: "another-pod"})
              for ns in sorted({p.namespace for p in pods})]
@@ -410,7 +432,7 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
         dns = Service("kube-dns", "kube-system", svc_ip + 10, {"k8s-app": "kube-dns"},
                       [("dns", 53, 53, "UDP"), ("dns-tcp", 53, 53, "TCP")])
         services.append(dns)
-    by_model, exposed = {}, set()
+    by_model, exposed, snat = {}, set(), set()
     for i, o in enumerate(o for o in objects if o["kind"] == "Service"):
         spec = o["spec"]
         svc = Service(o["metadata"]["name"], o["metadata"].get("namespace", "default"), svc_ip + 100 + i,
@@ -421,15 +443,21 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
             by_model[o["metadata"]["name"]] = svc
         if spec.get("type") == "LoadBalancer":
             exposed.add((spec.get("selector") or {}).get(INSTANCE))
+            # Without a load balancer class the cloud provider's NLB has instance targets.
+            if not spec.get("loadBalancerClass") and spec.get("externalTrafficPolicy", "Cluster") == "Cluster":
+                snat.add((spec.get("selector") or {}).get(INSTANCE))
     sources = list(pods) + [Endpoint("a VPC client outside the cluster", net.pod_subnets[0].broadcast_address - 8,
                                      "vpc-client")]
+    # Each node's own IP: its hostNetwork pods, and what kube-proxy SNATs to it.
+    nodes = sorted({p.node for p in pods if p.node})
+    sources += [Endpoint(f"{n}'s own IP", net.pod_subnets[0].broadcast_address - 20 - i, "node", node=n)
+                for i, n in enumerate(nodes)]
     # The collector has an ENI in each subnet it is given; any of them may scrape.
     sources += [Endpoint(f"AMP managed collector ENI in {s}", s.broadcast_address - 4, "scraper")
                 for s in net.scraper_subnets]
-    hub = {m.name for m in (plan.models if plan else ())
-           if m.weights_import is not None and m.weights_import.source.startswith("hf://")}
+    hub = hub_imports if hub_imports is not None else hub_models(plan)
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
-    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub)
+    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub, snat)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -462,6 +490,14 @@ FLOWS = (
     ("deny", "all-but-routers", "routed-vllm", "http", "only the routers reach a routed model's pods (load bound)"),
     ("deny", "outsiders", "vllm", "http", "no foreign namespace or VPC address calls vLLM directly"),
     ("deny", "everyone", "imports", "any", "the import Job accepts nothing"),
+    # The agent admits a node's own IP on every port of the pods on it, both ways: hostNetwork pods
+    # (kube-proxy, aws-node) and whatever kube-proxy SNATs on a vLLM pod's node reach all of its
+    # ports, its serving port included. Nothing warmstart renders SNATs onto a GPU node.
+    ("allow", "own-node", "vllm", "any", "the agent always admits the node's own IP (what that exposes)"),
+    # An internal NLB's clients reach the routers only on the serving port, judged on their own
+    # address: through a NodePort with SNAT they would arrive as the router's node's IP, which the
+    # agent admits on every port, whatever clientCidrs say.
+    ("deny", "lb-clients-as-seen", "exposed-routers", "any", "load-balancer clients keep their address"),
     ("deny", "everyone", "warm-spares", "any", "warm-spare placeholders accept nothing"),
     # A named Prometheus is admitted by its pods, so every other pod is kept off the metrics
     # ports. The managed collector scrapes from ENIs in the VPC's subnets, which no CIDR tells apart
@@ -486,6 +522,9 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
     scrapers = [e for e in stack.sources if e.role == "scraper"]
     # scrapers read vLLM's `http` port when it serves the metrics too
     metrics_on_http = any(_metrics_port(v) == "http" for v in vllm)
+    # The nodes' own IPs are admitted everywhere on their node by the agent itself (the "own-node"
+    # row says what that exposes); every other row is about pods and clients.
+    others = [e for e in stack.sources if e.role != "node"]
     sets = {
         "routers": routers, "vllm": vllm, "imports": of("import"), "staging": of("staging"),
         "routed-vllm": vllm if routers else [],
@@ -493,14 +532,19 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "hub-imports": of("import") if model in stack.hub_imports else [],
         "exposed-routers": routers if model in stack.exposed else [],
         "warm-spares": [e for e in stack.sources if e.role == "warm-spare"],
-        "scrapers": scrapers, "everyone": stack.sources,
-        "non-scrapers": [e for e in stack.sources if e.role != "scraper"]
+        "scrapers": scrapers, "everyone": others,
+        "non-scrapers": [e for e in others if e.role != "scraper"]
         if scrapers and all(s.namespace is not None for s in scrapers) else [],
-        "all-but-routers": [e for e in stack.sources
+        "all-but-routers": [e for e in others
                             if e not in routers and not (e.role == "scraper" and metrics_on_http)],
         "outsiders": [e for e in stack.sources if e.role in ("foreign", "vpc-client")],
         "clients": [e for e in stack.sources if e.role == "client" and any(v.namespace == e.namespace for v in vllm)],
         "vpc-client": [e for e in stack.sources if e.role == "vpc-client"],
+        "own-node": [e for e in stack.sources if e.role == "node" and any(e.node == v.node for v in vllm)],
+        # As the router sees an NLB client: itself, or (SNAT) the IP of the node the router runs on.
+        "lb-clients-as-seen": ([e for e in stack.sources if e.role == "node" and any(e.node == r.node for r in routers)]
+                               if model in stack.snat_exposed else
+                               [e for e in stack.sources if e.role == "vpc-client"]) if model in stack.exposed else [],
         "model-service": [stack.services[model]] if model in stack.services and vllm else [],
         "api-server": [stack.api], "dns": [stack.dns],
         "not-the-api": [*(Endpoint(f"{b.name}, dialled directly", b.ip, "api-eni") for b in stack.api.backends),

@@ -241,6 +241,12 @@ def controller_values(cluster_name: str, queue_name: str, service_account_annota
                            "annotations": service_account_annotations},
         "controller": {"image": split_image(image), "resources": CONTROLLER_RESOURCES},
         "nodeSelector": {"kubernetes.io/os": "linux", placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP},
+        # The node's resolver (the VPC's), not cluster DNS: CoreDNS may run on nodes Karpenter
+        # launches and removes, and the controller must resolve the AWS APIs to launch any node.
+        # The chart once defaulted to `Default` and now to `ClusterFirst`
+        # (https://github.com/aws/karpenter-provider-aws/issues/5817); the API server it reaches
+        # by the `kubernetes` Service's IP, which needs no DNS.
+        "dnsPolicy": "Default",
         "replicas": 2,
     }
 

@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Mapping, Sequence
 
 from ..errors import Problems
 from . import placement
-from .weights_import import node_selector
 
 RoutingMode = Literal["auto", "prefix_hash", "round_robin", "none"]
 # `auto`: prefix_hash when the model can have more than one replica, else no router. The other
@@ -98,8 +97,8 @@ def per_router_threshold(max_excess_requests: int, routers: int) -> int:
     return max(1, math.ceil(max_excess_requests / max(1, routers)))
 
 
-# What one router pod requests: SMG is a Rust proxy; the figure keeps two routers and the
-# Karpenter-mode system group's other pods placeable (warmstart/decisions/node_fit.py sizes it).
+# What one router pod requests: SMG is a Rust proxy (the CPU NodePool's limit counts it,
+# warmstart/decisions/cpu_pool.py).
 ROUTER_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
 ROUTER_MEMORY_LIMIT = "1Gi"
 
@@ -135,7 +134,8 @@ class RoutingPlan:
     # How long a router may take to become Ready: it is Ready once one vLLM pod is, so this is the
     # model's own start-up allowance (its Deployment's progress deadline).
     ready_timeout_seconds: int = 1800
-    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Where the router pods run: the platform's non-GPU nodes (placement.NonGpuPlacement).
+    non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
 
     @property
     def abs_threshold(self) -> int:
@@ -174,7 +174,8 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          metrics_cidrs: tuple[str, ...] | list[str] = (),
          metrics_pods: Sequence[tuple[str, Mapping[str, str]]] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
-         ready_timeout_seconds: int = 1800) -> RoutingPlan:
+         ready_timeout_seconds: int = 1800,
+         non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
     is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
     p = Problems()
@@ -223,7 +224,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         metrics_pods=tuple(sorted(set(pods))),
         vllm_scrape_cidrs=scrape, api_server_cidrs=api, expose=expose, ready_timeout_seconds=ready_timeout_seconds,
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
-        node_selector=node_selector(cluster_mode))
+        non_gpu=non_gpu)
 
 
 def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,

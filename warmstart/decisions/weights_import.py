@@ -10,7 +10,7 @@ a config must meet for it to work, all from config alone.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from . import naming, placement
@@ -44,19 +44,10 @@ BACKOFF_LIMIT = 2
 SCRATCH_EXTRA_BYTES = 2 * GIB
 # Ephemeral storage of the node the Job lands on: Auto Mode's `general-purpose` NodePool uses
 # the default NodeClass (80 GiB, https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html);
-# the Karpenter-mode system node group has EKS's default 20 GiB root volume (diskSize,
-# https://docs.aws.amazon.com/eks/latest/APIReference/API_CreateNodegroup.html). A scratch
-# larger than that can never be scheduled.
-NODE_EPHEMERAL_BYTES: dict[placement.ClusterMode, int] = {"auto": 80 * GIB, "karpenter": 20 * GIB}
-# Where the Job runs: Auto Mode's built-in general-purpose pool, or the system node group.
-GENERAL_PURPOSE_POOL = "general-purpose"
-
-
-def node_selector(mode: placement.ClusterMode) -> dict[str, str]:
-    """Non-GPU nodes of each mode (GPU nodes are tainted, and an import needs no GPU)."""
-    if mode == "auto":
-        return {placement.NODEPOOL_LABEL: GENERAL_PURPOSE_POOL}
-    return {placement.NODE_GROUP_LABEL: placement.SYSTEM_NODE_GROUP}
+# the Karpenter-mode `general-purpose` NodePool's EC2NodeClass gives its nodes a root volume with
+# that much room besides the image and the OS (warmstart/manifests/gpu_pools.py
+# CPU_ROOT_VOLUME_GIB). A scratch larger than that can never be scheduled.
+NODE_EPHEMERAL_BYTES: dict[placement.ClusterMode, int] = {"auto": 80 * GIB, "karpenter": 80 * GIB}
 
 
 def service_account(model: str) -> str:
@@ -69,7 +60,8 @@ def token_secret_name(model: str) -> str:
 
 
 # What the import Job's pod requests (manifests/weights_import.py): it is placed on the non-GPU
-# nodes next to the routers and KEDA, which the system group is sized for (warmstart/plan/cluster.py).
+# nodes next to the routers and KEDA (the platform's `non_gpu_placement`; warmstart/decisions/cpu_pool.py
+# holds them against the CPU NodePool's limit).
 IMPORT_REQUESTS = {"cpu": "500m", "memory": "1Gi"}
 
 
@@ -118,7 +110,8 @@ class ImportPlan:
     deadline_seconds: int
     scratch_bytes: int
     """emptyDir for the Hub download; 0 for S3 (a server-side copy needs no local disk)."""
-    node_selector: dict[str, str] = field(hash=False, compare=True)
+    non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
+    """Where the Job's pod runs: the platform's non-GPU nodes."""
 
     @property
     def hugging_face_repo(self) -> str | None:

@@ -16,7 +16,6 @@ import yaml
 
 from ..decisions import autoscaling as decide
 from ..decisions import placement
-from ..decisions import weights_import
 from .serving import METRICS_PORT, METRICS_PORT_NAME
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
@@ -193,27 +192,32 @@ class _PlainDumper(yaml.SafeDumper):
 # KEDA's own defaults (https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml
 # `resources`), kept explicit so a chart bump cannot change them unseen.
 KEDA_RESOURCES = {"limits": {"cpu": "1", "memory": "1000Mi"}, "requests": {"cpu": "100m", "memory": "100Mi"}}
+
+
+def _chart_placement(non_gpu: placement.NonGpuPlacement) -> dict[str, Any]:
+    """The chart's top-level `nodeSelector`, `tolerations` and `affinity` values
+    (https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml)."""
+    fields = non_gpu.pod_fields()
+    return {"nodeSelector": fields.get("nodeSelector", {}), "tolerations": fields.get("tolerations", []),
+            **({"affinity": fields["affinity"]} if "affinity" in fields else {})}
+
+
 _CONTAINER_SECURITY = {"capabilities": {"drop": ["ALL"]}, "allowPrivilegeEscalation": False,
                        "readOnlyRootFilesystem": True, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def keda_node_selector(mode: placement.ClusterMode) -> dict[str, str]:
-    """Non-GPU nodes: Auto Mode's general-purpose pool, or the Karpenter-mode system node group
-    (the same nodes the weights-import Jobs use). KEDA must not wait for a GPU node to start, nor
-    keep one alive."""
-    return weights_import.node_selector(mode)
-
-
-def keda_values(mode: placement.ClusterMode, operator_role_arn: Any | None) -> dict[str, Any]:
-    """Values of the `kedacore/keda` chart: every KEDA pod on non-GPU nodes, the operator's
+def keda_values(mode: placement.ClusterMode, operator_role_arn: Any | None,
+                non_gpu: placement.NonGpuPlacement | None = None) -> dict[str, Any]:
+    """Values of the `kedacore/keda` chart: every KEDA pod on non-GPU nodes (`non_gpu`, default
+    the warmstart platform's own CPU NodePool: KEDA must not wait for a GPU node nor keep one
+    alive), the operator's
     ServiceAccount annotated with its IRSA role (`podIdentity.aws.irsa`; None: a plain endpoint
     needs no AWS identity), non-root, read-only, all capabilities dropped, and no Secret access
     (warmstart's triggers read none)."""
     values: dict[str, Any] = {
         # The chart adds `kubernetes.io/os: linux` itself (templates/*/deployment.yaml); this
         # selector is merged under it, and no GPU taint is tolerated.
-        "nodeSelector": keda_node_selector(mode),
-        "tolerations": [],
+        **_chart_placement(non_gpu or placement.own_platform_placement()),
         "resources": {"operator": KEDA_RESOURCES, "metricServer": KEDA_RESOURCES, "webhooks": KEDA_RESOURCES},
         "securityContext": {c: _CONTAINER_SECURITY for c in ("operator", "metricServer", "webhooks")},
         "podSecurityContext": {c: {"runAsNonRoot": True} for c in ("operator", "metricServer", "webhooks")},

@@ -6,6 +6,9 @@ them against the upstream CRD schemas); the Cluster component registers them.
 Both modes use the `karpenter.sh/v1` NodePool; they differ in the node class it points at:
 - auto: `eks.amazonaws.com/v1` NodeClass, NVMe used when `ephemeralStorage.size` is below it;
 - karpenter: `karpenter.k8s.aws/v1` EC2NodeClass with `instanceStorePolicy: RAID0`.
+
+In Karpenter mode `cpu_node_class()` and `cpu_node_pool()` build the elastic CPU NodePool the
+non-GPU pods run on (warmstart/decisions/cpu_pool.py); Auto Mode has its own `general-purpose`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from .. import versions
 from ..decisions import placement, soci
-from ..plan.records import PoolPlan
+from ..plan.records import CpuPoolPlan, PoolPlan
 
 NODEPOOL_API = "karpenter.sh/v1"
 # (apiVersion, group, kind) of each mode's node class.
@@ -57,7 +60,7 @@ def node_class_ref(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, str
     return {"group": group, "kind": kind, "name": pool.name}
 
 
-def _metadata(pool: PoolPlan) -> dict[str, Any]:
+def _metadata(pool: PoolPlan | CpuPoolPlan) -> dict[str, Any]:
     return {"name": pool.name, "labels": {"app.kubernetes.io/part-of": "warmstart",
                                           "app.kubernetes.io/managed-by": "pulumi"}}
 
@@ -146,6 +149,63 @@ def node_pool(mode: placement.ClusterMode, pool: PoolPlan) -> dict[str, Any]:
             # Karpenter counts the GPUs of the nodes it launched against this.
             "limits": {placement.GPU_RESOURCE: str(pool.max_gpus)},
             "disruption": {"consolidationPolicy": CONSOLIDATION_POLICY, "consolidateAfter": CONSOLIDATE_AFTER,
+                           "budgets": [dict(b) for b in DISRUPTION_BUDGETS]},
+        },
+    }
+
+
+# --- Karpenter mode: the elastic CPU NodePool of the non-GPU pods ----------------------------
+# Root volume of its nodes (kubelet, images and pod scratch live there): the 80 GiB a weights
+# import's Hub download may take (decisions/weights_import.py NODE_EPHEMERAL_BYTES, as much as Auto
+# Mode's default NodeClass gives its general-purpose nodes,
+# https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html), plus the model's vLLM
+# image unpacked (about 20 GiB) and the OS.
+CPU_ROOT_VOLUME_GIB = 120
+# Routers and KEDA keep a PodDisruptionBudget; the pool repacks underused nodes, one at a time.
+CPU_CONSOLIDATION_POLICY = "WhenEmptyOrUnderutilized"
+CPU_CONSOLIDATE_AFTER = "5m"
+
+
+def cpu_node_class(pool: CpuPoolPlan, *, role: Any, subnet_terms: Any, security_group_terms: Any,
+                   tags: dict[str, str] | None = None) -> dict[str, Any]:
+    """The CPU pool's EC2NodeClass: the GPU pools' node role, subnets, security groups, AMI pin
+    and instance metadata settings (IMDSv2, one hop), an encrypted root volume, no instance store."""
+    api, _, kind = NODE_CLASS["karpenter"]
+    spec = {
+        "role": role,
+        "amiSelectorTerms": [{"alias": versions.KARPENTER_AMI_ALIAS}],
+        "subnetSelectorTerms": subnet_terms,
+        "securityGroupSelectorTerms": security_group_terms,
+        "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {
+            "volumeSize": f"{CPU_ROOT_VOLUME_GIB}Gi", "volumeType": "gp3", "encrypted": True,
+            "deleteOnTermination": True}}],
+        "metadataOptions": METADATA_OPTIONS,
+        "tags": dict(sorted((tags or {}).items())),
+    }
+    return {"apiVersion": api, "kind": kind, "metadata": _metadata(pool), "spec": spec}
+
+
+def cpu_node_pool(pool: CpuPoolPlan) -> dict[str, Any]:
+    """The CPU pool's NodePool: on-demand general-purpose types, no taint (any pod without a GPU
+    may land here, Karpenter's own controller never: its affinity excludes every node a NodePool
+    launched), capped at the planned CPU limit."""
+    _, group, kind = NODE_CLASS["karpenter"]
+    reqs = [
+        {"key": placement.INSTANCE_TYPE_LABEL, "operator": "In", "values": list(pool.instance_types)},
+        {"key": placement.CAPACITY_TYPE_LABEL, "operator": "In", "values": ["on-demand"]},
+        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+    ]
+    return {
+        "apiVersion": NODEPOOL_API,
+        "kind": "NodePool",
+        "metadata": _metadata(pool),
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": {"group": group, "kind": kind, "name": pool.name},
+                "requirements": sorted(reqs, key=lambda r: r["key"]),
+            }},
+            "limits": {"cpu": str(pool.cpu_limit)},
+            "disruption": {"consolidationPolicy": CPU_CONSOLIDATION_POLICY, "consolidateAfter": CPU_CONSOLIDATE_AFTER,
                            "budgets": [dict(b) for b in DISRUPTION_BUDGETS]},
         },
     }

@@ -22,7 +22,6 @@ mount a Kubernetes API token (the NodeFeature calls); `staging_network_policy` a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from .. import versions
@@ -424,13 +423,14 @@ def placeholder_network_policy(pool: str, namespace: Any) -> dict[str, Any]:
         placeholder_selector(pool) | {"app.kubernetes.io/part-of": "warmstart", "app.kubernetes.io/managed-by": "pulumi"})
 
 
-def nfd_values(label_namespaces: tuple[str, ...] = (LABEL_NAMESPACE,),
-               node_selector: Mapping[str, str] | None = None) -> dict[str, Any]:
+def nfd_values(non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU,
+               label_namespaces: tuple[str, ...] = (LABEL_NAMESPACE,)) -> dict[str, Any]:
     """node-feature-discovery chart values: only nfd-master (it turns NodeFeature objects into
-    labels) and its garbage collector, on the nodes `node_selector` picks (non-GPU ones); no
-    worker, no topology updater. `extraLabelNs` keeps the label namespace allowed even if a
-    stack denies others (chart `master.extraLabelNs`, `master.nodeSelector`, `gc.nodeSelector`,
+    labels) and its garbage collector, on the platform's non-GPU nodes (`non_gpu`); no worker,
+    no topology updater. `extraLabelNs` keeps the label namespace allowed even if a stack denies
+    others (chart `master.extraLabelNs`, `master.nodeSelector`/`tolerations`/`affinity`, the same
+    under `gc`,
     https://github.com/kubernetes-sigs/node-feature-discovery/blob/v0.19.0/deployment/helm/node-feature-discovery/values.yaml)."""
-    where = {"nodeSelector": dict(node_selector)} if node_selector else {}
+    where = non_gpu.pod_fields()
     return {"master": {"enable": True, "extraLabelNs": sorted(label_namespaces), **where},
             "worker": {"enable": False}, "topologyUpdater": {"enable": False}, "gc": {"enable": True, **where}}

@@ -180,7 +180,7 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
                     "serviceAccountName": p.name,
                     "automountServiceAccountToken": True,
                     "enableServiceLinks": False,
-                    "nodeSelector": dict(p.node_selector),
+                    **p.non_gpu.pod_fields(),
                     "topologySpreadConstraints": spread,
                     "containers": [container],
                     "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
@@ -220,6 +220,17 @@ def load_balancer_service_spec(p: RoutingPlan) -> dict[str, Any]:
     }
     if p.cluster_mode == "auto":
         spec["loadBalancerClass"] = AUTO_MODE_LB_CLASS
+    else:
+        # The cloud provider's NLB targets every node's NodePort (instance targets); with the
+        # default `Cluster` policy kube-proxy then SNATs each connection to the receiving node's
+        # IP, and the AWS network policy agent admits a node's own IP on every port of the pods
+        # on it ("Traffic from the local node should always be allowed",
+        # https://github.com/aws/aws-network-policy-agent/blob/main/pkg/fwruleprocessor/fw_rule_processor.go
+        # ComputeMapEntriesFromEndpointRules), so `clientCidrs` would fence nothing. `Local`
+        # delivers only to a router on the receiving node, with the client's own address
+        # (https://kubernetes.io/docs/tasks/access-application-cluster/create-external-load-balancer/#preserving-the-client-source-ip).
+        # Auto Mode's NLB sends to the pods' IPs (target type ip), with no NodePort hop.
+        spec["externalTrafficPolicy"] = "Local"
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _meta(p, f"{p.model}-internal", annotations=dict(LB_ANNOTATIONS[p.cluster_mode])),
             "spec": spec}

@@ -208,7 +208,7 @@ def job_spec(m: ServingPlan, namespace: Any, region: str, config_map: str = CONF
                     "automountServiceAccountToken": False,
                     "restartPolicy": "Never",
                     # Off the GPU nodes: an import needs no GPU (and GPU nodes are tainted).
-                    "nodeSelector": dict(imp.node_selector),
+                    **imp.non_gpu.pod_fields(),
                     "containers": [container],
                     "volumes": volumes,
                     "terminationGracePeriodSeconds": 30,

@@ -15,7 +15,7 @@ from typing import Any
 from .. import versions
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from ..decisions import autoscaling as scaling
-from ..decisions import node_fit, routing
+from ..decisions import cpu_pool, node_fit, routing
 from ..decisions import weights_import as imports
 from ..decisions import capacity, gpu_pools, instances, naming, placement
 from ..decisions import node_cache as staging
@@ -23,7 +23,7 @@ from ..decisions.gpu_pools import PoolModel
 from ..decisions.instances import GpuInstance
 from ..errors import ConfigError, Problems
 from .model import ModelPlan, check_compile_cache_host_path
-from .records import CapacityPlan, PoolPlan
+from .records import CapacityPlan, CpuPoolPlan, PoolPlan
 
 # The Karpenter chart runs two controller replicas with required host anti-affinity and a
 # zone spread (https://github.com/aws/karpenter-provider-aws/blob/v1.14.1/charts/karpenter/values.yaml),
@@ -68,6 +68,8 @@ class ClusterPlan:
     """The API server's public endpoint is on (the private one always is)."""
     public_access_cidrs: tuple[str, ...] = ("0.0.0.0/0",)
     """Who may reach the public endpoint (empty when it is off)."""
+    cpu_pool: CpuPoolPlan | None = None
+    """karpenter mode only: the NodePool of the non-GPU pods."""
 
     @property
     def nvme_mount(self) -> str:
@@ -81,6 +83,8 @@ class ClusterPlan:
             "systemNodes": self.system_node_group.size if self.system_node_group else None,
             "nvmeCheck": self.nvme_check,
             "endpointPublicAccess": self.endpoint_public_access,
+            "cpuPool": {"name": self.cpu_pool.name, "instanceTypes": list(self.cpu_pool.instance_types),
+                        "cpuLimit": self.cpu_pool.cpu_limit} if self.cpu_pool else None,
             "pools": [p.summary() for p in self.pools],
         }
 
@@ -104,6 +108,9 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
     if mode == "auto" and pool.name in AUTO_MODE_RESERVED_POOL_NAMES:
         errors.add(f"{key}.name", "is the name of one of EKS Auto Mode's built-in NodePools or NodeClass",
                    f"use another name (not {', '.join(AUTO_MODE_RESERVED_POOL_NAMES)})", pool.name)
+    if mode == "karpenter" and pool.name == cpu_pool.POOL:
+        errors.add(f"{key}.name", "is the name of warmstart's NodePool for non-GPU pods",
+                   f"use another name (not {cpu_pool.POOL})", pool.name)
     if mode == "auto":
         unsupported = [x.instance_type for x in insts if not x.auto_mode_supported]
         if unsupported:
@@ -287,10 +294,13 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
                        mode: placement.ClusterMode, name: str, kubernetes_version: str, region: str,
                        key: str, pools_key: str, autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
                        model_keys: Mapping[str, str] | None = None,
-                       system_pods: Sequence[node_fit.PodDemand] = ()) -> ClusterPlan:
+                       system_pods: Sequence[node_fit.PodDemand] = (),
+                       non_gpu_pods: Sequence[node_fit.PodDemand] = (), cpu_limit: int | None = None) -> ClusterPlan:
     """The cluster's decisions: its settings `c` (keys `<key>.<field>`) and each pool with the
     models on it (keys `<pools_key>[i].<field>`), or ConfigErrors. `system_pods`: what runs on the
-    Karpenter-mode system node group besides the controller and CoreDNS (`system_group_pods`)."""
+    Karpenter-mode system node group besides the controller and CoreDNS (warmstart puts nothing
+    else there); `non_gpu_pods`: the platform's own pods on its CPU NodePool (`non_gpu_pods`),
+    which its limit is sized for, unless `cpu_limit` gives it."""
     errors = Problems()
     system = None
     if mode == "karpenter":
@@ -339,6 +349,9 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
         pools=tuple(planned),
         endpoint_public_access=c.endpoint_public_access,
         public_access_cidrs=tuple(c.public_access_cidrs) if c.endpoint_public_access else (),
+        cpu_pool=CpuPoolPlan(cpu_pool.POOL, tuple(sorted(cpu_pool.INSTANCE_TYPES)),
+                             cpu_limit if cpu_limit is not None else cpu_pool.cpu_limit(non_gpu_pods))
+        if mode == "karpenter" else None,
     )
 
 
@@ -399,25 +412,32 @@ def runs_node_feature_discovery(cfg: StackConfig, models: Sequence[ModelPlan]) -
     return cfg.model_stacks.node_cache or any(m.staged for m in models)
 
 
-def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit.PodDemand]:
-    """What warmstart pins to the Karpenter-mode system node group besides the controller and
-    CoreDNS: KEDA (autoscaling), node-feature-discovery (a staged model), each routed model's
-    routers (its replicas plus a rollout's surge pod, spread over hosts) and each weights import
-    Job (they may all run in the same `up`). Model stacks' routers and imports are their own."""
+def non_gpu_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit.PodDemand]:
+    """What a platform itself runs on its non-GPU nodes (the CPU NodePool in Karpenter mode, Auto
+    Mode's general-purpose pool): KEDA (autoscaling), node-feature-discovery (a staged model), each
+    routed model's routers (its replicas plus a rollout's surge pod, spread over hosts) and each
+    weights import Job (they may all run in the same `up`). Model stacks' routers and imports are
+    their own (`model_non_gpu_pods`)."""
     pods: list[node_fit.PodDemand] = []
     if runs_autoscaling(cfg, models):
         pods += node_fit.KEDA_PODS
     if runs_node_feature_discovery(cfg, models):
         pods += node_fit.NFD_PODS
-    cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
     for m in models:
-        if m.routed:
-            pods.append(node_fit.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
-                                           spread=f"{m.name}-router"))
-        if m.weights_import is not None:
-            pods.append(node_fit.PodDemand(f"{m.name}-import",
-                                           node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
-                                           node_fit.parse_memory(imports.IMPORT_REQUESTS["memory"])))
+        pods += model_non_gpu_pods(m)
+    return pods
+
+
+def model_non_gpu_pods(m: ModelPlan) -> list[node_fit.PodDemand]:
+    """One model's pods off the GPU nodes: its routers (replicas plus a surge pod) and its import Job."""
+    pods = []
+    if m.routed:
+        cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
+        pods.append(node_fit.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
+                                       spread=f"{m.name}-router"))
+    if m.weights_import is not None:
+        pods.append(node_fit.PodDemand(f"{m.name}-import", node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
+                                       node_fit.parse_memory(imports.IMPORT_REQUESTS["memory"])))
     return pods
 
 
@@ -472,7 +492,7 @@ def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]
             region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools",
             autoscaled={m.name: m.autoscaling_spec for m in models if m.autoscaling_spec is not None},
             model_keys={m.name: f"{NAMESPACE}:models[{i}]" for i, m in enumerate(cfg.models)},
-            system_pods=system_group_pods(cfg, models))
+            non_gpu_pods=non_gpu_pods(cfg, models))
     errors.raise_if_any()
     assert cluster is not None  # else raise_if_any raised
     return cluster

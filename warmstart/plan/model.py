@@ -50,8 +50,8 @@ def check_compile_cache_host_path(host_path: str | None, mode: placement.Cluster
             "for the default", host_path)
 
 
-def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: placement.ClusterMode
-                ) -> imports.ImportPlan | None:
+def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: placement.ClusterMode,
+                non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> imports.ImportPlan | None:
     """The weights-import Job of a model with `import`, or ConfigErrors keyed `<key>.s3` /
     `<key>.huggingFace` (`key`: the import's own key, e.g. `warmstart:models[0].import`)."""
     w = m.weights_import
@@ -77,8 +77,7 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
         scratch = imports.scratch_bytes(weights_bytes)
         room = imports.NODE_EPHEMERAL_BYTES[cluster_mode]
         if scratch >= room:
-            where = ("an Auto Mode general-purpose node" if cluster_mode == "auto"
-                     else "a node of the system node group")
+            where = f"a {placement.GENERAL_PURPOSE_POOL} node"
             problems.add(
                 f"{key}.huggingFace", f"{m.name}: the Hub download needs {scratch // GIB} GiB of "
                 f"scratch disk on {where}, which has {room // GIB} GiB of ephemeral storage, so "
@@ -92,18 +91,20 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
         dest_bucket=m.bucket, dest_prefix=m.prefix, source_bucket=source_bucket, source_prefix=source_prefix,
         weights_bytes=weights_bytes, job_name=imports.job_name(m.name, digest),
         service_account=imports.service_account(m.name), deadline_seconds=imports.deadline_seconds(weights_bytes),
-        scratch_bytes=scratch, node_selector=imports.node_selector(cluster_mode))
+        scratch_bytes=scratch, non_gpu=non_gpu)
 
 
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
                compile_cache: bool, compile_cache_host_path: str,
                cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None,
-               node_cache: staging.NodeCacheMode = "off") -> ModelPlan:
+               node_cache: staging.NodeCacheMode = "off",
+               non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> ModelPlan:
     """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
     (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone).
     `cluster_mode` decides where a weights-import Job runs; its errors are keyed under
     `import_key` (default `<key>.import`). `node_cache`: auto, on or off (a stack model's
-    `nodeCache`; the VllmModel component alone stages nothing)."""
+    `nodeCache`; the VllmModel component alone stages nothing). `non_gpu`: where the platform's
+    non-GPU pods (the import Job) go."""
     problems = Problems()
     try:
         inst = instances.lookup(instance_type)
@@ -137,7 +138,8 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
                 "matching model key (tensorParallelSize, eager, maxModelLen, gpuMemoryUtilization)", arg)
     weights_import = None
     with problems.collect():
-        weights_import = plan_import(m, weights, key=import_key or f"{key}.import", cluster_mode=cluster_mode)
+        weights_import = plan_import(m, weights, key=import_key or f"{key}.import", cluster_mode=cluster_mode,
+                                     non_gpu=non_gpu)
     replicas = m.replicas
     if m.autoscaling is not None:
         a = m.autoscaling

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
-from ..decisions import capacity, gpu_pools, image_cache, instances
+from ..decisions import capacity, cpu_pool, gpu_pools, image_cache, instances, placement
 from ..decisions import node_cache as staging
 from ..errors import ConfigError, ConfigErrors, Problems
 from .stack import StackPlan, plan_in_pool
@@ -76,6 +76,8 @@ def platform_facts(plan: StackPlan) -> dict[str, Any]:
         "node_cache": plan_stages(plan),
         # The account whose ECR pull-through cache serves Docker Hub images; None: no cache.
         "image_cache_account": cfg.account_id if cfg.image_cache.ecr_pull_through else None,
+        # Its routers and import Jobs go to the platform's elastic CPU NodePool (either mode).
+        "non_gpu_placement": placement.own_platform_placement().args(),
         "pod_scripts": True,
     }
 
@@ -170,6 +172,8 @@ class Contract:
     """The account of the platform's ECR pull-through cache for Docker Hub images, if any."""
     pod_scripts: bool = False
     """The platform ships the pod-side scripts' ConfigMaps in `namespace` (its models need not)."""
+    non_gpu_placement: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
+    """Where its models' routers and import Jobs go; none given: anywhere off the GPU nodes."""
 
     @property
     def scraper_pods(self) -> list[tuple[str, dict[str, str]]]:
@@ -207,7 +211,8 @@ def from_args(args: Any, key: str = ARGS_KEY) -> Contract:
         compile_cache_bucket=spec.compile_cache_bucket, loader=spec.loader, compile_cache=spec.compile_cache,
         nvme_check=spec.nvme_check, models=tuple(spec.models), pools=pools, node_cache=spec.node_cache,
         oidc_provider_arn=spec.oidc_provider_arn, oidc_issuer=spec.oidc_issuer, monitoring=monitoring,
-        image_cache_account=spec.image_cache_account, pod_scripts=spec.pod_scripts)
+        image_cache_account=spec.image_cache_account, pod_scripts=spec.pod_scripts,
+        non_gpu_placement=placement.placement_from_args(platform_args_spec.as_args(spec).get("non_gpu_placement")))
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
@@ -287,7 +292,7 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = ""
         m = m.model_copy(update={"image": image_cache.cached_image(m.image, contract.image_cache_account,
                                                                     contract.region)})
     plan = plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
-                        cluster_mode=contract.cluster_mode)
+                        cluster_mode=contract.cluster_mode, non_gpu=contract.non_gpu_placement)
     fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
     problem = capacity.spot_replicas_problem(facts_.name, facts_.capacity_types, plan.name, fewest)
     if problem:
@@ -297,10 +302,58 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = ""
     return plan
 
 
-def check_platform_runs(plan: ModelPlan, contract: Contract, key: str) -> None:
+def non_gpu_room_problems(plan: ModelPlan, contract: Contract, key: str, platform_key: str,
+                          where: str = "") -> list[tuple[str, str, str, Any]]:
+    """(key, rule, fix, value) for each way the model's non-GPU pods (routers, import Job) would
+    have nowhere to run on the platform's `non_gpu_placement`: a GPU pool or the Karpenter-mode
+    system node group named as their nodes, a pod larger than a node of the platform's
+    `general-purpose` pool, or (Karpenter mode) more at their peak than that pool's CPU limit keeps
+    for model stacks. A placement on nodes warmstart does not know is the platform's to size."""
+    pods = plan_cluster.model_non_gpu_pods(plan)
+    if not pods:
+        return []
+    pl = contract.non_gpu_placement
+    sel = pl.selector
+    own = pl == placement.own_platform_placement()
+    what = " and ".join(p.name for p in pods)
+    total = sum(p.cpu_millis * p.count for p in pods)
+    pods_key = f"{key}.{'routing' if plan.routed else 'import'}"
+    pool = sel.get(placement.NODEPOOL_LABEL)
+    gpu_tolerated = any(t.key in (placement.GPU_TAINT_KEY, None) for t in pl.tolerations)
+    out: list[tuple[str, str, str, Any]] = []
+    if pool in {p.name for p in contract.pools}:
+        out.append((f"{platform_key}.nonGpuPlacement", f"{where}platform {contract.stack!r} places non-GPU pods on "
+                    f"its GPU pool {pool!r}: {plan.name}'s {what} ({total}m CPU) would "
+                    + ("hold GPU nodes up" if gpu_tolerated else "stay Pending behind the GPU taint"),
+                    "give nonGpuPlacement a node selector of non-GPU nodes, or leave it out (anywhere off the "
+                    "GPU nodes)", sel))
+    elif sel.get(placement.NODE_GROUP_LABEL) == placement.SYSTEM_NODE_GROUP:
+        out.append((f"{platform_key}.nonGpuPlacement", f"{where}platform {contract.stack!r} places non-GPU pods on "
+                    f"its Karpenter system node group, which is sized for the controller and CoreDNS alone: "
+                    f"{plan.name}'s {what} ({total}m CPU) would stay Pending",
+                    f"use the platform's elastic pool: nonGpuPlacement: {{nodeSelector: "
+                    f"{{{placement.NODEPOOL_LABEL}: {placement.GENERAL_PURPOSE_POOL}}}}}", sel))
+    elif own:
+        room = cpu_pool.check_pods(contract.cluster_mode, pods,  # type: ignore[arg-type]
+                                   budget_millis=cpu_pool.MODEL_STACKS_CPU_MILLIS
+                                   if contract.cluster_mode == "karpenter" else None)
+        for problem in room.problems:
+            out.append((pods_key, f"{where}{plan.name} on platform {contract.stack!r}: {problem}",
+                        "turn the router off (routing.policy: none) or drop the import (copy the weights into "
+                        "source first), or give the platform's general-purpose NodePool more CPU "
+                        "(ClusterArgs.cpuPoolCpuLimit)", total))
+    return out
+
+
+def check_platform_runs(plan: ModelPlan, contract: Contract, key: str, platform_key: str = "") -> None:
     """ConfigErrors when a model needs what its platform does not run: KEDA and metrics for
-    `autoscaling`, node-feature-discovery for weights staged on the nodes (`nodeCache`)."""
+    `autoscaling`, node-feature-discovery for weights staged on the nodes (`nodeCache`), room
+    for its routers and import Job off the GPU nodes (`non_gpu_room_problems`; `platform_key`:
+    the key of the PlatformArgs, default `<key>` less its last part, plus `.platform`)."""
     problems = Problems()
+    for k, rule, fix, value in non_gpu_room_problems(plan, contract, key,
+                                                     platform_key or f"{key.rsplit('.', 1)[0]}.platform"):
+        problems.add(k, rule, fix, value)
     if plan.autoscaling is not None and contract.monitoring is None:
         problems.add(f"{key}.autoscaling", f"{plan.name} autoscales, but platform {contract.stack!r} runs no KEDA or "
                      "metrics collection (its `monitoring` is unset)", "give the platform's monitoring, or remove "
@@ -368,6 +421,9 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
         except staging.NodeCacheError as err:
             problems.add(f"{key}.nodeCache", f"model stack {stack!r} on platform {platform!r}: {err.rule}", err.fix,
                          plan.load.mode if plan.load else None)
+    for k, rule, fix, value in non_gpu_room_problems(plan, contract, key, f"{NAMESPACE}:platform",
+                                                     where=f"model stack {stack!r}: "):
+        problems.add(k, rule, fix, value)
     problems.raise_if_any()
     return ModelStackPlan(stack=stack, config=cfg, contract=contract, model=plan)
 

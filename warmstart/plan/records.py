@@ -219,3 +219,14 @@ class PoolPlan:
             "warmCostPerHourUsd": self.warm_cost_per_hour,
             "capacity": self.capacity.summary(),
         }
+
+
+@dataclass(frozen=True)
+class CpuPoolPlan:
+    """Karpenter mode: the elastic CPU NodePool every non-GPU pod but Karpenter's runs on
+    (warmstart/decisions/cpu_pool.py)."""
+
+    name: str
+    instance_types: tuple[str, ...]
+    cpu_limit: int
+    """`limits.cpu`, whole CPUs."""

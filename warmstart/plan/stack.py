@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from . import aws as plan_aws
 from . import cluster as plan_cluster
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
-from ..decisions import image_cache, naming
+from ..decisions import image_cache, naming, placement
 from ..decisions import network as network_rules
 from ..errors import ConfigError, Problems, listing
 from .model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
@@ -81,21 +81,22 @@ def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig) -> ModelPlan:
     if pool is None:
         raise ConfigError(f"{key}.pool", f"no gpuPools entry named {m.pool!r}",
                           f"use one of: {', '.join(sorted(pools))}", m.pool)
+    # An inline model's non-GPU pods go where its platform puts them (platform_facts exports the same).
     return plan_in_pool(m, key=key, pool=pool, loader=cfg.loader, compile_cache=cfg.compile_cache,
-                        cluster_mode=cfg.cluster_mode)
+                        cluster_mode=cfg.cluster_mode, non_gpu=placement.own_platform_placement())
 
 
 def plan_in_pool(m: ModelConfig, *, key: str, pool: GpuPool, loader: LoaderTuning, compile_cache: CompileCacheConfig,
-                 cluster_mode: str) -> ModelPlan:
-    """A model on one GPU pool with its platform's defaults (streamer tuning, compile cache):
-    the one path by which an inline model and a model on an existing platform
-    (`platform.plan_on_platform`) are planned."""
+                 cluster_mode: str, non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> ModelPlan:
+    """A model on one GPU pool with its platform's defaults (streamer tuning, compile cache, where
+    its non-GPU pods go): the one path by which an inline model and a model on an existing
+    platform (`platform.plan_on_platform`) are planned."""
     return plan_model(
         m, key=key, instance_type=_pool_instance_type(key, m, pool), pool=pool.name,
         loader=m.loader or loader,
         compile_cache=(not m.eager and compile_cache.enabled) if m.compile_cache is None else m.compile_cache,
         compile_cache_host_path=compile_cache_host_path(cluster_mode, compile_cache.host_path),  # type: ignore[arg-type]
-        cluster_mode=cluster_mode, node_cache=m.node_cache)  # type: ignore[arg-type]
+        cluster_mode=cluster_mode, node_cache=m.node_cache, non_gpu=non_gpu)  # type: ignore[arg-type]
 
 
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
