@@ -60,7 +60,9 @@ ENTRIES = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the share of entries that plan varies with the seed (45 to 80 of 150 seen), and a
+# threshold on a random share is a flaky test; a fixed seed keeps the guard meaningful and stable.
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(entry=ENTRIES, mode=st.sampled_from(["auto", "karpenter"]))
 def _plan_the_same(planned: list[bool], entry: dict, mode: str) -> None:
     doc = copy.deepcopy(load_stack_doc("dev"))
