@@ -82,6 +82,23 @@ class ModelEntryAutoscalingArgs(TypedDict):
     (`vllm:kv_cache_usage_perc`). Default: not used."""
 
 
+class ModelEntryStandbyArgs(TypedDict):
+    """Engines kept started and asleep beside the awake ones, woken in seconds when the load rises
+    (vLLM sleep mode; see docs/scale-out.md). Needs `autoscaling`: KEDA owns how many pods exist,
+    awake plus standby."""
+
+    count: NotRequired[int]
+    """Engines kept asleep. Each holds its GPUs while asleep (it costs what an awake replica costs);
+    what it saves is the cold start of a scale-out. Default: `1`."""
+    sleep_level: NotRequired[int]
+    """vLLM's sleep level. 1: the weights move to host RAM (the pod's memory must hold them) and
+    waking copies them back (about 3 s per 64 GiB). 2: the weights are dropped and reloaded from
+    their source on wake (slower; for an instance whose RAM cannot hold them). Default: `1`."""
+    awake_idle_seconds: NotRequired[int]
+    """How long an awake engine must have had no request running or waiting before it may be put
+    back to sleep (only while fewer than `count` engines sleep). Default: `300`."""
+
+
 class ModelEntryArgs(TypedDict):
     """One served model: one vLLM Deployment. A stack's `models[]` entry
     (`warmstart.config.ModelConfig`), key for key; its validation and defaults are that model's."""
@@ -128,6 +145,9 @@ class ModelEntryArgs(TypedDict):
     autoscaling: NotRequired[ModelEntryAutoscalingArgs]
     """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
     Default: a fixed `replicas`."""
+    standby: NotRequired[ModelEntryStandbyArgs]
+    """Keep engines started and asleep, woken in seconds on load (see `StandbyConfig`). Default:
+    none; a scale-out starts a new pod."""
     priority_class_name: NotRequired[str]
     """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
     shared pool; not a `system-*` class (kube-system only) nor warmstart's own `warmstart-*` (the
@@ -148,5 +168,6 @@ __all__ = [
     "ModelEntryHuggingFaceArgs",
     "ModelEntryLoaderArgs",
     "ModelEntryRoutingArgs",
+    "ModelEntryStandbyArgs",
     "ModelEntryWeightsImportArgs",
 ]

@@ -31,6 +31,7 @@ from .model_entry import ModelEntryArgs, model_config
 from .platform import PlatformArgs, contract
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
+from .standby import ModelStandby
 
 KEY = "ServedModelArgs.model"
 
@@ -145,8 +146,21 @@ class ServedModel(pulumi.ComponentResource):
                 model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
                 startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
                 region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
-                kv_cache_usage_ceiling=a.kv_cache_usage_ceiling),
+                kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
+                standby_count=m.standby.count if m.standby else None),
                 opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
+        self.standby = None
+        if m.standby is not None and a is not None:
+            # The actuator that wakes and sleeps the model's standby engines (docs/scale-out.md).
+            self.standby = ModelStandby(f"{prefix}-{m.name}-standby", _args(
+                model_name=m.name, namespace=p.namespace, weights_gib=self.config.weights_gib, count=m.standby.count,
+                min_awake=a.min_replicas, sleep_level=m.standby.sleep_level,
+                awake_idle_seconds=m.standby.awake_idle_seconds, target_waiting_per_replica=a.target_waiting_per_replica,
+                cluster_mode=p.cluster_mode, api_server_cidrs=[p.service_cidr, *p.vpc_cidrs],
+                image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
+                if p.image_cache_account else None,
+                ship_pod_script=not p.pod_scripts),
+                opts=child("standby", depends_on=[*after, self.model], **kube))
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
         self.endpoint = self.model.endpoint

@@ -115,6 +115,11 @@ def _second_pool(doc: Doc, entry: Entry) -> None:
     doc["config"]["warmstart:gpuPools"].append({"name": "l40s-b", "instanceTypes": ["g6e.2xlarge"]})
 
 
+def _autoscaled(doc: Doc, entry: Entry) -> None:
+    # Standby engines are pods KEDA keeps beside the awake ones: the model must autoscale.
+    entry["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+
+
 # Samples that cannot be derived from the field's type and value (see `auto_sample`): a field
 # unset in the dev stack (None), a list, a nested model (one sample each), or a field that
 # acts only under a condition its setup creates. Keys are ModelConfig's field names.
@@ -132,6 +137,7 @@ SAMPLES: dict[str, Sample] = {
     "autoscaling": Sample({"maxReplicas": 2}),
     "pool": Sample("l40s-b", _second_pool, "a second pool, l40s-b"),
     "priority_class_name": Sample("inference-high"),
+    "standby": Sample({"count": 1}, _autoscaled, "an autoscaled model"),
 }
 
 

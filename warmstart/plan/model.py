@@ -11,6 +11,7 @@ import posixpath
 from ..config import S3_URI, LoaderTuning, ModelSpec
 from ..decisions import autoscaling as scaling
 from ..decisions import instances, placement, tuning
+from ..decisions import standby as standby_mod
 from ..decisions import node_cache as staging
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
@@ -31,6 +32,7 @@ MANAGED_FLAGS = (
     "--gpu-memory-utilization",
     "--port",
     "--host",
+    standby_mod.SLEEP_MODE_FLAG,
 )
 
 
@@ -151,6 +153,12 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
             scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)
         # The count of the first create; KEDA owns it from then on.
         replicas = m.replicas if explicit else scaling.initial_replicas(spec)
+    standby = None
+    with problems.collect():
+        standby = plan_standby(m, weights, inst, tp, key=f"{key}.standby")
+    if standby is not None and m.autoscaling is not None and "replicas" not in m.model_fields_set:
+        # The first create starts the sleepers too.
+        replicas += standby.count
     load = digest = None
     try:
         load = staging.predict(inst, weights, node_cache)
@@ -190,4 +198,29 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         load=load,
         weights_digest=digest,
         priority_class_name=m.priority_class_name,
+        standby=standby,
     )
+
+
+def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, tp: int, *, key: str
+                 ) -> standby_mod.StandbyPlan | None:
+    """The model's standby engines, or ConfigErrors keyed `<key>.<field>` (`key`:
+    `warmstart:models[0].standby`)."""
+    s = m.standby
+    if s is None:
+        return None
+    problems = Problems()
+    if m.autoscaling is None:
+        problems.add(key, f"{m.name}: standby engines are pods KEDA keeps beside the awake ones, and the model "
+                     "has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or remove standby", s.count)
+    pod = tuning.pod_size(inst, tp)
+    rule = standby_mod.check_host_memory(weights_bytes=weights_bytes, sleep_level=s.sleep_level,
+                                         pod_memory_bytes=pod.memory_bytes, shm_bytes=pod.shm_bytes)
+    if rule is not None:
+        problems.add(f"{key}.sleepLevel", f"{m.name}: {rule} on {inst.instance_type} ({inst.memory_gib} GiB of RAM "
+                     f"for {inst.gpu_count} GPUs, tensorParallelSize={tp})",
+                     "set sleepLevel: 2 (the weights are dropped and reloaded on wake), or use an instance type "
+                     "with more RAM per GPU", s.sleep_level)
+    problems.raise_if_any()
+    return standby_mod.plan_standby(count=s.count, sleep_level=s.sleep_level,
+                                    awake_idle_seconds=s.awake_idle_seconds, weights_bytes=weights_bytes)

@@ -1,0 +1,196 @@
+"""Standby engines (docs/scale-out.md): the pure decisions (host memory, KEDA's count), what a
+standby model's serving pods run with, and the actuator's objects and component, validated
+against the Kubernetes schemas. The actuator script and the readiness probe run for real in
+tests/podside/test_standby_actuator.py; the router's routes in tests/routing/test_standby_routes.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import kubernetes_validate
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from components.standby import ModelStandby, ModelStandbyArgs
+from warmstart import mocks, render, versions
+from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
+from warmstart.decisions import autoscaling as scaling
+from warmstart.decisions import instances, standby, tuning
+from warmstart.decisions.instances import GIB
+from warmstart.decisions.weights_import import node_selector
+from warmstart.errors import ConfigErrors
+from warmstart.manifests import serving
+from warmstart.manifests import standby as objects
+from warmstart.plan.model import plan_model
+
+K8S_VERSION = versions.DEFAULT_KUBERNETES_VERSION
+KEY = "warmstart:models[0]"
+
+
+def _plan(weights_gib=15.0, instance_type="g6e.xlarge", level=1, with_standby=True, autoscaled=True):
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=weights_gib,
+                     autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=3) if autoscaled else None,
+                     standby=StandbyConfig(count=1, sleep_level=level) if with_standby else None)
+    return plan_model(spec, key=KEY, instance_type=instance_type, pool="p", loader=LoaderTuning(),
+                      compile_cache=True, compile_cache_host_path="/mnt/k8s-disks/0/warmstart-compile-cache")
+
+
+def _vllm(dep):
+    return dep["spec"]["template"]["spec"]["containers"][0]
+
+
+# --------------------------------------------------------------------------------------
+# Decisions
+
+
+@given(st.integers(0, 2048 * GIB), st.integers(1, 4096 * GIB), st.integers(0, 64 * GIB))
+def test_the_host_memory_rule_holds_exactly_when_the_sleeper_fits(weights, memory, shm):
+    for level in (1, 2):
+        need = standby.sleeping_host_bytes(weights, level) + shm
+        assert (standby.check_host_memory(weights_bytes=weights, sleep_level=level, pod_memory_bytes=memory,
+                                          shm_bytes=shm) is None) == (need <= memory)
+    # Level 2 drops the weights: it never needs more host memory than level 1.
+    assert standby.sleeping_host_bytes(weights, 2) <= standby.sleeping_host_bytes(weights, 1)
+
+
+def _tp1(weights_gib: float, inst: instances.GpuInstance) -> bool:
+    try:
+        return tuning.choose_tensor_parallel(int(weights_gib * GIB), inst, None,
+                                             tuning.DEFAULT_GPU_MEMORY_UTILIZATION) == 1
+    except tuning.TuningError:
+        return False
+
+
+@pytest.mark.parametrize("t", sorted(instances.catalog()))
+def test_level_1_is_refused_exactly_where_the_pod_cannot_hold_the_weights(t):
+    inst = instances.lookup(t)
+    pod = tuning.pod_size(inst, 1)
+    fits = (pod.memory_bytes - pod.shm_bytes - standby.PROCESS_HOST_BYTES) / GIB
+    under, over = math.floor(fits), math.floor(fits) + 1
+    if under >= 1 and _tp1(under, inst):
+        assert _plan(under, t).standby.sleep_level == 1
+    if _tp1(over, inst):
+        with pytest.raises(ConfigErrors) as e:
+            _plan(over, t)
+        (err,) = e.value.errors
+        assert err.key == f"{KEY}.standby.sleepLevel" and "sleepLevel: 2" in err.fix
+        assert f"{pod.memory_bytes / GIB:.1f} GiB" in err.rule and t in err.rule
+        assert _plan(over, t, level=2).standby.sleep_level == 2
+
+
+def test_standby_needs_autoscaling():
+    with pytest.raises(ConfigErrors) as e:
+        _plan(autoscaled=False)
+    assert [x.key for x in e.value.errors] == [f"{KEY}.standby"]
+
+
+@given(st.integers(0, 10_000), st.integers(0, 8), st.integers(1, 50))
+def test_keda_keeps_the_sleepers_beside_what_the_queue_needs(waiting, count, target):
+    # The HPA's answer for an AverageValue target is ceil(value / target).
+    offset = standby.keda_standby_offset(count, target)
+    assert math.ceil((waiting + offset) / target) == math.ceil(waiting / target) + count
+
+
+def test_the_scaled_object_counts_the_sleepers():
+    m = _plan()
+    spec = m.autoscaling_spec
+    p = scaling.plan_scaling("m", "ns", spec, m.startup_budget_seconds)
+    assert (p.min_replicas, p.max_replicas) == (1 + 1, 3 + 1)
+    assert p.triggers[0].query == '((sum(vllm:num_requests_waiting{namespace="ns",model_name="m"})) or vector(0)) + 5'
+    assert m.replicas == 2, "the first create starts the awake minimum and the sleeper"
+    assert m.max_replicas == 4, "the pool is sized for every pod, sleepers included"
+    plain = scaling.plan_scaling("m", "ns", _plan(with_standby=False).autoscaling_spec, m.startup_budget_seconds)
+    assert (plain.min_replicas, plain.max_replicas) == (1, 3)
+    assert plain.triggers[0].query == 'sum(vllm:num_requests_waiting{namespace="ns",model_name="m"})'
+
+
+# --------------------------------------------------------------------------------------
+# The serving pods
+
+
+def test_sleep_mode_and_dev_mode_only_with_standby():
+    for with_standby in (True, False):
+        c = _vllm(serving.deployment_spec(_plan(with_standby=with_standby).serving, "ns", "us-east-1"))
+        env = {e["name"]: e["value"] for e in c["env"]}
+        assert (standby.SLEEP_MODE_FLAG in c["args"]) == with_standby
+        assert (env.get(standby.DEV_MODE_ENV) == "1") == with_standby
+        assert standby.DEV_MODE_ENV in env or not with_standby
+        probe = c["readinessProbe"]
+        if with_standby:
+            cmd = probe["exec"]["command"]
+            assert cmd[:2] == ["python3", "-c"] and "/is_sleeping" in cmd[2] and "/health" in cmd[2]
+            assert cmd[3] == f"http://127.0.0.1:{serving.HTTP_PORT}"
+            assert probe["periodSeconds"] == 1
+        else:
+            assert probe["httpGet"]["path"] == "/health"
+        # The start-up probe still owns the load: no probe kills a loading pod.
+        assert c["startupProbe"]["httpGet"]["path"] == "/health"
+
+
+def test_an_extra_arg_cannot_turn_sleep_mode_on_behind_the_config():
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15, extra_args=["--enable-sleep-mode"])
+    with pytest.raises(ConfigErrors) as e:
+        plan_model(spec, key=KEY, instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
+                   compile_cache_host_path="/mnt/k8s-disks/0/warmstart-compile-cache")
+    assert [x.key for x in e.value.errors] == [f"{KEY}.extraArgs"]
+
+
+# --------------------------------------------------------------------------------------
+# The actuator's objects
+
+
+def _actuator(mode="karpenter"):
+    m = _plan()
+    return standby.plan_actuator(model="m", namespace="ns", image=objects.IMAGE, standby=m.standby, min_awake=1,
+                                 target_waiting=5, node_selector=node_selector(mode),
+                                 api_server_cidrs=("172.20.0.0/16", "10.0.0.0/16"))
+
+
+@pytest.mark.parametrize("mode", ["auto", "karpenter"])
+def test_the_actuator_objects_are_valid_and_least_privilege(mode):
+    p = _actuator(mode)
+    objs = objects.objects(p)
+    for o in objs:
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+    (role,) = [o for o in objs if o["kind"] == "Role"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 1, "one writer of wake and sleep"
+    assert pod["nodeSelector"] == node_selector(mode), "on the router's non-GPU nodes"
+    assert not pod.get("tolerations"), "never on a GPU node"
+    c = pod["containers"][0]
+    assert c["securityContext"]["readOnlyRootFilesystem"] and c["securityContext"]["runAsNonRoot"]
+    args = c["args"]
+    assert args[args.index("--standby") + 1] == "1" and args[args.index("--min-awake") + 1] == "1"
+    assert args[args.index("--selector") + 1] == "app.kubernetes.io/instance=m,app.kubernetes.io/name=vllm"
+    own, to_vllm = (o for o in objs if o["kind"] == "NetworkPolicy")
+    assert "ingress" not in own["spec"] and "Ingress" in own["spec"]["policyTypes"], "the actuator accepts nothing"
+    assert own["spec"]["egress"][0]["to"] == [{"podSelector": {"matchLabels": serving.selector("m")}}]
+    assert to_vllm["spec"]["podSelector"]["matchLabels"] == serving.selector("m")
+    assert to_vllm["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": objects.selector("m")}}],
+                                           "ports": [{"port": serving.HTTP_PORT, "protocol": "TCP"}]}]
+
+
+def test_the_component_registers_the_planned_objects():
+    args = ModelStandbyArgs(model_name="m", namespace="ns", weights_gib=15, count=1, min_awake=1,
+                            api_server_cidrs=["172.20.0.0/16"])
+    built: dict = {}
+
+    def program():
+        built["s"] = ModelStandby("m-standby", args)
+
+    resources = mocks.run(program, region="us-east-1", stack="alone")
+    objs = [x.inputs for x in resources if render.is_kubernetes_object(x)]
+    for o in objs:
+        kubernetes_validate.validate(o, K8S_VERSION, strict=True)
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objs) == sorted(
+        [(o["kind"], o["metadata"]["name"]) for o in objects.objects(built["s"].plan)]
+        + [("ConfigMap", "m-standby-script")])
+    (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert cm["data"][objects.SCRIPT_KEY].startswith('"""Standby actuator')
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    volumes = dep["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "script", "configMap": {"name": "m-standby-script"}} in json.loads(json.dumps(volumes))
