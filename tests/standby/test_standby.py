@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import kubernetes_validate
 import pytest
@@ -14,10 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components.standby import ModelStandby, ModelStandbyArgs
+from tests.conftest import render_stack
 from warmstart import mocks, render, versions
 from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
 from warmstart.decisions import autoscaling as scaling
-from warmstart.decisions import instances, standby, tuning
+from warmstart.coldstart import history
+from warmstart.decisions import instances, phases, standby, tuning
 from warmstart.decisions.instances import GIB
 from warmstart.decisions.weights_import import node_selector
 from warmstart.errors import ConfigErrors
@@ -194,3 +197,39 @@ def test_the_component_registers_the_planned_objects():
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "script", "configMap": {"name": "m-standby-script"}} in json.loads(json.dumps(volumes))
+
+
+# --------------------------------------------------------------------------------------
+# The prediction, the render's scale-out line and the report's wake records
+
+
+@given(st.integers(0, 1024 * GIB), st.integers(0, 1024 * GIB))
+def test_a_level_1_wake_grows_with_the_weights_at_the_published_rate(a, b):
+    inst = instances.lookup("p5.48xlarge")
+    assert (phases.wake_seconds(a, 1, inst) <= phases.wake_seconds(b, 1, inst)) == (a <= b) or a == b
+    assert phases.wake_seconds(64 * GIB, 1, inst) == pytest.approx(3.0)  # FMA README: ~3 s per 64 GiB
+    # A level-2 wake reloads from S3: never faster than copying back from host RAM.
+    assert phases.wake_seconds(a, 2, inst) >= phases.wake_seconds(a, 1, inst) or a == 0
+
+
+def test_prod_predicts_a_standby_scale_out_under_20_s():
+    r = render_stack("prod")
+    m = next(m for m in r.stack_plan.models if m.standby is not None)
+    line = render.scale_out_line(m)
+    got = re.search(r"a standby engine \(of 1, sleep level 1\) serves after ~(\d+)s \(standby signal (\d+)s \+ wake "
+                    r"([\d.]+)s for 67 GiB \+ first token (\d+)s \+ router join (\d+)s\)", line)
+    assert got, line
+    assert int(got[1]) < 20
+    assert float(got[3]) == pytest.approx(67 * 3 / 64, abs=0.05)
+    cold = int(re.search(r"new node serves after ~(\d+)s", line)[1])
+    assert int(got[1]) * 10 < cold, "the standby path is the fast one"
+    plain = next(m for m in r.stack_plan.models if m.standby is None)
+    assert "standby" not in render.scale_out_line(plain)
+
+
+def test_a_wake_is_its_own_kind_of_start_in_the_history():
+    records = [{"kind": "wake", "flags": {"sleep_level": 1}, "phases": {"signal": 0.8, "wake": 3.1, "first_token": 0.2}},
+               {"flags": {"new_node": True, "compile_restore": "hit"}, "phases": {"weights": 9.0}}]
+    summary = history.summarise(records)
+    assert set(summary) == {("standby wake", "sleep level 1", "-"), ("new node", "compile hit", "no node cache")}
+    assert set(summary[("standby wake", "sleep level 1", "-")]) == {"signal", "wake", "first_token"}

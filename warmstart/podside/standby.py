@@ -196,8 +196,12 @@ def wake(e: Engine, model: str, level: int, signal_at: float, timeout: float) ->
     except OSError as exc:
         log("warmstart.wake_failed", pod=e.pod, url=e.url, error=str(exc))
         return False
-    log("warmstart.wake", pod=e.pod, url=e.url, level=level, signal_s=round(t0 - signal_at, 3),
-        wake_s=round(t1 - t0, 3), first_token_s=round(t2 - t1, 3), warmup_status=code)
+    # The record shape `warmstart coldstart --history` reads (warmstart/coldstart/history.py): a
+    # wake is its own kind of start, with its own phases.
+    phases = {"signal": round(t0 - signal_at, 3), "wake": round(t1 - t0, 3), "first_token": round(t2 - t1, 3)}
+    log("warmstart.wake", kind="wake", model=model, pod=e.pod, url=e.url, level=level, phases=phases,
+        flags={"sleep_level": level}, signal_s=phases["signal"], wake_s=phases["wake"],
+        first_token_s=phases["first_token"], warmup_status=code)
     e.sleeping, e.served, e.idle_since = False, False, time.time()
     return code == 200
 
@@ -258,11 +262,12 @@ class Static:
 
 
 def held_requests(url: str | None, timeout: float) -> int:
-    """Requests a front queue holds (its `GET /held`); 0 without one."""
+    """Requests a front queue holds (warmstart/podside/front_queue.py, `GET /warmstart/held`); 0
+    without one."""
     if not url:
         return 0
     try:
-        code, body = http("GET", url.rstrip("/") + "/held", timeout=timeout)
+        code, body = http("GET", url.rstrip("/") + "/warmstart/held", timeout=timeout)
         return int(json.loads(body).get("held", 0)) if code == 200 else 0
     except (OSError, ValueError):
         return 0
@@ -349,7 +354,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--period", type=float, default=1.0)
     p.add_argument("--probe-timeout", type=float, default=0.5)
     p.add_argument("--wake-timeout", type=float, default=300.0)
-    p.add_argument("--front-queue", default="", help="URL of a front queue whose GET /held counts as waiting")
+    p.add_argument("--front-queue", default="", help="URL of a front queue whose held requests count as waiting")
     p.add_argument("--heartbeat", default="", help="file rewritten every period (the liveness probe reads it)")
     p.add_argument("--max-ticks", type=int, default=None, help="stop after this many periods (tests)")
     a = p.parse_args(argv)
