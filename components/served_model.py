@@ -10,6 +10,7 @@ pre-pull, weights import, NetworkPolicies), its router and its KEDA autoscaling.
 stack, a model stack and a program of your own create it the same way.
 """
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, Optional, TypedDict
 
@@ -18,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import ModelConfig
-from warmstart.decisions import image_cache
+from warmstart.decisions import image_cache, phases
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import serving as serving_objects
@@ -147,7 +148,9 @@ class ServedModel(pulumi.ComponentResource):
                 startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
                 region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
                 kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
-                standby_count=m.standby.count if m.standby else None),
+                standby_count=m.standby.count if m.standby else None,
+                # The routers' front queue holds requests while no engine is awake (minReplicas 0).
+                front_queue=True if m.standby is not None and a.min_replicas == 0 else None),
                 opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
         self.standby = None
         if m.standby is not None and a is not None:
@@ -159,7 +162,7 @@ class ServedModel(pulumi.ComponentResource):
                 cluster_mode=p.cluster_mode, api_server_cidrs=[p.service_cidr, *p.vpc_cidrs],
                 image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
                 if p.image_cache_account else None,
-                ship_pod_script=not p.pod_scripts),
+                front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts),
                 opts=child("standby", depends_on=[*after, self.model], **kube))
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
@@ -192,7 +195,13 @@ class ServedModel(pulumi.ComponentResource):
             image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
-            fence_vllm=False, create_service=False), opts=opts)
+            fence_vllm=False, create_service=False,
+            # Zero awake engines: the routers hold requests until a woken one serves, and tell a
+            # client past the bound when to come back (the predicted standby start).
+            front_queue_retry_after_seconds=math.ceil(phases.predict_standby_start(
+                m.weights_bytes, m.instance, m.standby.sleep_level).total_seconds) + 1
+            if m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0 else None),
+            opts=opts)
 
 
 __all__ = ["ServedModel", "ServedModelArgs"]

@@ -47,6 +47,9 @@ class ModelStandbyArgs(TypedDict):
     """Where the non-GPU nodes are: Auto Mode's general-purpose pool, or the system node group."""
     image: NotRequired[str]
     """Image with python3 for the actuator (default: the router's SMG image)."""
+    front_queue: NotRequired[bool]
+    """The model's routers hold requests in a front queue (`minReplicas: 0`): the actuator counts
+    the held requests as waiting (default false)."""
     ship_pod_script: NotRequired[bool]
     """Create the script's ConfigMap for this model (default true). False when the platform ships
     it to the namespace (`warmstart-standby`)."""
@@ -68,7 +71,7 @@ class ModelStandby(pulumi.ComponentResource):
             model=model, namespace=args["namespace"], image=args.get("image") or objects.IMAGE, standby=plan,
             min_awake=args["min_awake"], target_waiting=args.get("target_waiting_per_replica", 5.0),
             node_selector=node_selector(mode_value(args.get("cluster_mode", ClusterMode.AUTO))),  # type: ignore[arg-type]
-            api_server_cidrs=args["api_server_cidrs"])
+            api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")))
         child = pulumi.ResourceOptions(parent=self)
         script_map = objects.CONFIGMAP_NAME
         needs: list[pulumi.Resource] = []

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components.standby import ModelStandby, ModelStandbyArgs
-from tests.conftest import render_stack
+from tests.conftest import load_stack_doc, render_doc, render_stack
 from warmstart import mocks, render, versions
 from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
 from warmstart.decisions import autoscaling as scaling
@@ -24,6 +24,8 @@ from warmstart.decisions import instances, phases, standby, tuning
 from warmstart.decisions.instances import GIB
 from warmstart.decisions.weights_import import node_selector
 from warmstart.errors import ConfigErrors
+from warmstart.decisions import routing as routing_decisions
+from warmstart.manifests import routing as router_objects
 from warmstart.manifests import serving
 from warmstart.manifests import standby as objects
 from warmstart.plan.model import plan_model
@@ -233,3 +235,38 @@ def test_a_wake_is_its_own_kind_of_start_in_the_history():
     summary = history.summarise(records)
     assert set(summary) == {("standby wake", "sleep level 1", "-"), ("new node", "compile hit", "no node cache")}
     assert set(summary[("standby wake", "sleep level 1", "-")]) == {"signal", "wake", "first_token"}
+
+
+# --------------------------------------------------------------------------------------
+# Scale from zero: minReplicas 0 with standby engines
+
+
+def test_min_replicas_0_is_refused_without_standby_and_held_by_a_front_queue_with_it(tmp_path):
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15,
+                     autoscaling=AutoscalingConfig(min_replicas=0, max_replicas=3))
+    with pytest.raises(ConfigErrors) as e:
+        plan_model(spec, key=KEY, instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
+                   compile_cache_host_path="/mnt/k8s-disks/0/c")
+    assert [x.key for x in e.value.errors] == [f"{KEY}.autoscaling.minReplicas"] and "standby" in e.value.errors[0].fix
+
+    doc = load_stack_doc("prod")
+    doc["config"]["warmstart:models"][0]["autoscaling"]["minReplicas"] = 0
+    r = render_doc(doc, tmp_path, "prod-zero")
+    by = {(o["kind"], o["metadata"]["name"]): o for o in r.kubernetes_objects}
+    (so,) = [o for (k, n), o in by.items() if k == "ScaledObject" and n == "qwen-67b"]
+    assert so["spec"]["minReplicaCount"] == 1, "zero awake, the sleeper kept"
+    pod = by[("Deployment", "qwen-67b-router")]["spec"]["template"]["spec"]
+    smg, queue = pod["containers"]
+    assert smg["args"][:4] == ["--host", "127.0.0.1", "--port", str(routing_decisions.SMG_BEHIND_QUEUE_PORT)]
+    assert [p["name"] for p in queue["ports"]] == ["http"] and "readinessProbe" not in smg
+    retry = int(queue["command"][queue["command"].index("--retry-after") + 1])
+    assert retry >= math.ceil(phases.predict_standby_start(67 * GIB, instances.lookup("p5.48xlarge")).total_seconds)
+    assert {"name": "front-queue", "configMap": {"name": router_objects.FRONT_QUEUE_CONFIGMAP}} in pod["volumes"]
+    assert ("ConfigMap", router_objects.FRONT_QUEUE_CONFIGMAP) in by, "the platform ships the script"
+    args = by[("Deployment", "qwen-67b-standby")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--min-awake") + 1] == "0" and "--front-queue-selector" in args
+    # Without minReplicas 0 the router is as before: SMG on the serving port, no queue.
+    plain = render_stack("prod")
+    (router,) = [o for o in plain.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] ==
+                 "qwen-67b-router"]
+    assert [c["name"] for c in router["spec"]["template"]["spec"]["containers"]] == ["router"]

@@ -225,7 +225,8 @@ def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool
               f"{model}: minReplicas=0 removes the last replica, and nothing then holds requests until a new "
               "one is up: vLLM's metrics vanish with its pods and the router does not queue when no replica "
               "exists, so requests fail and nothing measures them to scale back out",
-              "set minReplicas >= 1 (scale to zero needs a front queue)", 0)
+              "set minReplicas >= 1, or keep standby engines (models[].standby): a front queue then holds "
+              "the requests while none is awake", 0)
     if spec.max_replicas < 1:
         p.add(f"{key}.maxReplicas", f"{model}: must be >= 1", "set maxReplicas >= 1", spec.max_replicas)
     if spec.min_replicas > spec.max_replicas:

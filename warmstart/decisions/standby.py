@@ -109,6 +109,9 @@ class ActuatorPlan:
     api_server_cidrs: tuple[str, ...]
     """Where the pod reaches the Kubernetes API (the `kubernetes` Service's range and the VPC's)."""
     period_seconds: float = ACTUATOR_PERIOD_SECONDS
+    front_queue: bool = False
+    """The model's routers hold requests in a front queue (minReplicas 0): held requests count as
+    waiting, so one wakes a sleeper."""
 
     @property
     def name(self) -> str:
@@ -116,8 +119,8 @@ class ActuatorPlan:
 
 
 def plan_actuator(*, model: str, namespace: str, image: str, standby: StandbyPlan, min_awake: int,
-                  target_waiting: float, node_selector: dict[str, str], api_server_cidrs: tuple[str, ...] | list[str]
-                  ) -> ActuatorPlan:
+                  target_waiting: float, node_selector: dict[str, str], api_server_cidrs: tuple[str, ...] | list[str],
+                  front_queue: bool = False) -> ActuatorPlan:
     if min_awake < 0:
         raise ValueError("min_awake must be >= 0")
     if not api_server_cidrs:
@@ -125,4 +128,5 @@ def plan_actuator(*, model: str, namespace: str, image: str, standby: StandbyPla
     return ActuatorPlan(model=model, namespace=namespace, image=image, standby=standby.count, min_awake=min_awake,
                         sleep_level=standby.sleep_level, target_waiting=target_waiting,
                         awake_idle_seconds=standby.awake_idle_seconds,
-                        node_selector=tuple(sorted(node_selector.items())), api_server_cidrs=tuple(api_server_cidrs))
+                        node_selector=tuple(sorted(node_selector.items())), api_server_cidrs=tuple(api_server_cidrs),
+                        front_queue=front_queue)

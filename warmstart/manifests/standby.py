@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import versions
+from ..decisions import routing
 from ..decisions.standby import ActuatorPlan
 from . import network_policy, serving
 
@@ -82,7 +83,9 @@ def container_args(p: ActuatorPlan) -> list[str]:
             "--selector", _label_selector(serving.selector(p.model)), "--port", str(serving.HTTP_PORT),
             "--standby", str(p.standby), "--min-awake", str(p.min_awake), "--sleep-level", str(p.sleep_level),
             "--target-waiting", f"{p.target_waiting:g}", "--awake-idle-seconds", str(p.awake_idle_seconds),
-            "--period", f"{p.period_seconds:g}", "--heartbeat", HEARTBEAT]
+            "--period", f"{p.period_seconds:g}", "--heartbeat", HEARTBEAT,
+            *(["--front-queue-selector", _label_selector(network_policy.router_selector(p.model)),
+               "--front-queue-port", str(routing.ROUTER_PORT)] if p.front_queue else [])]
 
 
 def deployment_spec(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) -> dict[str, Any]:
@@ -144,6 +147,9 @@ def actuator_network_policy_spec(p: ActuatorPlan) -> dict[str, Any]:
     routes, /metrics, the warm-up), DNS and the Kubernetes API."""
     egress = [
         {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(serving.HTTP_PORT)]},
+        # The routers' front queues: how many requests they hold (`GET /warmstart/held`).
+        *([{"to": [{"podSelector": {"matchLabels": network_policy.router_selector(p.model)}}],
+            "ports": [_tcp(routing.ROUTER_PORT)]}] if p.front_queue else []),
         network_policy.egress_rules()[0],
         # The `kubernetes` ClusterIP is judged before DNAT, its endpoints are ENIs in the VPC
         # (the router's rule, manifests/routing.py).

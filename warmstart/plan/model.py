@@ -147,7 +147,9 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
                                        a.kv_cache_usage_ceiling)
         explicit = "replicas" in m.model_fields_set
         with problems.collect():
-            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name,
+            # With standby engines, a front queue in the router holds requests while none is awake,
+            # so minReplicas: 0 (zero awake, the sleepers kept) drops nothing.
+            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name, front_queue=m.standby is not None,
                                replicas=m.replicas if explicit else None, replicas_key=f"{key}.replicas")
         with problems.collect():
             scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)

@@ -245,6 +245,12 @@ class Kubernetes:
         return sorted((p["metadata"]["name"], f"http://{p['status']['podIP']}:{self.port}") for p in pods
                       if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp"))
 
+    def front_queues(self, selector: str, port: int) -> list[str]:
+        """The front-queue URLs of the router pods `selector` matches."""
+        q = urllib.parse.urlencode({"labelSelector": selector, "fieldSelector": "status.phase=Running"})
+        pods = self._call("GET", f"{self.base}?{q}").get("items", [])
+        return sorted(f"http://{p['status']['podIP']}:{port}" for p in pods if p.get("status", {}).get("podIP"))
+
     def set_cost(self, pod: str, cost: str) -> None:
         self._call("PATCH", f"{self.base}/{pod}", {"metadata": {"annotations": {DELETION_COST: cost}}},
                    "application/merge-patch+json")
@@ -314,7 +320,14 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
                     log("warmstart.standby_cost_failed", pod=e.pod, error=str(exc))
         with lock:
             busy = set(waking)
-        actions = decide(engines, policy, now, busy, held_requests(args.front_queue, args.probe_timeout))
+        queues = [u for u in args.front_queue.split(",") if u]
+        if args.front_queue_selector and isinstance(source, Kubernetes):
+            try:
+                queues = source.front_queues(args.front_queue_selector, args.front_queue_port)
+            except (OSError, ValueError, KeyError) as exc:
+                log("warmstart.standby_discovery_failed", error=str(exc))
+        held = sum(held_requests(u, args.probe_timeout) for u in queues)
+        actions = decide(engines, policy, now, busy, held)
         for url in actions.wake:
             e = known[url]
             with lock:
@@ -354,7 +367,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--period", type=float, default=1.0)
     p.add_argument("--probe-timeout", type=float, default=0.5)
     p.add_argument("--wake-timeout", type=float, default=300.0)
-    p.add_argument("--front-queue", default="", help="URL of a front queue whose held requests count as waiting")
+    p.add_argument("--front-queue", default="", help="URLs of front queues whose held requests count as waiting")
+    p.add_argument("--front-queue-selector", default="", help="label selector of the router pods with front queues")
+    p.add_argument("--front-queue-port", type=int, default=30000)
     p.add_argument("--heartbeat", default="", help="file rewritten every period (the liveness probe reads it)")
     p.add_argument("--max-ticks", type=int, default=None, help="stop after this many periods (tests)")
     a = p.parse_args(argv)
