@@ -1,11 +1,12 @@
 """One model's standby actuator: wakes a sleeping vLLM engine on load, puts the idlest to sleep.
 
 From its Args alone the component decides through `warmstart.decisions.standby` and registers what
-`warmstart.manifests.standby` builds: the actuator's NetworkPolicies (first, so its pod never runs
+`warmstart.manifests.standby` builds: the actuator's NetworkPolicy (first, so its pod never runs
 unfenced), its ServiceAccount, a Role that may only list and patch the namespace's pods, its
 RoleBinding and a one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py
 (see docs/scale-out.md). The model's pods must run with standby (`--enable-sleep-mode`,
-`VLLM_SERVER_DEV_MODE=1` and the sleep-aware readiness: a VllmModel whose plan has `standby`).
+`VLLM_SERVER_DEV_MODE=1` and the sleep-aware readiness: a VllmModel with `standby`, whose serving
+NetworkPolicy then admits this actuator to the pods' serving port).
 """
 
 from typing import NotRequired, Optional, TypedDict
@@ -81,7 +82,7 @@ class ModelStandby(pulumi.ComponentResource):
         for obj in objects.objects(self.plan, script_map):
             kind, meta = obj["kind"], obj["metadata"]
             after = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(needs)))
-            suffix = {"NetworkPolicy": "netpol" if meta["name"] == self.plan.name else "vllm-netpol",
+            suffix = {"NetworkPolicy": "netpol",
                       "ServiceAccount": "sa", "Role": "role", "RoleBinding": "role-binding",
                       "Deployment": "deployment"}[kind]
             if kind == "NetworkPolicy":

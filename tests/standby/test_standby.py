@@ -26,7 +26,7 @@ from warmstart.decisions.weights_import import node_selector
 from warmstart.errors import ConfigErrors
 from warmstart.decisions import routing as routing_decisions
 from warmstart.manifests import routing as router_objects
-from warmstart.manifests import serving
+from warmstart.manifests import network_policy, serving
 from warmstart.manifests import standby as objects
 from warmstart.plan.model import plan_model
 
@@ -171,12 +171,16 @@ def test_the_actuator_objects_are_valid_and_least_privilege(mode):
     args = c["args"]
     assert args[args.index("--standby") + 1] == "1" and args[args.index("--min-awake") + 1] == "1"
     assert args[args.index("--selector") + 1] == "app.kubernetes.io/instance=m,app.kubernetes.io/name=vllm"
-    own, to_vllm = (o for o in objs if o["kind"] == "NetworkPolicy")
+    (own,) = (o for o in objs if o["kind"] == "NetworkPolicy")
     assert "ingress" not in own["spec"] and "Ingress" in own["spec"]["policyTypes"], "the actuator accepts nothing"
     assert own["spec"]["egress"][0]["to"] == [{"podSelector": {"matchLabels": serving.selector("m")}}]
-    assert to_vllm["spec"]["podSelector"]["matchLabels"] == serving.selector("m")
-    assert to_vllm["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": objects.selector("m")}}],
-                                           "ports": [{"port": serving.HTTP_PORT, "protocol": "TCP"}]}]
+    # The serving pods' own policy admits it beside the routers, and nothing else new.
+    router = network_policy.router_selector("m")
+    vllm = network_policy.serving_network_policy("m", "ns", router=router, actuator=objects.selector("m"))
+    assert vllm["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": router}},
+                                                  {"podSelector": {"matchLabels": objects.selector("m")}}]
+    with pytest.raises(ValueError):
+        network_policy.serving_network_policy("m", "ns", router=router, actuator={})
 
 
 def test_the_component_registers_the_planned_objects():

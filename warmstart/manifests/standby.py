@@ -3,12 +3,9 @@
 From an ActuatorPlan (warmstart/decisions/standby.py): a ServiceAccount, a Role that may only
 list its model's pods and patch them (the deletion-cost annotation) and its RoleBinding, a
 one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py from its ConfigMap,
-and two NetworkPolicies: one fencing the actuator (it accepts nothing; it sends only to the
-model's vLLM pods, DNS and the Kubernetes API) and one admitting it to the vLLM pods' serving
-port. NetworkPolicies add up
-(https://kubernetes.io/docs/concepts/services-networking/network-policies/#the-two-sorts-of-pod-isolation),
-so with the serving pods' own policy the serving port admits the routers and the actuator, no
-client: vLLM's dev routes (sleep, wake, /collective_rpc, ...) that standby needs are never a
+and the NetworkPolicy fencing the actuator (it accepts nothing; it sends only to the model's vLLM
+pods, DNS and the Kubernetes API). The serving pods' own policy (manifests/network_policy.py,
+`actuator`) admits it to their serving port beside the routers, no client: vLLM's dev routes (sleep, wake, /collective_rpc, ...) that standby needs are never a
 client's to call, and SMG forwards none of them (docs/scale-out.md).
 
 Why the router's image: it has python3, it is already on the non-GPU nodes where the routers run
@@ -160,18 +157,7 @@ def actuator_network_policy_spec(p: ActuatorPlan) -> dict[str, Any]:
                      "egress": egress}}
 
 
-def vllm_network_policy_spec(p: ActuatorPlan) -> dict[str, Any]:
-    """Admits the actuator, and only it, to the model's vLLM serving port (added to the serving
-    pods' own policy, which admits the routers)."""
-    return {"apiVersion": network_policy.API_VERSION, "kind": "NetworkPolicy",
-            "metadata": {"name": f"{p.model}-vllm-standby", "namespace": p.namespace,
-                         "labels": serving.labels(p.model)},
-            "spec": {"podSelector": {"matchLabels": serving.selector(p.model)}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": [{"podSelector": {"matchLabels": selector(p.model)}}],
-                                  "ports": [_tcp(serving.HTTP_PORT)]}]}}
-
-
 def objects(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) -> list[dict[str, Any]]:
     """Every object of the actuator, policies first (a pod started before its policy runs unfenced)."""
-    return [actuator_network_policy_spec(p), vllm_network_policy_spec(p), service_account_spec(p), role_spec(p),
-            role_binding_spec(p), deployment_spec(p, script_config_map)]
+    return [actuator_network_policy_spec(p), service_account_spec(p), role_spec(p), role_binding_spec(p),
+            deployment_spec(p, script_config_map)]

@@ -100,12 +100,13 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
                compile_cache: bool, compile_cache_host_path: str,
                cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None,
-               node_cache: staging.NodeCacheMode = "off") -> ModelPlan:
+               node_cache: staging.NodeCacheMode = "off", autoscaled: bool = False) -> ModelPlan:
     """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
     (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone).
     `cluster_mode` decides where a weights-import Job runs; its errors are keyed under
     `import_key` (default `<key>.import`). `node_cache`: auto, on or off (a stack model's
-    `nodeCache`; the VllmModel component alone stages nothing)."""
+    `nodeCache`; the VllmModel component alone stages nothing). `autoscaled`: an autoscaler the
+    model's spec does not carry owns the replica count (the VllmModel component alone)."""
     problems = Problems()
     try:
         inst = instances.lookup(instance_type)
@@ -157,7 +158,7 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         replicas = m.replicas if explicit else scaling.initial_replicas(spec)
     standby = None
     with problems.collect():
-        standby = plan_standby(m, weights, inst, tp, key=f"{key}.standby")
+        standby = plan_standby(m, weights, inst, tp, key=f"{key}.standby", autoscaled=autoscaled)
     if standby is not None and m.autoscaling is not None and "replicas" not in m.model_fields_set:
         # The first create starts the sleepers too.
         replicas += standby.count
@@ -204,15 +205,15 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
     )
 
 
-def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, tp: int, *, key: str
-                 ) -> standby_mod.StandbyPlan | None:
+def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, tp: int, *, key: str,
+                 autoscaled: bool = False) -> standby_mod.StandbyPlan | None:
     """The model's standby engines, or ConfigErrors keyed `<key>.<field>` (`key`:
     `warmstart:models[0].standby`)."""
     s = m.standby
     if s is None:
         return None
     problems = Problems()
-    if m.autoscaling is None:
+    if m.autoscaling is None and not autoscaled:
         problems.add(key, f"{m.name}: standby engines are pods KEDA keeps beside the awake ones, and the model "
                      "has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or remove standby", s.count)
     pod = tuning.pod_size(inst, tp)
