@@ -331,8 +331,8 @@ def standby_path(m: plan_mod.ModelPlan) -> str:
     if m.standby is None:
         return ""
     s = phases.predict_standby_start(m.weights_bytes, m.instance, m.standby.sleep_level)
-    return (f"a standby engine (of {m.standby.count}, sleep level {m.standby.sleep_level}) serves after "
-            f"~{s.total_seconds:.0f}s (standby signal {s.signal:.0f}s + wake {s.wake:.1f}s for "
+    return (f"a woken standby engine (of {m.standby.count}, sleep level {m.standby.sleep_level}) answers "
+            f"~{s.total_seconds:.0f}s after the load rises (standby signal {s.signal:.0f}s + wake {s.wake:.1f}s for "
             f"{m.weights_bytes / 2**30:.0f} GiB + first token {s.first_token:.0f}s + router join {s.join:.0f}s); ")
 
 

@@ -224,6 +224,8 @@ def test_the_decision_never_touches_a_loading_engine_nor_goes_below_the_minimum(
     waiting = sum(e.waiting for e in awake) + held
     if waiting > target * len(awake) and any(e.ready and e.sleeping for e in es):
         assert out.wake, "a queue over the target wakes a sleeper"
+    queued = {e.url for e in es if e.ready and e.sleeping and (e.waiting or e.running)}
+    assert queued <= set(out.wake), "a sleeper that requests reached is woken at once"
 
 
 def test_metrics_are_read_per_model():

@@ -222,7 +222,8 @@ def test_prod_predicts_a_standby_scale_out_under_20_s():
     r = render_stack("prod")
     m = next(m for m in r.stack_plan.models if m.standby is not None)
     line = render.scale_out_line(m)
-    got = re.search(r"a standby engine \(of 1, sleep level 1\) serves after ~(\d+)s \(standby signal (\d+)s \+ wake "
+    got = re.search(r"a woken standby engine \(of 1, sleep level 1\) answers ~(\d+)s after the load rises "
+                    r"\(standby signal (\d+)s \+ wake "
                     r"([\d.]+)s for 67 GiB \+ first token (\d+)s \+ router join (\d+)s\)", line)
     assert got, line
     assert int(got[1]) < 20

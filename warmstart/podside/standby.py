@@ -155,8 +155,14 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     if waiting > policy.target_waiting * len(awake):
         # KEDA's own rule for an AverageValue target: ceil(waiting / target) engines.
         need = max(need, math.ceil(waiting / policy.target_waiting) - len(awake), 1)
+    # A sleeper with requests queued: vLLM 0.33 queues what reaches a paused engine ("All pause
+    # modes queue new adds", vllm/v1/engine/core.py) instead of refusing it, and a request can
+    # reach one in the second before its readiness turns false; wake it first, so no request
+    # waits longer than a wake.
+    queued = [e for e in asleep if e.waiting or e.running]
+    need = max(need, len(queued))
     if need and asleep:
-        out.wake = [e.url for e in sorted(asleep, key=lambda e: e.url)[:need]]
+        out.wake = [e.url for e in sorted(asleep, key=lambda e: (not (e.waiting or e.running), e.url))[:need]]
         return out
     if waking or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
         return out
