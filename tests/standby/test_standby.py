@@ -5,6 +5,7 @@ tests/podside/test_standby_actuator.py; the router's routes in tests/routing/tes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -275,3 +276,19 @@ def test_min_replicas_0_is_refused_without_standby_and_held_by_a_front_queue_wit
     (router,) = [o for o in plain.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] ==
                  "qwen-67b-router"]
     assert [c["name"] for c in router["spec"]["template"]["spec"]["containers"]] == ["router"]
+
+
+def test_the_system_node_group_is_sized_for_the_actuator_and_the_front_queue():
+    from warmstart.plan.cluster import system_group_pods
+
+    r = render_stack("prod")
+    pods = {p.name: p for p in system_group_pods(r.stack_plan.config, r.stack_plan.models)}
+    dep = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "qwen-67b-standby")
+    requests = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert (pods["qwen-67b-standby"].cpu_millis, pods["qwen-67b-standby"].memory_mib) == (
+        int(requests["cpu"].removesuffix("m")), int(requests["memory"].removesuffix("Mi")))
+    router_cpu = pods["qwen-67b-router"].cpu_millis
+    zero = [m if m.standby is None else dataclasses.replace(
+        m, autoscaling=m.autoscaling.model_copy(update={"min_replicas": 0})) for m in r.stack_plan.models]
+    queued = {p.name: p for p in system_group_pods(r.stack_plan.config, zero)}
+    assert queued["qwen-67b-router"].cpu_millis == router_cpu + 100, "the front queue's request on each router"

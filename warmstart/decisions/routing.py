@@ -71,6 +71,8 @@ ROUTER_PORT = 30000
 SMG_BEHIND_QUEUE_PORT = 8010
 FRONT_QUEUE_MAX_HELD = 256
 FRONT_QUEUE_HOLD_SECONDS = 120
+# What a router pod's front-queue container requests besides SMG (ROUTER_REQUESTS).
+FRONT_QUEUE_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 PROBE_PORT = 30001
 METRICS_PORT = 29000
 # vLLM's port, which the router's discovery must use (SMG defaults to 80).

@@ -34,6 +34,9 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 PROCESS_HOST_BYTES = 8 * GIB
 # The actuator reads every engine this often: the 1-2 s signal, against AMP's 30 s scrape.
 ACTUATOR_PERIOD_SECONDS = 1.0
+# What the actuator pod requests on the non-GPU nodes (a stdlib loop of a few HTTP reads a second);
+# the system node group is sized with it (plan/cluster.py, system_group_pods).
+ACTUATOR_REQUESTS = {"cpu": "50m", "memory": "64Mi"}
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def front_queue_container(p: RoutingPlan, ports: list[dict[str, Any]]) -> dict[s
                            "timeoutSeconds": 2, "failureThreshold": 2},
         "livenessProbe": {"httpGet": {"path": "/warmstart/held", "port": "http"}, "periodSeconds": 10,
                           "timeoutSeconds": 5, "failureThreshold": 6},
-        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+        "resources": {"requests": dict(routing.FRONT_QUEUE_REQUESTS), "limits": {"cpu": "1", "memory": "256Mi"}},
         "volumeMounts": [{"name": FRONT_QUEUE_VOLUME, "mountPath": FRONT_QUEUE_MOUNT, "readOnly": True}],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,

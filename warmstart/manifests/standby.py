@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import versions
 from ..decisions import routing
-from ..decisions.standby import ActuatorPlan
+from ..decisions.standby import ACTUATOR_REQUESTS, ActuatorPlan
 from . import network_policy, serving
 
 CONFIGMAP_NAME = "warmstart-standby"
@@ -97,7 +97,7 @@ def deployment_spec(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) ->
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "HOME", "value": TMP_MOUNT}],
         "readinessProbe": probe | {"failureThreshold": 3, "initialDelaySeconds": 2},
         "livenessProbe": probe | {"failureThreshold": 3, "initialDelaySeconds": 10},
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "500m", "memory": "128Mi"}},
+        "resources": {"requests": dict(ACTUATOR_REQUESTS), "limits": {"cpu": "500m", "memory": "128Mi"}},
         "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
                          {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True}],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,

@@ -15,7 +15,7 @@ from typing import Any
 from .. import versions
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from ..decisions import autoscaling as scaling
-from ..decisions import node_fit, routing
+from ..decisions import node_fit, routing, standby
 from ..decisions import weights_import as imports
 from ..decisions import capacity, gpu_pools, instances, naming, placement
 from ..decisions import node_cache as staging
@@ -400,7 +400,8 @@ def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[nod
     """What warmstart pins to the Karpenter-mode system node group besides the controller and
     CoreDNS: KEDA (autoscaling), node-feature-discovery (a staged model), each routed model's
     routers (its replicas plus a rollout's surge pod, spread over hosts) and each weights import
-    Job (they may all run in the same `up`). Model stacks' routers and imports are their own."""
+    Job (they may all run in the same `up`), and each standby model's actuator (and its routers' front
+    queues at minReplicas 0). Model stacks' routers and imports are their own."""
     pods: list[node_fit.PodDemand] = []
     if runs_autoscaling(cfg, models):
         pods += node_fit.KEDA_PODS
@@ -408,9 +409,17 @@ def system_group_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[nod
         pods += node_fit.NFD_PODS
     cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
     for m in models:
+        queue = m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0
         if m.routed:
-            pods.append(node_fit.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
-                                           spread=f"{m.name}-router"))
+            # A router that holds requests for a model at zero awake engines runs its front queue too.
+            extra_cpu = node_fit.parse_cpu(routing.FRONT_QUEUE_REQUESTS["cpu"]) if queue else 0
+            extra_mem = node_fit.parse_memory(routing.FRONT_QUEUE_REQUESTS["memory"]) if queue else 0
+            pods.append(node_fit.PodDemand(f"{m.name}-router", cpu + extra_cpu, mem + extra_mem,
+                                           count=routing.ROUTER_REPLICAS + 1, spread=f"{m.name}-router"))
+        if m.standby is not None:
+            # One actuator pod (its Deployment recreates, no surge).
+            pods.append(node_fit.PodDemand(f"{m.name}-standby", node_fit.parse_cpu(standby.ACTUATOR_REQUESTS["cpu"]),
+                                           node_fit.parse_memory(standby.ACTUATOR_REQUESTS["memory"])))
         if m.weights_import is not None:
             pods.append(node_fit.PodDemand(f"{m.name}-import",
                                            node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
