@@ -44,6 +44,10 @@ class ModelAutoscalingArgs(TypedDict):
     region: NotRequired[str]
     """AWS region of the AMP workspace: KEDA signs its queries with SigV4 as the operator's role.
     Omit for an endpoint that takes unsigned queries."""
+    standby_count: NotRequired[int]
+    """Engines kept asleep beside the awake ones (the model's `standby.count`, default 0): KEDA's
+    range is `minReplicas`/`maxReplicas` plus this many pods, and its query keeps them beside the
+    awake pods the queue asks for."""
     front_queue: NotRequired[bool]
     """A queue in front of the model holds requests while no replica exists, so `minReplicas: 0`
     is allowed (default false: the router does not queue without replicas)."""
@@ -65,7 +69,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
             min_replicas=args["min_replicas"], max_replicas=args["max_replicas"],
             target_waiting_per_replica=args.get("target_waiting_per_replica",
                                                 decide.DEFAULT_TARGET_WAITING_PER_REPLICA),
-            kv_cache_usage_ceiling=args.get("kv_cache_usage_ceiling"))
+            kv_cache_usage_ceiling=args.get("kv_cache_usage_ceiling"), standby=args.get("standby_count", 0))
         decide.check_spec(spec, key="ModelAutoscalingArgs", model=model, front_queue=bool(args.get("front_queue")))
         # Every decision is made here, from the Args alone, by the pure planner.
         self.plan = decide.plan_scaling(model, namespace, spec, args["startup_budget_seconds"],

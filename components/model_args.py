@@ -77,8 +77,10 @@ class ModelEntryAutoscalingArgs(TypedDict):
     Service for Prometheus by default)."""
 
     min_replicas: NotRequired[int]
-    """Fewest serving pods. At least 1: with none, vLLM exports no metric to scale up on and the
-    router has no queue to hold requests. Default: `1`."""
+    """Fewest serving pods (awake engines). At least 1, unless the model keeps `standby` engines:
+    then 0 keeps only the sleepers, and a front queue in the router holds the requests that
+    arrive until one is woken (429 with Retry-After past its bounds). Without standby, with no
+    pod, vLLM exports no metric to scale up on. Default: `1`."""
     max_replicas: int
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
     target_waiting_per_replica: NotRequired[float]
@@ -87,6 +89,23 @@ class ModelEntryAutoscalingArgs(TypedDict):
     kv_cache_usage_ceiling: NotRequired[float]
     """Also scale up when any replica's KV cache is fuller than this fraction
     (`vllm:kv_cache_usage_perc`). Default: not used."""
+
+
+class ModelEntryStandbyArgs(TypedDict):
+    """Engines kept started and asleep beside the awake ones, woken in seconds when the load rises
+    (vLLM sleep mode; see docs/scale-out.md). Needs `autoscaling`: KEDA owns how many pods exist,
+    awake plus standby."""
+
+    count: NotRequired[int]
+    """Engines kept asleep. Each holds its GPUs while asleep (it costs what an awake replica costs);
+    what it saves is the cold start of a scale-out. Default: `1`."""
+    sleep_level: NotRequired[int]
+    """vLLM's sleep level. 1: the weights move to host RAM (the pod's memory must hold them) and
+    waking copies them back (about 3 s per 64 GiB). 2: the weights are dropped and reloaded from
+    their source on wake (slower; for an instance whose RAM cannot hold them). Default: `1`."""
+    awake_idle_seconds: NotRequired[int]
+    """How long an awake engine must have had no request running or waiting before it may be put
+    back to sleep (only while fewer than `count` engines sleep). Default: `300`."""
 
 
 class ModelEntryArgs(TypedDict):
@@ -135,6 +154,9 @@ class ModelEntryArgs(TypedDict):
     autoscaling: NotRequired[ModelEntryAutoscalingArgs]
     """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
     Default: a fixed `replicas`."""
+    standby: NotRequired[ModelEntryStandbyArgs]
+    """Keep engines started and asleep, woken in seconds on load (see `StandbyConfig`). Default:
+    none; a scale-out starts a new pod."""
     priority_class_name: NotRequired[str]
     """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
     shared pool; not a `system-*` class (kube-system only) nor warmstart's own `warmstart-*` (the
@@ -155,5 +177,6 @@ __all__ = [
     "ModelEntryHuggingFaceArgs",
     "ModelEntryLoaderArgs",
     "ModelEntryRoutingArgs",
+    "ModelEntryStandbyArgs",
     "ModelEntryWeightsImportArgs",
 ]

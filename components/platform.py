@@ -23,6 +23,8 @@ from warmstart.decisions import placement
 from warmstart.manifests import compile_cache, first_token, metrics_proxy, nvme_check
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import weights_import as import_job
+from warmstart.manifests import routing as router_objects
+from warmstart.manifests import standby as standby_objects
 from warmstart.plan import platform as facts
 
 from .enums import ClusterMode, NvmeCheckMode, mode_value
@@ -39,6 +41,8 @@ POD_SCRIPTS = (
     ("weights-stage", staging_objects.STAGE_CONFIGMAP, staging_objects.STAGE_SCRIPT),
     ("weights-select", staging_objects.SELECT_CONFIGMAP, staging_objects.SELECT_SCRIPT),
     ("metrics-proxy", metrics_proxy.CONFIGMAP_NAME, metrics_proxy.SCRIPT_KEY),
+    ("standby", standby_objects.CONFIGMAP_NAME, standby_objects.SCRIPT_KEY),
+    ("front-queue", router_objects.FRONT_QUEUE_CONFIGMAP, router_objects.FRONT_QUEUE_SCRIPT),
 )
 # The NVMe start-up check's script component was once called "nvme-guard".
 LEGACY_SCRIPT_NAMES = {"nvme-check": "nvme-guard"}

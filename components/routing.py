@@ -101,6 +101,10 @@ class ModelRouterArgs(TypedDict):
     off updates the Service in place instead of deleting and re-creating the model's endpoint."""
     image: NotRequired[str]
     """SMG image (default: warmstart's pinned SMG)."""
+    front_queue_retry_after_seconds: NotRequired[int]
+    """Put a front queue in each router pod that holds requests while the model has no awake
+    engine (scale from zero), answering 429 with this Retry-After past its bounds (default 0: no
+    front queue). Its script's ConfigMap `warmstart-front-queue` must be in the namespace."""
     control_plane_api_key: NotRequired[pulumi.Input[str]]
     """Key for SMG's control plane (`Authorization: Bearer <key>` on /workers, /get_loads); pass
     a secret. Without it each router draws a random key that never leaves the pod: discovery
@@ -127,7 +131,8 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
         api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
         expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
-        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"))
+        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
+        front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0))
 
 
 class ModelRouter(pulumi.ComponentResource):

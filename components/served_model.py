@@ -10,6 +10,7 @@ pre-pull, weights import, NetworkPolicies), its router and its KEDA autoscaling.
 stack, a model stack and a program of your own create it the same way.
 """
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, Optional, TypedDict
 
@@ -18,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import ModelConfig
-from warmstart.decisions import image_cache
+from warmstart.decisions import image_cache, phases
 from warmstart.decisions import network as network_rules
 from warmstart.errors import rekeyed
 from warmstart.manifests import network_policy
@@ -33,6 +34,7 @@ from .model_entry import ModelEntryArgs, model_config
 from .platform import PlatformArgs, checked, contract
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
+from .standby import ModelStandby
 
 KEY = "ServedModelArgs.model"
 # The inner components' Args keys a model entry's user writes, by the block they come from
@@ -164,8 +166,24 @@ class ServedModel(pulumi.ComponentResource):
                     model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
                     startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
                     region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
-                    kv_cache_usage_ceiling=a.kv_cache_usage_ceiling),
+                    kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
+                    standby_count=m.standby.count if m.standby else None,
+                    # The routers' front queue holds requests while no engine is awake (minReplicas 0).
+                    front_queue=True if m.standby is not None and a.min_replicas == 0 else None),
                     opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
+        self.standby = None
+        if m.standby is not None and a is not None:
+            # The actuator that wakes and sleeps the model's standby engines (docs/scale-out.md).
+            self.standby = ModelStandby(f"{prefix}-{m.name}-standby", _args(
+                model_name=m.name, namespace=p.namespace, weights_gib=self.config.weights_gib, count=m.standby.count,
+                min_awake=a.min_replicas, sleep_level=m.standby.sleep_level,
+                awake_idle_seconds=m.standby.awake_idle_seconds, target_waiting_per_replica=a.target_waiting_per_replica,
+                api_server_cidrs=[f"{network_rules.kubernetes_service_ip(p.service_cidr)}/32"],
+                non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
+                image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
+                if p.image_cache_account else None,
+                front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts),
+                opts=child("standby", depends_on=[*after, self.model], **kube))
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
         self.endpoint = self.model.endpoint
@@ -203,7 +221,13 @@ class ServedModel(pulumi.ComponentResource):
             image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
-            fence_vllm=False, create_service=False), opts=opts)
+            fence_vllm=False, create_service=False,
+            # Zero awake engines: the routers hold requests until a woken one serves, and tell a
+            # client past the bound when to come back (the predicted standby start).
+            front_queue_retry_after_seconds=math.ceil(phases.predict_standby_start(
+                m.weights_bytes, m.instance, m.standby.sleep_level).total_seconds) + 1
+            if m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0 else None),
+            opts=opts)
 
 
 __all__ = ["ServedModel", "ServedModelArgs"]

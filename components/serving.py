@@ -23,6 +23,7 @@ from warmstart.errors import ConfigError
 from warmstart.manifests import compile_cache, first_token, metrics_proxy, network_policy, nvme_check
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
+from warmstart.manifests import standby as standby_objects
 from warmstart.manifests import weights_import as import_job
 from warmstart.manifests.serving import (
     HTTP_PORT,
@@ -74,6 +75,18 @@ class WeightsImportArgs(TypedDict):
     """From the Hugging Face Hub (a gated repository needs `huggingFaceToken`)."""
     s3: NotRequired[str]
     """From another `s3://bucket/prefix`, which the import role may read."""
+
+
+class StandbyArgs(TypedDict):
+    """Engines kept started and asleep beside the awake ones (vLLM sleep mode, docs/scale-out.md)."""
+
+    count: NotRequired[int]
+    """Engines kept asleep (default 1)."""
+    sleep_level: NotRequired[int]
+    """vLLM sleep level: 1 (default, weights to host RAM, which the pod's memory must hold) or 2
+    (weights dropped and reloaded on wake)."""
+    awake_idle_seconds: NotRequired[int]
+    """Idle time after which an awake engine may go back to sleep (default 300)."""
 
 
 class ScraperPodsArgs(TypedDict):
@@ -211,6 +224,10 @@ class VllmModelArgs(TypedDict):
     non_gpu_placement: NotRequired[NonGpuPlacementArgs]
     """The non-GPU nodes the weights-import Job runs on (a node selector and tolerations; a
     platform's `nonGpuPlacement`). Default: anywhere off the GPU nodes."""
+    standby: NotRequired[StandbyArgs]
+    """Run the pods for standby engines: `--enable-sleep-mode`, `VLLM_SERVER_DEV_MODE=1` and a
+    readiness that fails while asleep (needs `autoscaled`; the ModelStandby component is the
+    actuator that wakes and sleeps them)."""
 
 
 def non_gpu_placement(given: NonGpuPlacementArgs | None, key: str) -> placement.NonGpuPlacement:
@@ -233,6 +250,7 @@ def plan_serving(args: VllmModelArgs) -> ServingPlan:
         "replicas": args.get("replicas"), "image": args.get("image"), "max_model_len": args.get("max_model_len"),
         "gpu_memory_utilization": args.get("gpu_memory_utilization"), "eager": args.get("eager"),
         "extra_args": args.get("extra_args"), "weights_import": args.get("weights_import"),
+        "standby": args.get("standby"),
     }, "VllmModelArgs.")
     host_path = args.get("compile_cache_host_path")
     check_compile_cache_host_path(host_path, mode, "VllmModelArgs.compileCacheHostPath")  # type: ignore[arg-type]
@@ -242,7 +260,7 @@ def plan_serving(args: VllmModelArgs) -> ServingPlan:
         compile_cache=args.get("compile_cache", not spec.eager),
         compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
         cluster_mode=mode, import_key="VllmModelArgs.weightsImport",  # type: ignore[arg-type]
-        node_cache=args.get("node_cache", "off"),  # type: ignore[arg-type]
+        node_cache=args.get("node_cache", "off"), autoscaled=bool(args.get("autoscaled")),  # type: ignore[arg-type]
         non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "VllmModelArgs.nonGpuPlacement")).serving
 
 
@@ -403,7 +421,9 @@ class VllmModel(pulumi.ComponentResource):
                 m.name, ns, router=args.get("router_pod_labels"), client_namespaces=args.get("client_namespaces") or (),
                 metrics_cidrs=args.get("metrics_scraper_cidrs") or (),
                 metrics_pods=[(sc["namespace"], tuple(sc["pod_labels"].items()))
-                              for sc in args.get("metrics_scrapers") or []])]
+                              for sc in args.get("metrics_scrapers") or []],
+                # A standby model's actuator (the ModelStandby component) calls the sleep routes.
+                actuator=standby_objects.selector(m.name) if m.standby is not None else None)]
         except ValueError as exc:
             key = ("metricsScraperCidrs" if "CIDR" in str(exc) else
                    "metricsScrapers" if "scraper pod" in str(exc) else "routerPodLabels")
@@ -453,5 +473,6 @@ class VllmModel(pulumi.ComponentResource):
 # The component's planner, by the name Python programs have used.
 plan = plan_serving
 
-__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan", "plan_serving",
+__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "StandbyArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan",
+           "plan_serving",
            "versions"]

@@ -112,7 +112,10 @@ def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack
     assert {name: r.plan.policy for name, r in s.routers.items()} == {
         m.name: m.routing_policy for m in plan.models if m.routed}
     assert {name: (a.plan.min_replicas, a.plan.max_replicas) for name, a in s.autoscalers.items()} == {
-        m.name: (m.autoscaling.min_replicas, m.autoscaling.max_replicas) for m in plan.models if m.autoscaling}
+        # KEDA counts pods: the standby engines are inside its range.
+        m.name: (m.autoscaling.min_replicas + (m.standby.count if m.standby else 0),
+                 m.autoscaling.max_replicas + (m.standby.count if m.standby else 0))
+        for m in plan.models if m.autoscaling}
     assert s.network.plan == plan.aws.network
     assert s.storage.plan == plan.aws.buckets
     assert {name: r.access for name, r in s.roles.items()} == {a.model: a for a in plan.aws.access}
@@ -132,7 +135,9 @@ def _flat_args(spec, m, cfg) -> dict:
                   weights_import=spec.weights_import.model_dump(exclude_none=True) if spec.weights_import else None,
                   node_cache=m.load.mode if m.load else None,
                   # The stack's platform puts the non-GPU pods on its general-purpose pool.
-                  non_gpu_placement=placement.own_platform_placement().args())
+                  non_gpu_placement=placement.own_platform_placement().args(),
+                  standby=spec.standby.model_dump() if spec.standby else None,
+                  autoscaled=True if spec.autoscaling else None)
     return {k: v for k, v in values.items() if v is not None}
 
 

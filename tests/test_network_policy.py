@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ROOT, render_stack
 from tests.support.pod_security import _selects, assert_pod_hardened
 from warmstart.manifests import gpu_pools, network_policy, serving
+from warmstart.manifests import standby as standby_objects
 from warmstart.manifests import weights_import as import_job
 
 K8S_VERSION = "1.33"
@@ -70,9 +71,11 @@ def test_serving_pods_accept_only_the_vllm_port_and_send_only_dns_and_https(rend
         # own namespace. The managed Prometheus collector, when a model autoscales, reaches only
         # the metrics-only port: an ipBlock of the VPC would admit every pod.
         m = plans[dep["metadata"]["name"]]
-        peer = ({"podSelector": {"matchLabels": network_policy.router_selector(m.name)}} if m.routed
-                else {"podSelector": {}})
-        assert rule["from"] == [peer]
+        # A standby model's actuator (it calls vLLM's sleep routes) is admitted beside the routers.
+        peers = ([{"podSelector": {"matchLabels": network_policy.router_selector(m.name)}}]
+                 + ([{"podSelector": {"matchLabels": standby_objects.selector(m.name)}}] if m.standby else [])
+                 if m.routed else [{"podSelector": {}}])
+        assert rule["from"] == peers
         assert scrape == ([{"from": [{"ipBlock": {"cidr": c}} for c in _vpc_cidrs(rendered)],
                             "ports": [{"protocol": "TCP", "port": serving.METRICS_PORT}]}] if scraped else [])
 

@@ -115,7 +115,13 @@ def _named_prometheus(doc):
         "scraper": {"namespace": PROMETHEUS[0], "podLabels": PROMETHEUS[1]}}
 
 
-VARIANTS = {"existing-vpc": _existing_vpc, "two-routed-karpenter": _two_routed, "named-prometheus": _named_prometheus}
+def _standby_from_zero(doc):
+    # prod's standby model at minReplicas 0: only the sleeper, and a front queue in each router pod
+    doc["config"]["warmstart:models"][0]["autoscaling"]["minReplicas"] = 0
+
+
+VARIANTS = {"existing-vpc": _existing_vpc, "two-routed-karpenter": _two_routed, "named-prometheus": _named_prometheus,
+            "standby-from-zero": _standby_from_zero}
 
 
 _variants: dict[str, tuple] = {}

@@ -358,8 +358,10 @@ class AutoscalingConfig(_Strict):
     Service for Prometheus by default)."""
 
     min_replicas: Annotated[int, Field(ge=0)] = 1
-    """Fewest serving pods. At least 1: with none, vLLM exports no metric to scale up on and
-    the router has no queue to hold requests."""
+    """Fewest serving pods (awake engines). At least 1, unless the model keeps `standby` engines:
+    then 0 keeps only the sleepers, and a front queue in the router holds the requests that arrive
+    until one is woken (429 with Retry-After past its bounds). Without standby, with no pod, vLLM
+    exports no metric to scale up on."""
     max_replicas: Annotated[int, Field(ge=1)]
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
     target_waiting_per_replica: Annotated[float, Field(gt=0)] = 5
@@ -368,6 +370,23 @@ class AutoscalingConfig(_Strict):
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
     """Also scale up when any replica's KV cache is fuller than this fraction
     (`vllm:kv_cache_usage_perc`). Default: not used."""
+
+
+class StandbyConfig(_Strict):
+    """Engines kept started and asleep beside the awake ones, woken in seconds when the load
+    rises (vLLM sleep mode; see docs/scale-out.md). Needs `autoscaling`: KEDA owns how many pods
+    exist, awake plus standby."""
+
+    count: Annotated[int, Field(ge=1)] = 1
+    """Engines kept asleep. Each holds its GPUs while asleep (it costs what an awake replica
+    costs); what it saves is the cold start of a scale-out."""
+    sleep_level: Annotated[int, Field(ge=1, le=2)] = 1
+    """vLLM's sleep level. 1: the weights move to host RAM (the pod's memory must hold them) and
+    waking copies them back (about 3 s per 64 GiB). 2: the weights are dropped and reloaded from
+    their source on wake (slower; for an instance whose RAM cannot hold them)."""
+    awake_idle_seconds: Annotated[int, Field(ge=0)] = 300
+    """How long an awake engine must have had no request running or waiting before it may be put
+    back to sleep (only while fewer than `count` engines sleep)."""
 
 
 class ModelSpec(_Strict):
@@ -411,6 +430,9 @@ class ModelSpec(_Strict):
     autoscaling: AutoscalingConfig | None = None
     """Scale the replicas on vLLM's metrics; `replicas` is then only the first `up`'s count.
     Default: a fixed `replicas`."""
+    standby: StandbyConfig | None = None
+    """Keep engines started and asleep, woken in seconds on load (see `StandbyConfig`). Default:
+    none; a scale-out starts a new pod."""
     priority_class_name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)] | None = None
     """PriorityClass of the serving pods (an existing one), e.g. so they preempt batch work on a
     shared pool; not a `system-*` class (kube-system only) nor warmstart's own `warmstart-*`

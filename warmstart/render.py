@@ -337,9 +337,19 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
         warm = _scale_out(m, "node-cache" if m.staged else "s3")
         spare = (f"; on one of the pool's {warm_nodes} warm spare node(s) ~{warm.warm_spare_seconds:.0f}s (no node "
                  f"launch or pull{', weights from its NVMe' if m.staged else ''})")
-    return (f"scale-out {m.name}: a new replica on a new node serves after ~{cold.cold_seconds:.0f}s ({steps}; "
-            f"SOCI parallel pull, weights streamed from S3, compile cache "
+    return (f"scale-out {m.name}: {standby_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
+            f"({steps}; SOCI parallel pull, weights streamed from S3, compile cache "
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
+
+
+def standby_path(m: plan_mod.ModelPlan) -> str:
+    """The scale-out by waking one of the model's standby engines ('' without standby)."""
+    if m.standby is None:
+        return ""
+    s = phases.predict_standby_start(m.weights_bytes, m.instance, m.standby.sleep_level)
+    return (f"a woken standby engine (of {m.standby.count}, sleep level {m.standby.sleep_level}) answers "
+            f"~{s.total_seconds:.0f}s after the load rises (standby signal {s.signal:.0f}s + wake {s.wake:.1f}s for "
+            f"{m.weights_bytes / 2**30:.0f} GiB + first token {s.first_token:.0f}s + router join {s.join:.0f}s); ")
 
 
 def uncached_images_note(images: list[str]) -> list[str]:

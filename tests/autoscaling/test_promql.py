@@ -113,6 +113,26 @@ def test_the_unit_test_catches_a_query_that_leaks_another_model(promtool, tmp_pa
     assert result.returncode != 0 and "FAILED" in result.stdout + result.stderr
 
 
+def test_the_standby_query_adds_the_sleepers_and_answers_with_no_series(promtool, tmp_path):
+    """With one standby engine at target 5, KEDA's ceil(value / 5) is the awake pods the queue
+    needs plus one; with no series at all (no pod reports yet) the answer is the sleepers alone."""
+    plan = decide.plan_scaling(MODEL, NAMESPACE, decide.AutoscalingSpec(0, 4, 5.0, None, standby=1), 1300)
+    (waiting,) = (t.query for t in plan.triggers)
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(plan)))
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": [{
+        "interval": "15s",
+        "input_series": [_series(W, "0 2 12", pod="a"), _series(W, "100 100 100", model="other", pod="c")],
+        "promql_expr_test": [
+            {"expr": waiting, "eval_time": "0s", "exp_samples": [{"labels": "{}", "value": 5}]},
+            {"expr": waiting, "eval_time": "30s", "exp_samples": [{"labels": "{}", "value": 17}]},
+            # Pod a is gone (stale after 5 minutes): the sleepers' share is still asked for.
+            {"expr": waiting, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 5}]},
+        ]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
+    result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
 # Debian builds Prometheus without the Kubernetes service discovery (its promtool answers
 # "field kubernetes_sd_configs not found in type config.ScrapeConfig"), so the check swaps that
 # one block for a static target and checks everything else (global, jobs, every relabel rule

@@ -271,8 +271,9 @@ def test_a_model_stack_whose_non_gpu_pods_have_nowhere_to_run_is_refused(selecto
         platform.plan_model_stack(_staging_model_stack(), contract, "staging-llama-3-1-8b")
     errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
     (e,) = [e for e in errors if e.key == "warmstart:platform.nonGpuPlacement"]
-    # Its numbers: 2 routers plus a surge pod and the import Job, 500m each.
-    assert words in str(e) and "2000m CPU" in str(e) and "'staging-llama-3-1-8b'" in str(e)
+    # Its numbers: 2 routers plus a surge pod and the import Job, 500m each, and the standby
+    # actuator's 50m.
+    assert words in str(e) and "2050m CPU" in str(e) and "'staging-llama-3-1-8b'" in str(e)
 
 
 def test_a_model_stack_on_a_platform_without_placement_runs_anywhere_off_the_gpu_nodes():

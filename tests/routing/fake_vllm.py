@@ -23,7 +23,23 @@ no KV tensors, only which prefixes a real replica would still have. A request ta
 plus `--prefill-us-per-token` for each prompt token not found in the cache (a miss costs a
 prefill).
 
+Sleep mode (`--dev-mode`, what vLLM exposes with `--enable-sleep-mode` and
+`VLLM_SERVER_DEV_MODE=1`; routes as in vLLM 0.33.0's `vllm/entrypoints/serve/dev/`):
+`POST /sleep?level=1|2[&mode=abort|wait|keep]` answers `{"status": "sleeping", "level": N}`;
+`POST /wake_up[?tags=weights&tags=kv_cache]` waits the modelled wake time, then answers
+`{"status": "awake", "tags": ...}`; `GET /is_sleeping` answers `{"is_sleeping": bool}`;
+`POST /collective_rpc` (`{"method": "reload_weights"}` after a level-2 wake),
+`/reset_prefix_cache`, `/release_kv_cache_memory` and `GET /server_info` answer 200. Without
+`--dev-mode` every one of them is 404, as in vLLM. While asleep `/health` still answers 200 (vLLM's
+only checks the engine is alive, `vllm/entrypoints/serve/instrumentator/health.py`) and the
+inference routes answer 503 `ServiceUnavailableError` (vLLM `docs/features/sleep_mode.md`); after a
+level-2 wake they answer 503 until the weights are reloaded. The wake time is modelled from the
+published level-1 figure, about 3 s per 64 GiB of weights (llm-d-incubation/llm-d-fast-model-actuation
+README): `--weights-gib` x `--wake-s-per-gib` (default 3/64). `--max-num-seqs N` runs at most N
+requests at once; the rest wait (`vllm:num_requests_waiting`), as vLLM's scheduler queues them.
+
     python -m tests.routing.fake_vllm --name w1 [--cache-blocks 4096] [--delay-ms 0] [--prefill-us-per-token 0]
+        [--dev-mode] [--start-asleep] [--weights-gib 0] [--wake-s-per-gib 0.046875] [--max-num-seqs 0]
 """
 
 from __future__ import annotations
@@ -38,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections import OrderedDict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +67,13 @@ CHARS_PER_TOKEN = 4
 BLOCK_CHARS = BLOCK_TOKENS * CHARS_PER_TOKEN
 MAX_BODY_BYTES = 4 * 1024 * 1024
 ROOT = Path(__file__).resolve().parents[2]
+# About 3 s per 64 GiB at sleep level 1 (llm-d-incubation/llm-d-fast-model-actuation README).
+WAKE_S_PER_GIB = 3 / 64
+# The inference routes a sleeping engine refuses (vLLM docs/features/sleep_mode.md).
+INFERENCE_ROUTES = ("/v1/completions", "/v1/chat/completions")
+DEV_POST_ROUTES = ("/sleep", "/wake_up", "/collective_rpc", "/reset_prefix_cache", "/release_kv_cache_memory",
+                   "/reset_mm_cache", "/reset_encoder_cache", "/pause", "/resume")
+DEV_GET_ROUTES = ("/is_sleeping", "/server_info", "/is_paused")
 
 
 class PrefixCache:
@@ -93,8 +117,16 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 
 class State:
-    def __init__(self, name: str, cache_blocks: int, delay_s: float, prefill_s_per_token: float = 0.0) -> None:
+    def __init__(self, name: str, cache_blocks: int, delay_s: float, prefill_s_per_token: float = 0.0, *,
+                 dev_mode: bool = False, asleep: bool = False, weights_gib: float = 0.0,
+                 wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0) -> None:
         self.name, self.delay_s, self.prefill_s_per_token = name, delay_s, prefill_s_per_token
+        self.dev_mode, self.sleeping, self.sleep_level = dev_mode, dev_mode and asleep, 1
+        self.weights_dropped = False
+        self.wake_s = weights_gib * wake_s_per_gib
+        self.slots = threading.BoundedSemaphore(max_num_seqs) if max_num_seqs > 0 else None
+        self.running = 0
+        self.refused = 0
         self.cache = PrefixCache(cache_blocks)
         self.lock = threading.Lock()
         self.healthy = True
@@ -106,7 +138,8 @@ class State:
         with self.lock:
             return {"name": self.name, "requests": self.requests, "hit_tokens": self.hit_tokens,
                     "prompt_tokens": self.prompt_tokens, "inflight": self.inflight,
-                    "max_inflight": self.max_inflight, "paths": dict(self.paths)}
+                    "max_inflight": self.max_inflight, "paths": dict(self.paths), "sleeping": self.sleeping,
+                    "refused_asleep": self.refused, "wake_s": self.wake_s}
 
 
 def handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -144,12 +177,20 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                     {"id": MODEL, "object": "model", "owned_by": "vllm", "max_model_len": 32768}]})
             if path == "/version":
                 return self._send(200, {"version": "0.33.0"})
+            if path in DEV_GET_ROUTES:
+                if not state.dev_mode:
+                    return self._send(404, {"detail": "Not Found"})
+                if path == "/is_sleeping":
+                    return self._send(200, {"is_sleeping": state.sleeping})
+                return self._send(200, {"fake": True})
             if path == "/metrics":
                 with state.lock:
-                    running, queries, hits = state.inflight, state.prompt_tokens, state.hit_tokens
+                    queries, hits = state.prompt_tokens, state.hit_tokens
+                    running = state.running if state.slots is not None else state.inflight
+                    waiting = state.inflight - running
                 label = f'{{model_name="{MODEL}"}}'
                 text = (f"vllm:num_requests_running{label} {running}\n"
-                        f"vllm:num_requests_waiting{label} 0\n"
+                        f"vllm:num_requests_waiting{label} {waiting}\n"
                         f"vllm:kv_cache_usage_perc{label} 0.1\n"
                         f"vllm:prefix_cache_queries_total{label} {queries}\n"
                         f"vllm:prefix_cache_hits_total{label} {hits}\n")
@@ -186,16 +227,33 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                 state.delay_s = max(0.0, float(body.get("delay_ms", 0.0))) / 1000
                 state.prefill_s_per_token = max(0.0, float(body.get("prefill_us_per_token", 0.0))) / 1e6
                 return self._send(200, {"delay_ms": state.delay_s * 1000})
-            if path not in ("/v1/completions", "/v1/chat/completions"):
+            if path in DEV_POST_ROUTES:
+                return self._dev(path, body)
+            if path not in INFERENCE_ROUTES:
                 return self._send(404, {"error": "no route", "path": path})
+            if state.sleeping or state.weights_dropped:
+                with state.lock:
+                    state.refused += 1
+                return self._send(503, {"error": {"message": "The engine is sleeping", "type": "ServiceUnavailableError",
+                                                  "param": None, "code": 503}})
             with state.lock:
                 hit, total = state.cache.lookup_and_fill(prompt_text(body))
                 state.inflight += 1
                 state.max_inflight = max(state.max_inflight, state.inflight)
             try:
-                pause = state.delay_s + state.prefill_s_per_token * (total - hit)
-                if pause > 0:
-                    time.sleep(pause)
+                if state.slots is not None:
+                    state.slots.acquire()
+                    with state.lock:
+                        state.running += 1
+                try:
+                    pause = state.delay_s + state.prefill_s_per_token * (total - hit)
+                    if pause > 0:
+                        time.sleep(pause)
+                finally:
+                    if state.slots is not None:
+                        with state.lock:
+                            state.running -= 1
+                        state.slots.release()
                 with state.lock:
                     state.requests += 1
                     state.hit_tokens += hit
@@ -214,11 +272,36 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
             return self._send(200, {"id": f"{state.name}-{state.requests}", "object": obj, "model": MODEL,
                                     "choices": [choice], "usage": usage})
 
+        def _dev(self, path: str, body: dict[str, Any]) -> None:
+            """vLLM's dev routes (`vllm/entrypoints/serve/dev/*/api_router.py` at v0.33.0)."""
+            if not state.dev_mode:
+                return self._send(404, {"detail": "Not Found"})
+            query = urllib.parse.parse_qs(self.path.partition("?")[2])
+            if path == "/sleep":
+                level = int((query.get("level") or ["1"])[0])
+                if level not in (0, 1, 2):
+                    return self._send(422, {"detail": "level must be 0, 1 or 2"})
+                state.sleeping, state.sleep_level = True, level
+                state.cache = PrefixCache(state.cache.capacity)  # level >= 1 frees the KV cache
+                return self._send(200, {"status": "sleeping", "level": level})
+            if path == "/wake_up":
+                tags = query.get("tags") or None
+                if state.sleeping and state.wake_s > 0:
+                    time.sleep(state.wake_s)
+                state.weights_dropped = state.sleeping and state.sleep_level == 2
+                state.sleeping = False
+                return self._send(200, {"status": "awake", "tags": tags})
+            if path == "/collective_rpc":
+                if body.get("method") == "reload_weights":
+                    state.weights_dropped = False
+                return self._send(200, {"results": [None]})
+            return self._send(200, {"status": "ok"})
+
     return Handler
 
 
-def serve(name: str, cache_blocks: int, delay_ms: float, prefill_us_per_token: float = 0.0) -> None:
-    state = State(name, cache_blocks, delay_ms / 1000, prefill_us_per_token / 1e6)
+def serve(name: str, cache_blocks: int, delay_ms: float, prefill_us_per_token: float = 0.0, **sleep: Any) -> None:
+    state = State(name, cache_blocks, delay_ms / 1000, prefill_us_per_token / 1e6, **sleep)
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler(state))
     server.daemon_threads = True
     server.request_queue_size = 256
@@ -235,12 +318,16 @@ class FakeVllm:
     """One fake replica in its own process; use as a context manager or call stop()."""
 
     def __init__(self, name: str, cache_blocks: int = 4096, delay_ms: float = 0.0, prefill_us_per_token: float = 0.0,
-                 start_timeout_s: float = 15.0):
+                 start_timeout_s: float = 15.0, *, dev_mode: bool = False, asleep: bool = False,
+                 weights_gib: float = 0.0, wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0):
         self.name = name
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
+        sleep_flags = [*(["--dev-mode"] if dev_mode else []), *(["--start-asleep"] if asleep else []),
+                       "--weights-gib", str(weights_gib), "--wake-s-per-gib", str(wake_s_per_gib),
+                       "--max-num-seqs", str(max_num_seqs)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.routing.fake_vllm", "--name", name, "--cache-blocks", str(cache_blocks),
-             "--delay-ms", str(delay_ms), "--prefill-us-per-token", str(prefill_us_per_token)],
+             "--delay-ms", str(delay_ms), "--prefill-us-per-token", str(prefill_us_per_token), *sleep_flags],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(ROOT))
         line = _readline(self.proc, start_timeout_s)
         try:
@@ -329,8 +416,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache-blocks", type=int, default=4096)
     p.add_argument("--delay-ms", type=float, default=0.0)
     p.add_argument("--prefill-us-per-token", type=float, default=0.0)
+    p.add_argument("--dev-mode", action="store_true", help="expose vLLM's dev routes (sleep mode)")
+    p.add_argument("--start-asleep", action="store_true", help="start asleep at level 1 (with --dev-mode)")
+    p.add_argument("--weights-gib", type=float, default=0.0, help="weights the wake copies back")
+    p.add_argument("--wake-s-per-gib", type=float, default=WAKE_S_PER_GIB)
+    p.add_argument("--max-num-seqs", type=int, default=0, help="requests run at once (0: no limit)")
     a = p.parse_args(argv)
-    serve(a.name, a.cache_blocks, a.delay_ms, a.prefill_us_per_token)
+    serve(a.name, a.cache_blocks, a.delay_ms, a.prefill_us_per_token, dev_mode=a.dev_mode, asleep=a.start_asleep,
+          weights_gib=a.weights_gib, wake_s_per_gib=a.wake_s_per_gib, max_num_seqs=a.max_num_seqs)
 
 
 if __name__ == "__main__":

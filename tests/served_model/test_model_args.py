@@ -40,7 +40,7 @@ def test_schema_inference_reads_every_key_with_its_description():
     nested = {n: t for n, t in analyzer.type_definitions.items() if n.startswith("ModelEntry")}
     # ModelEntryArgs itself is ServedModel's `model` input.
     assert set(nested) == {"ModelEntryArgs", "ModelEntryLoaderArgs", "ModelEntryWeightsImportArgs", "ModelEntryHuggingFaceArgs",
-                           "ModelEntryRoutingArgs", "ModelEntryAutoscalingArgs"}
+                           "ModelEntryRoutingArgs", "ModelEntryAutoscalingArgs", "ModelEntryStandbyArgs"}
     assert [f"{n}.{k}" for n, t in nested.items() for k, p in t.properties.items() if not p.description] == []
     assert props["weightsImport"].ref.endswith(":ModelEntryWeightsImportArgs")
     assert props["tensorParallelSize"].type.value == "integer" and props["tensorParallelSize"].optional
@@ -51,7 +51,7 @@ def test_generated_names_are_apart_from_the_components_types():
     existing = model_args_gen.existing_type_names()
     assert {"LoaderArgs", "WeightsImportArgs", "HuggingFaceSourceArgs", "ModelAutoscalingArgs"} <= existing
     generated = {n.name for n in ast.walk(ast.parse(model_args_gen.source())) if isinstance(n, ast.ClassDef)}
-    assert len(generated) == 6 and not existing & generated
+    assert len(generated) == 7 and not existing & generated
 
 
 def test_a_union_the_schema_cannot_express_is_refused():

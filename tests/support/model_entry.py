@@ -115,6 +115,11 @@ def _second_pool(doc: Doc, entry: Entry) -> None:
     doc["config"]["warmstart:gpuPools"].append({"name": "l40s-b", "instanceTypes": ["g6e.2xlarge"]})
 
 
+def _autoscaled(doc: Doc, entry: Entry) -> None:
+    # Standby engines are pods KEDA keeps beside the awake ones: the model must autoscale.
+    entry["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+
+
 # Samples that cannot be derived from the field's type and value (see `auto_sample`): a field
 # unset in the dev stack (None), a list, a nested model (one sample each), or a field that
 # acts only under a condition its setup creates. Keys are ModelConfig's field names.
@@ -134,6 +139,7 @@ SAMPLES: dict[str, Sample] = {
     "priority_class_name": Sample("inference-high"),
     # Its upper bound (1 PiB) gives no derivable sample that still fits a GPU.
     "weights_gib": Sample(30.0),
+    "standby": Sample({"count": 1}, _autoscaled, "an autoscaled model"),
 }
 
 

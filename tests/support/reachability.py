@@ -299,7 +299,7 @@ def _names(policies) -> str:
 WORKLOADS = ("Deployment", "DaemonSet", "Job", "StatefulSet")
 ROLES = {(NAME, "vllm"): "vllm", (NAME, "router"): "router", (NAME, "weights-import"): "import",
          (COMPONENT, "weights-staging"): "staging", (COMPONENT, "image-prepull"): "prepull",
-         (NAME, "warmstart-warm-spare"): "warm-spare"}
+         (NAME, "warmstart-warm-spare"): "warm-spare", (NAME, "standby-actuator"): "actuator"}
 # Documentation addresses (RFC 5737) stand for S3 (through the VPC's gateway endpoint its
 # addresses stay public: the endpoint's managed prefix list), regional STS and the Hugging Face
 # Hub: public addresses no NetworkPolicy here can name, so any public address serves.
@@ -472,6 +472,10 @@ FLOWS = (
                                                "nothing public"),
     ("allow", "routers", "vllm", "http", "the router forwards requests to its model's pods"),
     ("allow", "routers", "dns", "dns", "name lookups"),
+    ("allow", "actuators", "vllm", "http", "the standby actuator reads, wakes and sleeps its model's engines"),
+    ("allow", "actuators", "api-server", "https", "the standby actuator lists its model's pods"),
+    ("deny", "actuators", "not-the-api", "https", "the actuator's one 443 peer is the `kubernetes` ClusterIP"),
+    ("allow", "actuators", "dns", "dns", "name lookups"),
     ("allow", "scrapers", "vllm", "metrics", "autoscaling reads vLLM's queue from its /metrics"),
     ("allow", "scrapers", "scraped-routers", "metrics", "a router's `metrics` port is declared to be scraped"),
     ("allow", "vllm", "dns", "dns", "name lookups"),
@@ -487,7 +491,11 @@ FLOWS = (
     ("allow", "staging", "api-server", "https", "the staging pods write NodeFeatures"),
     ("allow", "clients", "model-service", "http", "pods of the model's namespace call its Service"),
     ("allow", "vpc-client", "exposed-routers", "http", "an internal load balancer's clients reach the router"),
-    ("deny", "all-but-routers", "routed-vllm", "http", "only the routers reach a routed model's pods (load bound)"),
+    ("deny", "all-but-routers", "routed-vllm", "http", "only the routers (and a standby model's actuator, for "
+                                                       "the sleep routes) reach a routed model's pods (load bound)"),
+    ("deny", "all-but-actuators", "standby-vllm", "http", "vLLM's dev routes (sleep, wake, /collective_rpc) are "
+                                                          "reached by the routers and the actuator only, no client"),
+    ("deny", "everyone", "actuators", "any", "the standby actuator accepts nothing"),
     ("deny", "outsiders", "vllm", "http", "no foreign namespace or VPC address calls vLLM directly"),
     ("deny", "everyone", "imports", "any", "the import Job accepts nothing"),
     # The agent admits a node's own IP on every port of the pods on it, both ways: hostNetwork pods
@@ -518,7 +526,7 @@ def _metrics_port(pod: Endpoint) -> str:
 
 def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Service]:
     of = lambda role: [e for e in stack.sources if e.role == role and e.model == model]  # noqa: E731
-    routers, vllm = of("router"), of("vllm")
+    routers, vllm, actuators = of("router"), of("vllm"), of("actuator")
     scrapers = [e for e in stack.sources if e.role == "scraper"]
     # scrapers read vLLM's `http` port when it serves the metrics too
     metrics_on_http = any(_metrics_port(v) == "http" for v in vllm)
@@ -527,6 +535,9 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
     others = [e for e in stack.sources if e.role != "node"]
     sets = {
         "routers": routers, "vllm": vllm, "imports": of("import"), "staging": of("staging"),
+        "actuators": actuators, "standby-vllm": vllm if actuators else [],
+        "all-but-actuators": [e for e in others if e not in actuators and e not in routers
+                              and not (e.role == "scraper" and metrics_on_http)],
         "routed-vllm": vllm if routers else [],
         "scraped-routers": [r for r in routers if r.listening("metrics") is not None],
         "hub-imports": of("import") if model in stack.hub_imports else [],
@@ -536,7 +547,7 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "non-scrapers": [e for e in others if e.role != "scraper"]
         if scrapers and all(s.namespace is not None for s in scrapers) else [],
         "all-but-routers": [e for e in others
-                            if e not in routers and not (e.role == "scraper" and metrics_on_http)],
+                            if e not in routers and e not in actuators and not (e.role == "scraper" and metrics_on_http)],
         "outsiders": [e for e in stack.sources if e.role in ("foreign", "vpc-client")],
         "clients": [e for e in stack.sources if e.role == "client" and any(v.namespace == e.namespace for v in vllm)],
         "vpc-client": [e for e in stack.sources if e.role == "vpc-client"],

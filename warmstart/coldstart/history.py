@@ -1,6 +1,7 @@
 """`warmstart coldstart --history`: p50 / p95 per phase over the phase records the serving pods
 uploaded (warmstart/podside/first_token.py) to `s3://<compile-cache bucket>/<model>/coldstart/`,
-split by new or warm node, compile-cache and node-weights-cache outcome. A cache only counts
+split by new or warm node, compile-cache and node-weights-cache outcome; a standby engine's wake
+(signal, wake, first token) is a split of its own. A cache only counts
 when starts are split this way: a p50 over hits and misses together hides both.
 """
 
@@ -25,8 +26,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def split_key(record: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(node, compile cache, node weights cache) of one record, as words."""
+    """(node, compile cache, node weights cache) of one record, as words; a standby engine's wake
+    (warmstart/podside/standby.py) is its own kind of start: (`standby wake`, its sleep level, -)."""
     f = record.get("flags") or {}
+    if record.get("kind") == "wake":
+        return "standby wake", f"sleep level {f.get('sleep_level', '?')}", "-"
     node = "new node" if f.get("new_node") else "warm node" if f.get("new_node") is False else "node ?"
     restore, compiled = f.get("compile_restore"), f.get("compile_cache")
     compile_ = (f"compile {compiled}" if compiled else

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import ConfigError, Problems
 from . import naming
+from . import standby as standby_mod
 from .gpu_pools import SURGE_PODS, PoolModel, nodes_for
 
 WAITING_METRIC = "vllm:num_requests_waiting"
@@ -79,6 +80,10 @@ class AutoscalingSpec:
     kv_cache_usage_ceiling: float | None = None
     """Optional: highest `vllm:kv_cache_usage_perc` (0-1) any replica may run at before KEDA
     adds replicas."""
+    standby: int = 0
+    """Engines kept asleep beside the awake ones (`models[].standby.count`): KEDA's range and its
+    answer count them too, so it never removes the sleepers and keeps them beside what the queue
+    needs."""
 
 
 @dataclass(frozen=True)
@@ -126,11 +131,14 @@ def _selector(model: str, namespace: str) -> str:
     return f'{{{NAMESPACE_LABEL}="{namespace}",{MODEL_LABEL}="{model}"}}'
 
 
-def waiting_query(model: str, namespace: str) -> str:
+def waiting_query(model: str, namespace: str, standby_offset: float = 0) -> str:
     """Requests waiting in every replica's queue, summed into ONE sample: KEDA's prometheus
     scaler rejects a result with more than one element (`ExecutePromQuery` in
-    https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/prometheus_scaler.go)."""
-    return f"sum({WAITING_METRIC}{_selector(model, namespace)})"
+    https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/prometheus_scaler.go).
+    `standby_offset` (standby.keda_standby_offset) is added so the answer includes the sleepers;
+    `or vector(0)` keeps the sum defined when no engine reports (all asleep at zero load)."""
+    q = f"sum({WAITING_METRIC}{_selector(model, namespace)})"
+    return q if not standby_offset else f"(({q}) or vector(0)) + {standby_offset:g}"
 
 
 def kv_cache_query(model: str, namespace: str) -> str:
@@ -140,7 +148,8 @@ def kv_cache_query(model: str, namespace: str) -> str:
 
 
 def triggers(model: str, namespace: str, spec: AutoscalingSpec) -> tuple[Trigger, ...]:
-    out = [Trigger("waiting-requests", waiting_query(model, namespace), spec.target_waiting_per_replica,
+    offset = standby_mod.keda_standby_offset(spec.standby, spec.target_waiting_per_replica)
+    out = [Trigger("waiting-requests", waiting_query(model, namespace, offset), spec.target_waiting_per_replica,
                    "AverageValue")]
     if spec.kv_cache_usage_ceiling is not None:
         out.append(Trigger("kv-cache-usage", kv_cache_query(model, namespace), spec.kv_cache_usage_ceiling, "Value"))
@@ -168,7 +177,8 @@ def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budg
     hold = scale_down_hold_seconds(startup_budget_seconds)
     return ScalingPlan(
         model=model, namespace=namespace, deployment=deployment or model,
-        min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+        # Pods, awake plus standby: the sleepers are never KEDA's to remove.
+        min_replicas=spec.min_replicas + spec.standby, max_replicas=spec.max_replicas + spec.standby,
         polling_interval_seconds=POLLING_INTERVAL_SECONDS,
         # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters with a
         # front queue only; it waits out the budget there too.
@@ -215,7 +225,8 @@ def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool
               f"{model}: minReplicas=0 removes the last replica, and nothing then holds requests until a new "
               "one is up: vLLM's metrics vanish with its pods and the router does not queue when no replica "
               "exists, so requests fail and nothing measures them to scale back out",
-              "set minReplicas >= 1 (scale to zero needs a front queue)", 0)
+              "set minReplicas >= 1, or keep standby engines (models[].standby): a front queue then holds "
+              "the requests while none is awake", 0)
     if spec.max_replicas < 1:
         p.add(f"{key}.maxReplicas", f"{model}: must be >= 1", "set maxReplicas >= 1", spec.max_replicas)
     if spec.min_replicas > spec.max_replicas:
@@ -244,12 +255,12 @@ def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool
 
 def initial_replicas(spec: AutoscalingSpec) -> int:
     """The Deployment's `replicas` on its first create; KEDA owns the field from then on."""
-    return spec.min_replicas
+    return spec.min_replicas + spec.standby
 
 
 def capacity_pool_model(m: PoolModel, spec: AutoscalingSpec | None) -> PoolModel:
     """The model as the pool's GPU limit must see it: at `maxReplicas` when autoscaled."""
-    return m if spec is None else replace(m, replicas=spec.max_replicas)
+    return m if spec is None else replace(m, replicas=spec.max_replicas + spec.standby)
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,58 @@ def predict_cold_start(weights_bytes: int, instance: GpuInstance, *, new_node: b
     )
 
 
+# --- standby: a sleeping engine woken --------------------------------------------------------
+# [FMA] llm-d Fast Model Actuation README, https://github.com/llm-d-incubation/llm-d-fast-model-actuation
+#       (at commit 553c7b73): waking a level-1 sleeper takes "about 3 seconds for a model with 64
+#       GiB of tensor data"; the weights come back from host RAM, so the rate is per byte.
+FMA_README = "https://github.com/llm-d-incubation/llm-d-fast-model-actuation#readme"
+WAKE_LEVEL1_BYTES_PER_S = 64 * GIB / 3.0
+# The standby actuator reads every engine once per period (warmstart/decisions/standby.py,
+# ACTUATOR_PERIOD_SECONDS): the signal is at most one period old.
+STANDBY_SIGNAL_SECONDS = 1.0
+# A woken engine rejoins the router when its sleep-aware readiness passes: one probe period
+# (warmstart/manifests/serving.py, STANDBY_READINESS_PERIOD_SECONDS) and SMG's pod watch.
+STANDBY_JOIN_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class StandbyStart:
+    """A scale-out by waking a standby engine, phase by phase (seconds)."""
+
+    signal: float
+    wake: float
+    first_token: float
+    join: float
+
+    @property
+    def total_seconds(self) -> float:
+        return self.signal + self.wake + self.first_token + self.join
+
+
+def wake_seconds(weights_bytes: int, sleep_level: int, instance: GpuInstance) -> float:
+    """Level 1: the weights copied back from host RAM [FMA]. Level 2: they were dropped and are
+    reloaded from their source, as a pod's load from S3 streams them (`weights_s3_seconds`)."""
+    if weights_bytes < 0:
+        raise ValueError("weights_bytes must be >= 0")
+    if sleep_level == 1:
+        return weights_bytes / WAKE_LEVEL1_BYTES_PER_S
+    if sleep_level == 2:
+        return weights_s3_seconds(weights_bytes, instance)
+    raise ValueError("sleep_level must be 1 or 2")
+
+
+def wake_prediction(weights_bytes: int, sleep_level: int, instance: GpuInstance) -> Prediction:
+    if sleep_level == 1:
+        return Prediction(wake_seconds(weights_bytes, 1, instance), FMA_README, "level 1: weights from host RAM")
+    return Prediction(wake_seconds(weights_bytes, 2, instance), EKS_GUIDE, "level 2: weights reloaded from S3")
+
+
+def predict_standby_start(weights_bytes: int, instance: GpuInstance, sleep_level: int = 1) -> StandbyStart:
+    """From the load rising to a woken standby engine serving through the router."""
+    return StandbyStart(signal=STANDBY_SIGNAL_SECONDS, wake=wake_seconds(weights_bytes, sleep_level, instance),
+                        first_token=FIRST_TOKEN_SECONDS, join=STANDBY_JOIN_SECONDS)
+
+
 # --- why a phase is slow -----------------------------------------------------------------------
 # What usually makes a phase take more than twice its prediction, keyed by phase. The report
 # prints the first cause whose condition it can see, else all of them.

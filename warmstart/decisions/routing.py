@@ -66,6 +66,12 @@ DEFAULT_WAITING_REQUESTS = 8
 # Listeners in the router pod. SMG's defaults for serving (30000) and metrics (29000); the probe
 # listener runs on its own runtime so probes answer while every request thread is busy.
 ROUTER_PORT = 30000
+# SMG's port behind a front queue, which then takes ROUTER_PORT (loopback only).
+SMG_BEHIND_QUEUE_PORT = 8010
+FRONT_QUEUE_MAX_HELD = 256
+FRONT_QUEUE_HOLD_SECONDS = 120
+# What a router pod's front-queue container requests besides SMG (ROUTER_REQUESTS).
+FRONT_QUEUE_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 PROBE_PORT = 30001
 METRICS_PORT = 29000
 # vLLM's port, which the router's discovery must use (SMG defaults to 80).
@@ -136,6 +142,14 @@ class RoutingPlan:
     ready_timeout_seconds: int = 1800
     # Where the router pods run: the platform's non-GPU nodes (placement.NonGpuPlacement).
     non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
+    # A front queue in each router pod (warmstart/podside/front_queue.py) takes the serving port
+    # and holds requests while the model has no awake engine (scale from zero); SMG then listens
+    # on the pod's loopback only. 0: no front queue. Else the Retry-After it answers past its bounds.
+    front_queue_retry_after_seconds: int = 0
+
+    @property
+    def front_queue(self) -> bool:
+        return self.front_queue_retry_after_seconds > 0
 
     @property
     def abs_threshold(self) -> int:
@@ -174,7 +188,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          metrics_cidrs: tuple[str, ...] | list[str] = (),
          metrics_pods: Sequence[tuple[str, Mapping[str, str]]] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
-         ready_timeout_seconds: int = 1800,
+         ready_timeout_seconds: int = 1800, front_queue_retry_after_seconds: int = 0,
          non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
     is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
@@ -224,7 +238,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         metrics_pods=tuple(sorted(set(pods))),
         vllm_scrape_cidrs=scrape, api_server_cidrs=api, expose=expose, ready_timeout_seconds=ready_timeout_seconds,
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
-        non_gpu=non_gpu)
+        non_gpu=non_gpu, front_queue_retry_after_seconds=max(0, front_queue_retry_after_seconds))
 
 
 def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,
@@ -246,7 +260,9 @@ def flags(p: RoutingPlan, worker_selector: Mapping[str, str]) -> list[str]:
     if not worker_selector:
         raise ValueError("a router needs a non-empty worker selector")
     return [
-        "--host", "0.0.0.0", "--port", str(ROUTER_PORT),
+        # Behind a front queue SMG serves the queue alone, over the pod's loopback.
+        "--host", "127.0.0.1" if p.front_queue else "0.0.0.0", "--port", str(SMG_BEHIND_QUEUE_PORT if p.front_queue
+                                                                              else ROUTER_PORT),
         "--health-check-port", str(PROBE_PORT),
         "--prometheus-host", p.metrics_host, "--prometheus-port", str(METRICS_PORT),
         *policy_flags(p.policy, load_factor=p.load_factor, abs_threshold=p.abs_threshold,

@@ -92,31 +92,39 @@ def scraper_peers(cidrs: Sequence[str] = (),
 
 
 def serving_ingress_peers(model: str, *, router: Mapping[str, str] | None = None,
-                          client_namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+                          client_namespaces: Sequence[str] = (), actuator: Mapping[str, str] | None = None
+                          ) -> list[dict[str, Any]]:
     """Who may open a connection to the vLLM serving port: the router pods (selected by `router`,
     in the model's namespace) when there is a router, else every pod of the model's namespace
-    and of `client_namespaces`. Scrapers never: they get the metrics-only port."""
+    and of `client_namespaces`; and a standby model's actuator (`actuator`: its pods' labels),
+    which calls vLLM's sleep routes. Scrapers never: they get the metrics-only port."""
+    if actuator is not None and not actuator:
+        raise ValueError(f"model {model}: an empty actuator selector would admit every pod of the namespace")
+    extra = [{"podSelector": {"matchLabels": dict(actuator)}}] if actuator else []
     if router is not None:
         if not router:
             raise ValueError(f"model {model}: an empty router selector would admit every pod of the namespace")
-        return [{"podSelector": {"matchLabels": dict(router)}}]
+        return [{"podSelector": {"matchLabels": dict(router)}}, *extra]
+    # Without a router the namespace's pods, the actuator's among them, are admitted already.
     return [{"podSelector": {}}] + [{"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}}
                                     for ns in sorted(set(client_namespaces))]
 
 
 def serving_network_policy(model: str, namespace: Any, *, router: Mapping[str, str] | None = None,
                            client_namespaces: Sequence[str] = (), metrics_cidrs: Sequence[str] = (),
-                           metrics_pods: Sequence[tuple[str, Sequence[tuple[str, str]]]] = ()) -> dict[str, Any]:
+                           metrics_pods: Sequence[tuple[str, Sequence[tuple[str, str]]]] = (),
+                           actuator: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The NetworkPolicy of one model's vLLM pods (named after the model).
 
     `router`: the labels of the model's router pods (`router_selector(model)`) when requests
     reach the pods through a router, None when clients call the Service directly.
     `client_namespaces`: other namespaces whose pods may call the Service (without a router).
+    `actuator`: a standby model's actuator pods' labels, admitted to the serving port too.
     `metrics_cidrs` / `metrics_pods`: the scrapers, admitted to the metrics-only port alone. An
     ipBlock on the serving port would admit every pod: with the VPC CNI every pod address is a
     VPC address (https://docs.aws.amazon.com/eks/latest/userguide/managing-vpc-cni.html)."""
     ingress: list[dict[str, Any]] = [{
-        "from": serving_ingress_peers(model, router=router, client_namespaces=client_namespaces),
+        "from": serving_ingress_peers(model, router=router, client_namespaces=client_namespaces, actuator=actuator),
         "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
     }]
     scrapers = scraper_peers(metrics_cidrs, metrics_pods)

@@ -44,6 +44,12 @@ CONTROL_PLANE_SECRET_KEY = "key"
 # a router is put in front.
 SERVICE_PORT = serving.HTTP_PORT
 TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
+# The front queue (warmstart/podside/front_queue.py) of a model that scales from zero: its script's
+# ConfigMap (shipped to the namespace with the other pod scripts) and where the pod mounts it.
+FRONT_QUEUE_CONFIGMAP = "warmstart-front-queue"
+FRONT_QUEUE_SCRIPT = "front_queue.py"
+FRONT_QUEUE_MOUNT = "/opt/warmstart-front-queue"
+FRONT_QUEUE_VOLUME = "front-queue"
 
 # Internal NLB annotations. Auto Mode provisions NLBs itself for this load balancer class
 # (https://docs.aws.amazon.com/eks/latest/userguide/auto-configure-nlb.html); in karpenter mode
@@ -127,8 +133,8 @@ def container_args(p: RoutingPlan) -> list[str]:
 
 def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
     probe_get = {"port": "probe"}
-    ports = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
-             {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}]
+    serving_port = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}]
+    ports = [*([] if p.front_queue else serving_port), {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}]
     if p.scraped:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
     container = {
@@ -143,8 +149,10 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
             {"name": CONTROL_PLANE_KEY_FILE_ENV, "value": f"{CONTROL_PLANE_KEY_DIR}/{CONTROL_PLANE_SECRET_KEY}"},
         ],
         "ports": ports,
-        "readinessProbe": {"httpGet": {"path": "/readiness", **probe_get}, "periodSeconds": 5, "timeoutSeconds": 2,
-                           "failureThreshold": 2},
+        # Behind a front queue the pod is Ready without an engine (the queue holds the requests).
+        **({} if p.front_queue else {"readinessProbe": {
+            "httpGet": {"path": "/readiness", **probe_get}, "periodSeconds": 5, "timeoutSeconds": 2,
+            "failureThreshold": 2}}),
         "livenessProbe": {"httpGet": {"path": "/liveness", **probe_get}, "periodSeconds": 10, "timeoutSeconds": 5,
                           "failureThreshold": 6, "initialDelaySeconds": 10},
         # A Rust proxy: little CPU per request (AWS measured 1.3-1.9 ms routing overhead).
@@ -182,8 +190,10 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
                     "enableServiceLinks": False,
                     **p.non_gpu.pod_fields(),
                     "topologySpreadConstraints": spread,
-                    "containers": [container],
+                    "containers": [container, *([front_queue_container(p, serving_port)] if p.front_queue else [])],
                     "volumes": [{"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+                                *([{"name": FRONT_QUEUE_VOLUME, "configMap": {"name": FRONT_QUEUE_CONFIGMAP}}]
+                                  if p.front_queue else []),
                                 # Optional: without the Secret the directory is empty and the pod
                                 # draws a random key nobody has.
                                 {"name": CONTROL_PLANE_VOLUME, "secret": {
@@ -195,6 +205,35 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
                 },
             },
         },
+    }
+
+
+def front_queue_container(p: RoutingPlan, ports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The front queue on the serving port, in front of SMG on the pod's loopback: it holds requests
+    until SMG's /readiness says an engine is there, bounded, and answers 429 with Retry-After past
+    the bounds. The router's own image (it has python3); the script from its ConfigMap."""
+    return {
+        "name": "front-queue",
+        "image": p.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", f"{FRONT_QUEUE_MOUNT}/{FRONT_QUEUE_SCRIPT}", "--port", str(ROUTER_PORT),
+                    "--upstream", f"http://127.0.0.1:{routing.SMG_BEHIND_QUEUE_PORT}",
+                    "--ready-url", f"http://127.0.0.1:{PROBE_PORT}/readiness",
+                    "--max-held", str(routing.FRONT_QUEUE_MAX_HELD),
+                    "--max-hold-seconds", str(routing.FRONT_QUEUE_HOLD_SECONDS),
+                    "--retry-after", str(p.front_queue_retry_after_seconds)],
+        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+        "ports": ports,
+        "readinessProbe": {"httpGet": {"path": "/warmstart/held", "port": "http"}, "periodSeconds": 5,
+                           "timeoutSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/warmstart/held", "port": "http"}, "periodSeconds": 10,
+                          "timeoutSeconds": 5, "failureThreshold": 6},
+        "resources": {"requests": dict(routing.FRONT_QUEUE_REQUESTS), "limits": {"cpu": "1", "memory": "256Mi"}},
+        "volumeMounts": [{"name": FRONT_QUEUE_VOLUME, "mountPath": FRONT_QUEUE_MOUNT, "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                            "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 

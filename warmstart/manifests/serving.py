@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decisions import placement, tuning
+from ..decisions import placement, standby, tuning
 from ..plan.records import ServingPlan
 
 HTTP_PORT = 8000
@@ -130,6 +130,8 @@ def vllm_args(m: ServingPlan) -> list[str]:
         args.append(f"--max-model-len={m.max_model_len}")
     if m.eager:
         args.append("--enforce-eager")
+    if m.standby is not None:
+        args.append(standby.SLEEP_MODE_FLAG)
     args.extend(m.extra_args)
     return args
 
@@ -158,6 +160,11 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
     # slowest chunk lands (the values and what a cut does: warmstart/decisions/tuning.py).
     env |= tuning.streamer_s3_env(m.loader.request_timeout_ms, m.loader.low_speed_limit_bytes_per_second,
                                   m.loader.retry_window_seconds)
+    if m.standby is not None:
+        # The sleep routes exist only in dev mode (vllm/entrypoints/launchers/api_server/routers.py
+        # at v0.33.0); the NetworkPolicies keep every dev route away from clients
+        # (manifests/standby.py).
+        env[standby.DEV_MODE_ENV] = "1"
     if m.compile_cache:
         root = placement.COMPILE_CACHE_MOUNT
         env |= {
@@ -171,6 +178,31 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
             "TRITON_CACHE_DIR": f"{root}/triton",
         }
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+# A standby engine's readiness: vLLM's /health answers 200 while the engine sleeps (it only checks
+# that the engine is alive, vllm/entrypoints/serve/instrumentator/health.py at v0.33.0), so the
+# probe also asks /is_sleeping and fails while it is true: a sleeping pod leaves the Service and
+# SMG's discovery (Ready pods only), and rejoins with the same address, so the same arcs of the
+# prefix-hash ring. The image's own Python, standard library only; argv[1] is the server.
+SLEEP_AWARE_READINESS = (
+    "import json,sys,urllib.request as u\n"
+    "b=sys.argv[1]\n"
+    "u.urlopen(b+'/health',timeout=1).read()\n"
+    "sys.exit(1 if json.load(u.urlopen(b+'/is_sleeping',timeout=1)).get('is_sleeping',True) else 0)\n"
+)
+# Readiness period of a standby model's pods: a woken engine joins the router within a second.
+STANDBY_READINESS_PERIOD_SECONDS = 1
+
+
+def readiness_probe(m: ServingPlan) -> dict[str, Any]:
+    """/health, or for a model with standby engines the sleep-aware check above."""
+    if m.standby is None:
+        return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": tuning.PROBE_PERIOD_SECONDS,
+                "timeoutSeconds": 5, "failureThreshold": 3}
+    return {"exec": {"command": ["python3", "-c", SLEEP_AWARE_READINESS, f"http://127.0.0.1:{HTTP_PORT}"]},
+            "periodSeconds": STANDBY_READINESS_PERIOD_SECONDS, "timeoutSeconds": 3, "failureThreshold": 1,
+            "successThreshold": 1}
 
 
 @dataclass(frozen=True)
@@ -276,7 +308,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         # no probe kills a pod that is still loading.
         "startupProbe": probe | {"timeoutSeconds": 5,
                                  "failureThreshold": -(-m.startup_budget_seconds // tuning.PROBE_PERIOD_SECONDS)},
-        "readinessProbe": probe | {"timeoutSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": readiness_probe(m),
         "livenessProbe": probe | {"timeoutSeconds": 10, "failureThreshold": 6},
         "volumeMounts": mounts,
         "securityContext": container_security_context(),

@@ -15,7 +15,7 @@ from typing import Any
 from .. import versions
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from ..decisions import autoscaling as scaling
-from ..decisions import cpu_pool, node_fit, routing
+from ..decisions import cpu_pool, node_fit, routing, standby
 from ..decisions import weights_import as imports
 from ..decisions import capacity, gpu_pools, instances, naming, placement
 from ..decisions import node_cache as staging
@@ -429,12 +429,22 @@ def non_gpu_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit
 
 
 def model_non_gpu_pods(m: ModelPlan) -> list[node_fit.PodDemand]:
-    """One model's pods off the GPU nodes: its routers (replicas plus a surge pod) and its import Job."""
+    """One model's pods off the GPU nodes: its routers (replicas plus a surge pod; with their front
+    queues when the model holds requests at zero awake engines), its standby actuator and its
+    import Job."""
     pods = []
+    queue = m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0
     if m.routed:
         cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
+        if queue:
+            cpu += node_fit.parse_cpu(routing.FRONT_QUEUE_REQUESTS["cpu"])
+            mem += node_fit.parse_memory(routing.FRONT_QUEUE_REQUESTS["memory"])
         pods.append(node_fit.PodDemand(f"{m.name}-router", cpu, mem, count=routing.ROUTER_REPLICAS + 1,
                                        spread=f"{m.name}-router"))
+    if m.standby is not None:
+        # One actuator pod (its Deployment recreates, no surge).
+        pods.append(node_fit.PodDemand(f"{m.name}-standby", node_fit.parse_cpu(standby.ACTUATOR_REQUESTS["cpu"]),
+                                       node_fit.parse_memory(standby.ACTUATOR_REQUESTS["memory"])))
     if m.weights_import is not None:
         pods.append(node_fit.PodDemand(f"{m.name}-import", node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
                                        node_fit.parse_memory(imports.IMPORT_REQUESTS["memory"])))

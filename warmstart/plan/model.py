@@ -11,6 +11,7 @@ import posixpath
 from ..config import S3_URI, LoaderTuning, ModelSpec
 from ..decisions import autoscaling as scaling
 from ..decisions import instances, placement, tuning
+from ..decisions import standby as standby_mod
 from ..decisions import node_cache as staging
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
@@ -31,6 +32,7 @@ MANAGED_FLAGS = (
     "--gpu-memory-utilization",
     "--port",
     "--host",
+    standby_mod.SLEEP_MODE_FLAG,
 )
 
 
@@ -97,14 +99,15 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,
                compile_cache: bool, compile_cache_host_path: str,
                cluster_mode: placement.ClusterMode = "auto", import_key: str | None = None,
-               node_cache: staging.NodeCacheMode = "off",
+               node_cache: staging.NodeCacheMode = "off", autoscaled: bool = False,
                non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> ModelPlan:
     """Every decision for one model on one instance type, or ConfigErrors keyed under `key`
     (`warmstart:models[0]` for a stack's model, `VllmModelArgs` for the component alone).
     `cluster_mode` decides where a weights-import Job runs; its errors are keyed under
     `import_key` (default `<key>.import`). `node_cache`: auto, on or off (a stack model's
-    `nodeCache`; the VllmModel component alone stages nothing). `non_gpu`: where the platform's
-    non-GPU pods (the import Job) go."""
+    `nodeCache`; the VllmModel component alone stages nothing). `autoscaled`: an autoscaler the
+    model's spec does not carry owns the replica count (the VllmModel component alone). `non_gpu`:
+    where the platform's non-GPU pods (the import Job) go."""
     problems = Problems()
     try:
         inst = instances.lookup(instance_type)
@@ -147,12 +150,20 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
                                        a.kv_cache_usage_ceiling)
         explicit = "replicas" in m.model_fields_set
         with problems.collect():
-            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name,
+            # With standby engines, a front queue in the router holds requests while none is awake,
+            # so minReplicas: 0 (zero awake, the sleepers kept) drops nothing.
+            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name, front_queue=m.standby is not None,
                                replicas=m.replicas if explicit else None, replicas_key=f"{key}.replicas")
         with problems.collect():
             scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)
         # The count of the first create; KEDA owns it from then on.
         replicas = m.replicas if explicit else scaling.initial_replicas(spec)
+    standby = None
+    with problems.collect():
+        standby = plan_standby(m, weights, inst, tp, key=f"{key}.standby", autoscaled=autoscaled)
+    if standby is not None and m.autoscaling is not None and "replicas" not in m.model_fields_set:
+        # The first create starts the sleepers too.
+        replicas += standby.count
     load = digest = None
     try:
         load = staging.predict(inst, weights, node_cache)
@@ -192,4 +203,29 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         load=load,
         weights_digest=digest,
         priority_class_name=m.priority_class_name,
+        standby=standby,
     )
+
+
+def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, tp: int, *, key: str,
+                 autoscaled: bool = False) -> standby_mod.StandbyPlan | None:
+    """The model's standby engines, or ConfigErrors keyed `<key>.<field>` (`key`:
+    `warmstart:models[0].standby`)."""
+    s = m.standby
+    if s is None:
+        return None
+    problems = Problems()
+    if m.autoscaling is None and not autoscaled:
+        problems.add(key, f"{m.name}: standby engines are pods KEDA keeps beside the awake ones, and the model "
+                     "has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or remove standby", s.count)
+    pod = tuning.pod_size(inst, tp)
+    rule = standby_mod.check_host_memory(weights_bytes=weights_bytes, sleep_level=s.sleep_level,
+                                         pod_memory_bytes=pod.memory_bytes, shm_bytes=pod.shm_bytes)
+    if rule is not None:
+        problems.add(f"{key}.sleepLevel", f"{m.name}: {rule} on {inst.instance_type} ({inst.memory_gib} GiB of RAM "
+                     f"for {inst.gpu_count} GPUs, tensorParallelSize={tp})",
+                     "set sleepLevel: 2 (the weights are dropped and reloaded on wake), or use an instance type "
+                     "with more RAM per GPU", s.sleep_level)
+    problems.raise_if_any()
+    return standby_mod.plan_standby(count=s.count, sleep_level=s.sleep_level,
+                                    awake_idle_seconds=s.awake_idle_seconds, weights_bytes=weights_bytes)

@@ -11,6 +11,7 @@ from ..decisions import autoscaling as scaling
 from ..decisions import capacity, instances, placement
 from ..decisions import node_cache as staging
 from ..decisions import routing, tuning
+from ..decisions import standby as standby_mod
 from ..decisions import weights_import as imports
 from ..decisions.instances import GpuInstance
 
@@ -51,6 +52,8 @@ class ServingPlan:
     """Immutable name of this version of the weights: the node directory and label value."""
     priority_class_name: str | None = None
     """The serving pods' PriorityClass; None: the cluster's default."""
+    standby: standby_mod.StandbyPlan | None = None
+    """Engines kept started and asleep (vLLM sleep mode), woken on load; None: none."""
 
     @property
     def staged(self) -> bool:
@@ -78,7 +81,8 @@ class ModelPlan(ServingPlan):
         a = self.autoscaling
         return None if a is None else scaling.AutoscalingSpec(
             min_replicas=a.min_replicas, max_replicas=a.max_replicas,
-            target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling)
+            target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
+            standby=self.standby.count if self.standby else 0)
 
     @property
     def routed(self) -> bool:
@@ -92,8 +96,10 @@ class ModelPlan(ServingPlan):
 
     @property
     def max_replicas(self) -> int:
-        """The most serving pods the model can have: what GPU pools are sized for."""
-        return self.autoscaling.max_replicas if self.autoscaling else self.replicas
+        """The most serving pods the model can have (standby engines included): what GPU pools are
+        sized for."""
+        return (self.autoscaling.max_replicas if self.autoscaling else self.replicas) + (
+            self.standby.count if self.standby else 0)
 
     def summary(self) -> dict:
         """The plan.json entry for this model."""
@@ -107,6 +113,7 @@ class ModelPlan(ServingPlan):
             "tensorParallelSize": self.tensor_parallel_size,
             "replicas": self.replicas,
             "autoscaling": self.autoscaling.model_dump(by_alias=True) if self.autoscaling else None,
+            **({"standby": self.standby.summary()} if self.standby else {}),
             "routing": self.routing_policy,
             "nodeCache": (self.load.summary() | {"digest": self.weights_digest}) if self.load else None,
             "weightsBytes": self.weights_bytes,

@@ -1,0 +1,123 @@
+"""The front queue (warmstart/podside/front_queue.py) run as its pod would run it, in front of the
+real SMG router with no engine yet and a fake engine that comes up later: requests are held and
+answered once the router has an engine; past either bound a client gets 429 with Retry-After,
+never a reset or a bare 503. Bounded waits only; nothing is timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.podside.servers import free_ports
+from tests.routing.fake_vllm import MODEL, FakeVllm
+from tests.routing.router import SmgRouter, write_discovery_file
+from warmstart.decisions import routing
+from warmstart.podside import front_queue
+
+pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
+
+SCRIPT = Path(front_queue.__file__).resolve()
+
+
+class Queue:
+    def __init__(self, upstream: str, ready_url: str, *args: str):
+        for _ in range(3):
+            (self.port,) = free_ports(1)
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(SCRIPT), "--host", "127.0.0.1", "--port", str(self.port),
+                 "--upstream", upstream, "--ready-url", ready_url, *args],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    self.held()
+                    return
+                except OSError:
+                    time.sleep(0.1)
+            self.stop()
+        raise RuntimeError("the front queue did not start")
+
+    def held(self) -> dict:
+        with urllib.request.urlopen(self.url + front_queue.HELD_PATH, timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+
+
+def _chat(url: str, out: list, timeout: float = 60.0) -> None:
+    body = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            out.append((r.status, json.loads(r.read())["choices"][0]["message"]["content"], None))
+    except urllib.error.HTTPError as e:
+        out.append((e.code, e.read().decode(), e.headers.get("Retry-After")))
+
+
+def _until(check, what: str, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def _router(stack: ExitStack, manifest: Path) -> SmgRouter:
+    write_discovery_file(manifest, [])
+    return stack.enter_context(SmgRouter([*routing.policy_flags("prefix_hash"), "--discovery-provider", "file",
+                                          "--discovery-file", str(manifest), "--discovery-check-interval-secs", "1"]))
+
+
+def test_requests_are_held_until_an_engine_serves_then_answered(tmp_path):
+    with ExitStack() as stack:
+        manifest = tmp_path / "w.json"
+        r = _router(stack, manifest)
+        q = Queue(r.url, f"http://127.0.0.1:{r.probe_port}/readiness", "--max-held", "16",
+                  "--max-hold-seconds", "60", "--retry-after", "7")
+        stack.callback(q.stop)
+        # The router alone refuses: this is what a client would get without the queue.
+        assert r.call("POST", "/v1/chat/completions", {"model": MODEL, "max_tokens": 1, "messages": [
+            {"role": "user", "content": "hi"}]})[0] == 404
+        out: list = []
+        threads = [threading.Thread(target=_chat, args=(q.url, out), daemon=True) for _ in range(5)]
+        for t in threads:
+            t.start()
+        _until(lambda: q.held()["held"] == 5, "five requests held")
+        assert out == [], "nothing answered while no engine exists"
+        engine = stack.enter_context(FakeVllm("late"))
+        write_discovery_file(manifest, [engine.url])
+        for t in threads:
+            t.join(60)
+        assert [(s, by) for s, by, _ in out] == [(200, "late")] * 5, out
+        assert q.held() == {"held": 0, "total_held": 5, "refused": 0}
+
+
+def test_past_the_bounds_a_client_gets_429_with_retry_after(tmp_path):
+    with ExitStack() as stack:
+        r = _router(stack, tmp_path / "w.json")
+        q = Queue(r.url, f"http://127.0.0.1:{r.probe_port}/readiness", "--max-held", "2",
+                  "--max-hold-seconds", "2", "--retry-after", "9")
+        stack.callback(q.stop)
+        out: list = []
+        threads = [threading.Thread(target=_chat, args=(q.url, out), daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(out) == 4 and all(s == 429 and ra == "9" for s, _, ra in out), out
+        assert q.held()["refused"] == 4, "two over the count at once, two past the hold time"

@@ -1,0 +1,397 @@
+"""Standby actuator: wakes a sleeping vLLM engine on load, puts the idlest back to sleep (stdlib only).
+
+One pod per model with `standby:` runs this script (shipped as a ConfigMap, run by the model's
+own vLLM image, so no image to pull or pin). Every `--period` seconds (1 s: a signal in seconds,
+not the 30 s of a managed scrape) it reads each engine of the model in the cluster:
+
+- `GET /health`: an engine that does not answer is still loading (vLLM binds its port only once
+  the engine is up) or dead, and is never touched;
+- `GET /is_sleeping` (vLLM dev mode, `vllm/entrypoints/serve/dev/sleep/api_router.py` at v0.33.0);
+- `GET /metrics`: `vllm:num_requests_waiting` and `vllm:num_requests_running`
+  (https://docs.vllm.ai/en/latest/usage/metrics/).
+
+Then (`decide`, pure):
+
+- **wake** as many sleepers as the awake engines' queue asks for: more than `--target-waiting`
+  requests waiting per awake engine, or fewer awake engines than `--min-awake`. A wake is
+  `POST /wake_up`, at sleep level 2 also `POST /collective_rpc {"method": "reload_weights"}` and
+  `POST /reset_prefix_cache` (vLLM `docs/features/sleep_mode.md`), then a one-token completion,
+  so the engine's readiness (which fails while `/is_sleeping` is true) passes with its first
+  token already served and it joins the router with the same address, so the same arcs of the
+  prefix-hash ring;
+- **sleep** one awake engine when fewer than `--standby` engines sleep and more than
+  `--min-awake` are awake: the idlest, nothing running or waiting, idle for
+  `--awake-idle-seconds` once it has served (a freshly loaded engine that never served sleeps at
+  once). `POST /sleep?level=N&mode=wait`: vLLM drains what is in flight first (`PauseMode`
+  "wait", `vllm/v1/engine/core.py`).
+
+On Kubernetes it also sets each pod's `controller.kubernetes.io/pod-deletion-cost`
+(https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): a
+scale-down by KEDA deletes not-Ready pods before Ready ones, and among them the lower cost first,
+so a sleeper (-100) goes before a loading pod (100), which is never scaled down while a sleeper
+is left; the actuator then puts the idlest awake engine to sleep to keep `--standby` sleepers.
+
+Each wake is one JSON line on stdout (`warmstart.wake`: signal, wake and first-token seconds),
+each sleep `warmstart.sleep`. Engines come from the Kubernetes API (pods of `--selector` in the
+namespace; the ServiceAccount may list and patch pods there, nothing else) or from
+`--engines URL,...` (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+COST = {"sleeping": "-100", "loading": "100", "awake": "0"}
+_SAMPLE = re.compile(r'^(vllm:num_requests_(?:waiting|running))(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$')
+
+
+def log(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}, sort_keys=True), flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# What one engine says
+
+
+@dataclass
+class Engine:
+    url: str
+    pod: str = ""
+    ready: bool = False
+    """/health answered: loaded (else loading or dead: never touched)."""
+    sleeping: bool = False
+    waiting: float = 0.0
+    running: float = 0.0
+    served: bool = False
+    """Seen with a request running or waiting since it last woke."""
+    idle_since: float = 0.0
+    cost: str | None = None
+    """The deletion cost last written to its pod."""
+
+
+def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
+    """(waiting, running) summed over `text`'s samples (of `model_name=model` when given)."""
+    out = {"vllm:num_requests_waiting": 0.0, "vllm:num_requests_running": 0.0}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if not m or m[3] == "NaN":
+            continue
+        if model is not None and m[2] and f'model_name="{model}"' not in m[2]:
+            continue
+        out[m[1]] += float(m[3])
+    return out["vllm:num_requests_waiting"], out["vllm:num_requests_running"]
+
+
+def http(method: str, url: str, body: object = None, timeout: float = 2.0) -> tuple[int, bytes]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def probe(e: Engine, model: str | None, timeout: float) -> None:
+    """Read one engine's state into `e` (loading when /health does not answer 200)."""
+    try:
+        ok = http("GET", e.url + "/health", timeout=timeout)[0] == 200
+        if ok:
+            code, body = http("GET", e.url + "/is_sleeping", timeout=timeout)
+            sleeping = code != 200 or bool(json.loads(body or b"{}").get("is_sleeping", True))
+            code, body = http("GET", e.url + "/metrics", timeout=timeout)
+            waiting, running = parse_metrics(body.decode(errors="replace"), model) if code == 200 else (0.0, 0.0)
+    except (OSError, ValueError):
+        ok = False
+    if not ok:
+        e.ready = False
+        return
+    e.ready, e.sleeping, e.waiting, e.running = True, sleeping, waiting, running
+
+
+# --------------------------------------------------------------------------------------
+# The decision (pure)
+
+
+@dataclass(frozen=True)
+class Policy:
+    standby: int
+    min_awake: int
+    target_waiting: float
+    awake_idle_seconds: float
+
+
+@dataclass
+class Actions:
+    wake: list[str] = field(default_factory=list)
+    sleep: list[str] = field(default_factory=list)
+
+
+def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] = frozenset(),
+           held: int = 0) -> Actions:
+    """What to do this tick. `waking`: engines whose wake is in flight (they count as awake);
+    `held`: requests a front queue holds for want of an awake engine (they count as waiting)."""
+    awake = [e for e in engines if e.ready and (not e.sleeping or e.url in waking)]
+    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking]
+    waiting = sum(e.waiting for e in awake) + held
+    out = Actions()
+    # Sleepers to wake: enough that the queue is within the target per awake engine.
+    need = max(0, policy.min_awake - len(awake))
+    if waiting > policy.target_waiting * len(awake):
+        # KEDA's own rule for an AverageValue target: ceil(waiting / target) engines.
+        need = max(need, math.ceil(waiting / policy.target_waiting) - len(awake), 1)
+    # A sleeper with requests queued: vLLM 0.33 queues what reaches a paused engine ("All pause
+    # modes queue new adds", vllm/v1/engine/core.py) instead of refusing it, and a request can
+    # reach one in the second before its readiness turns false; wake it first, so no request
+    # waits longer than a wake.
+    queued = [e for e in asleep if e.waiting or e.running]
+    need = max(need, len(queued))
+    if need and asleep:
+        out.wake = [e.url for e in sorted(asleep, key=lambda e: (not (e.waiting or e.running), e.url))[:need]]
+        return out
+    if waking or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
+        return out
+
+    def idle_for(e: Engine) -> float:
+        return now - e.idle_since
+
+    idle = [e for e in awake if e.waiting == 0 and e.running == 0 and e.url not in waking
+            and (not e.served or idle_for(e) >= policy.awake_idle_seconds)]
+    if idle and waiting <= policy.target_waiting * (len(awake) - 1):
+        out.sleep = [max(idle, key=lambda e: (not e.served, idle_for(e), e.url)).url]
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Acting
+
+
+def wake(e: Engine, model: str, level: int, signal_at: float, timeout: float) -> bool:
+    """Wake `e` and serve one token; log the phases. False when a step failed."""
+    t0 = time.monotonic()
+    steps = [("POST", "/wake_up", None)]
+    if level == 2:
+        # Level 2 dropped the weights: reload them, and drop the prefix cache they no longer match
+        # (vLLM docs/features/sleep_mode.md, "Level 2").
+        steps += [("POST", "/collective_rpc", {"method": "reload_weights"}), ("POST", "/reset_prefix_cache", None)]
+    try:
+        for method, path, body in steps:
+            code, text = http(method, e.url + path, body, timeout=timeout)
+            if code != 200:
+                log("warmstart.wake_failed", pod=e.pod, url=e.url, step=path, status=code, body=text[:200].decode(errors="replace"))
+                return False
+        t1 = time.monotonic()
+        code, text = http("POST", e.url + "/v1/completions", {"model": model, "prompt": "Hi", "max_tokens": 1},
+                          timeout=timeout)
+        t2 = time.monotonic()
+    except OSError as exc:
+        log("warmstart.wake_failed", pod=e.pod, url=e.url, error=str(exc))
+        return False
+    # The record shape `warmstart coldstart --history` reads (warmstart/coldstart/history.py): a
+    # wake is its own kind of start, with its own phases.
+    phases = {"signal": round(t0 - signal_at, 3), "wake": round(t1 - t0, 3), "first_token": round(t2 - t1, 3)}
+    log("warmstart.wake", kind="wake", model=model, pod=e.pod, url=e.url, level=level, phases=phases,
+        flags={"sleep_level": level}, signal_s=phases["signal"], wake_s=phases["wake"],
+        first_token_s=phases["first_token"], warmup_status=code)
+    e.sleeping, e.served, e.idle_since = False, False, time.time()
+    return code == 200
+
+
+def put_to_sleep(e: Engine, level: int, timeout: float) -> bool:
+    try:
+        code, _ = http("POST", f"{e.url}/sleep?level={level}&mode=wait", timeout=timeout)
+    except OSError as exc:
+        log("warmstart.sleep_failed", pod=e.pod, url=e.url, error=str(exc))
+        return False
+    log("warmstart.sleep", pod=e.pod, url=e.url, level=level, status=code)
+    return code == 200
+
+
+# --------------------------------------------------------------------------------------
+# Where the engines are
+
+
+class Kubernetes:
+    """The pods of one selector in one namespace, through the in-cluster API."""
+
+    def __init__(self, namespace: str, selector: str, port: int) -> None:
+        host, api_port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        self.base = f"https://{host}:{api_port}/api/v1/namespaces/{namespace}/pods"
+        self.selector, self.port = selector, port
+        self.ctx = ssl.create_default_context(cafile=f"{SA_DIR}/ca.crt")
+
+    def _call(self, method: str, url: str, body: object = None, ctype: str = "application/json") -> dict:
+        # The bound token is rotated by the kubelet: read it on every call.
+        with open(f"{SA_DIR}/token") as f:
+            token = f.read().strip()
+        req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": ctype})
+        with urllib.request.urlopen(req, timeout=5, context=self.ctx) as r:
+            return json.loads(r.read())
+
+    def engines(self) -> list[tuple[str, str]]:
+        """(pod name, engine URL) of every running pod not being deleted."""
+        q = urllib.parse.urlencode({"labelSelector": self.selector, "fieldSelector": "status.phase=Running"})
+        pods = self._call("GET", f"{self.base}?{q}").get("items", [])
+        return sorted((p["metadata"]["name"], f"http://{p['status']['podIP']}:{self.port}") for p in pods
+                      if p.get("status", {}).get("podIP") and not p["metadata"].get("deletionTimestamp"))
+
+    def front_queues(self, selector: str, port: int) -> list[str]:
+        """The front-queue URLs of the router pods `selector` matches."""
+        q = urllib.parse.urlencode({"labelSelector": selector, "fieldSelector": "status.phase=Running"})
+        pods = self._call("GET", f"{self.base}?{q}").get("items", [])
+        return sorted(f"http://{p['status']['podIP']}:{port}" for p in pods if p.get("status", {}).get("podIP"))
+
+    def set_cost(self, pod: str, cost: str) -> None:
+        self._call("PATCH", f"{self.base}/{pod}", {"metadata": {"annotations": {DELETION_COST: cost}}},
+                   "application/merge-patch+json")
+
+
+class Static:
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+
+    def engines(self) -> list[tuple[str, str]]:
+        return [(u, u) for u in self.urls]
+
+    def set_cost(self, pod: str, cost: str) -> None:
+        pass
+
+
+def held_requests(url: str | None, timeout: float) -> int:
+    """Requests a front queue holds (warmstart/podside/front_queue.py, `GET /warmstart/held`); 0
+    without one."""
+    if not url:
+        return 0
+    try:
+        code, body = http("GET", url.rstrip("/") + "/warmstart/held", timeout=timeout)
+        return int(json.loads(body).get("held", 0)) if code == 200 else 0
+    except (OSError, ValueError):
+        return 0
+
+
+def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
+    source = Static([u for u in args.engines.split(",") if u]) if args.engines else \
+        Kubernetes(args.namespace, args.selector, args.port)
+    policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
+    known: dict[str, Engine] = {}
+    waking: set[str] = set()
+    lock = threading.Lock()
+    pool = ThreadPoolExecutor(max_workers=16)
+    stop = stop or threading.Event()
+    ticks = 0
+    log("warmstart.standby_start", standby=args.standby, min_awake=args.min_awake, period_s=args.period,
+        level=args.sleep_level)
+    while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
+        ticks += 1
+        started = time.monotonic()
+        try:
+            found = source.engines()
+        except (OSError, ValueError, KeyError) as exc:
+            log("warmstart.standby_discovery_failed", error=str(exc))
+            stop.wait(args.period)
+            continue
+        engines = []
+        for pod, url in found:
+            e = known.setdefault(url, Engine(url, pod, idle_since=time.time()))
+            engines.append(e)
+        for url in set(known) - {u for _, u in found}:
+            del known[url]
+        list(pool.map(lambda e: probe(e, args.model, args.probe_timeout), engines))
+        now = time.time()
+        for e in engines:
+            if e.ready and not e.sleeping and (e.waiting or e.running):
+                e.served, e.idle_since = True, now
+            state = "loading" if not e.ready else "sleeping" if e.sleeping else "awake"
+            if e.cost != COST[state]:
+                try:
+                    source.set_cost(e.pod, COST[state])
+                    e.cost = COST[state]
+                except (OSError, ValueError) as exc:
+                    log("warmstart.standby_cost_failed", pod=e.pod, error=str(exc))
+        with lock:
+            busy = set(waking)
+        queues = [u for u in args.front_queue.split(",") if u]
+        if args.front_queue_selector and isinstance(source, Kubernetes):
+            try:
+                queues = source.front_queues(args.front_queue_selector, args.front_queue_port)
+            except (OSError, ValueError, KeyError) as exc:
+                log("warmstart.standby_discovery_failed", error=str(exc))
+        held = sum(held_requests(u, args.probe_timeout) for u in queues)
+        actions = decide(engines, policy, now, busy, held)
+        for url in actions.wake:
+            e = known[url]
+            with lock:
+                waking.add(url)
+
+            def _wake(e: Engine = e, at: float = started) -> None:
+                try:
+                    wake(e, args.model, args.sleep_level, at, args.wake_timeout)
+                finally:
+                    with lock:
+                        waking.discard(e.url)
+            pool.submit(_wake)
+        for url in actions.sleep:
+            e = known[url]
+            if put_to_sleep(e, args.sleep_level, args.wake_timeout):
+                e.sleeping = True
+        if args.heartbeat:
+            # The liveness probe reads this file's age: a loop that stopped turning is restarted.
+            with open(args.heartbeat, "w") as f:
+                f.write(f"{time.time():.3f}\n")
+        stop.wait(max(0.0, args.period - (time.monotonic() - started)))
+    pool.shutdown(wait=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="the served model name (vLLM's model_name label)")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    p.add_argument("--selector", default="", help="label selector of the model's vLLM pods")
+    p.add_argument("--port", type=int, default=8000, help="vLLM's serving port on each pod")
+    p.add_argument("--engines", default="", help="comma-separated engine URLs instead of the Kubernetes API")
+    p.add_argument("--standby", type=int, required=True, help="engines to keep asleep")
+    p.add_argument("--min-awake", type=int, required=True, help="fewest awake engines")
+    p.add_argument("--sleep-level", type=int, choices=(1, 2), default=1)
+    p.add_argument("--target-waiting", type=float, default=5.0, help="requests waiting per awake engine")
+    p.add_argument("--awake-idle-seconds", type=float, default=300.0)
+    p.add_argument("--period", type=float, default=1.0)
+    p.add_argument("--probe-timeout", type=float, default=0.5)
+    p.add_argument("--wake-timeout", type=float, default=300.0)
+    p.add_argument("--front-queue", default="", help="URLs of front queues whose held requests count as waiting")
+    p.add_argument("--front-queue-selector", default="", help="label selector of the router pods with front queues")
+    p.add_argument("--front-queue-port", type=int, default=30000)
+    p.add_argument("--heartbeat", default="", help="file rewritten every period (the liveness probe reads it)")
+    p.add_argument("--max-ticks", type=int, default=None, help="stop after this many periods (tests)")
+    a = p.parse_args(argv)
+    if not a.engines and not a.selector:
+        p.error("give --selector (Kubernetes) or --engines")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
