@@ -30,6 +30,9 @@ Environment (read once, in Settings.from_env):
                                    time (a key factor). Default "none".
     WARMSTART_ACCELERATOR          accelerator identity, replacing detection (tests; containers that
                                    cannot see the GPU). Default: detected with nvidia-smi.
+    WARMSTART_GPU_DRIVER           NVIDIA driver version, replacing detection (tests). Default: read from
+                                   /sys/module/nvidia/version or /proc/driver/nvidia/version (a key factor:
+                                   the CUDA driver's JIT cache is only valid for the driver that wrote it).
     WARMSTART_STATE_FILE           optional pod-local file (an emptyDir shared by the init container
                                    and the sidecar): restore writes the key factors it computed there
                                    and publish reuses them, so a sidecar that cannot see the GPU still
@@ -42,10 +45,13 @@ Environment (read once, in Settings.from_env):
                                    (unset, missing, unreadable, larger than 64 KiB or malformed: vLLM then
                                    streams the URI, and the S3 URI is already in the fingerprint).
     WARMSTART_CACHE_PATHS          comma-separated directories under the cache dir that are
-                                   published. Default "inductor,triton,vllm/torch_compile_cache,
-                                   vllm/torch_aot_compile". An allow-list because XDG_CACHE_HOME
-                                   points at the cache dir, so other tools' caches (a Hugging Face
-                                   download, say) can land there too and must never be uploaded.
+                                   published. Default DEFAULT_CACHE_PATHS: Inductor, Triton, vLLM's
+                                   torch.compile cache, its startup plan, the DeepGEMM, FlashInfer,
+                                   CUDA driver, TVM-FFI and TileLang JIT caches (the serving pod points
+                                   each at its directory here, warmstart/manifests/serving.py). An
+                                   allow-list because XDG_CACHE_HOME points at the cache dir, so other
+                                   tools' caches (a Hugging Face download, say) can land there too and
+                                   must never be uploaded.
     WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed, and largest object
                                    downloaded. Default 4 GiB (AWS measured about 15 MB of artifacts for a
                                    60 GB model). An object whose Content-Length is larger is refused
@@ -143,7 +149,22 @@ from typing import Any, Callable, Mapping
 FORMAT_VERSION = 2
 EVENT = "warmstart.compile_cache"
 STATE_DIRNAME = ".warmstart"
-DEFAULT_CACHE_PATHS = ("inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile")
+DEFAULT_CACHE_PATHS = (
+    "inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile",
+    # vLLM's startup plan, $VLLM_CACHE_ROOT/startup_plan/startup_plan_<fingerprint>.json
+    # (vllm/v1/worker/startup_plan.py, https://github.com/vllm-project/vllm/pull/47388). A plan
+    # whose fingerprint or free-memory baseline does not match is ignored by vLLM, so a foreign
+    # one costs nothing.
+    "vllm/startup_plan",
+    # DeepGEMM and vLLM's FlashInfer autotune results, both under $VLLM_CACHE_ROOT in vLLM 0.33.
+    "vllm/deep_gemm", "vllm/flashinfer_autotune_cache",
+    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch>: JIT ops, cubins, autotune.
+    "flashinfer/.cache/flashinfer",
+    # $CUDA_CACHE_PATH: the driver's PTX JIT cache (the driver version is a key factor).
+    "nv/ComputeCache",
+    # $TVM_FFI_CACHE_DIR and $TILELANG_CACHE_DIR (TileLang's scratch, tilelang/tmp, is not cache).
+    "tvm-ffi", "tilelang/cache",
+)
 TRITON_DISTS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
 _CHUNK = 1 << 20
 _STABLE_TRIES = 3
@@ -189,6 +210,7 @@ class Settings:
     image: str
     compile_fingerprint: str
     accelerator: str | None
+    gpu_driver: str | None
     state_file: Path | None
     weights_choice_file: Path | None
     cache_paths: tuple[str, ...]
@@ -248,6 +270,7 @@ class Settings:
             image=text("WARMSTART_IMAGE", required=True),
             compile_fingerprint=text("WARMSTART_COMPILE_FINGERPRINT", "none"),
             accelerator=text("WARMSTART_ACCELERATOR") or None,
+            gpu_driver=text("WARMSTART_GPU_DRIVER") or None,
             state_file=Path(state_file) if state_file else None,
             weights_choice_file=Path(choice_file) if choice_file else None,
             cache_paths=paths or DEFAULT_CACHE_PATHS,
@@ -373,6 +396,43 @@ def detect_accelerator(override: str | None, cuda_build: str | None, *, which: C
     return f"cpu-{platform.machine() or 'unknown'}"
 
 
+#: Where the loaded NVIDIA kernel module states its version: both belong to the host's kernel,
+#: so a container reads the node's driver there without running nvidia-smi a second time.
+DRIVER_VERSION_FILES = (Path("/sys/module/nvidia/version"), Path("/proc/driver/nvidia/version"))
+_DRIVER_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+def detect_gpu_driver(override: str | None, accelerator_override: str | None,
+                      files: tuple[Path, ...] = DRIVER_VERSION_FILES) -> str:
+    """The NVIDIA driver version, a key factor: the CUDA driver's JIT cache
+    ($CUDA_CACHE_PATH) holds code the driver compiled for itself, so a cache from another driver
+    is dead weight at best. Read from the kernel module's files, without a process; `none`
+    without an NVIDIA driver, `unknown` when the files cannot be read, and `unspecified` when the
+    accelerator is given by WARMSTART_ACCELERATOR (tests) and the driver is not."""
+    if override:
+        return override
+    if accelerator_override:
+        return "unspecified"
+    present = False
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(4096).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            present = True
+            continue
+        present = True
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        if "NVRM" in line:  # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  <date>"
+            line = line.split("Kernel Module", 1)[-1]
+        m = _DRIVER_VERSION.search(line)
+        if m:
+            return m.group(1)
+    return "unknown" if present else "none"
+
+
 #: Largest choice file read (the picker writes about 200 bytes).
 _MAX_CHOICE_BYTES = 64 << 10
 _MAX_WEIGHTS_PATH = 1024
@@ -410,9 +470,10 @@ def weights_factor(choice_file: Path | None) -> str:
 
 def compute_factors(settings: Settings) -> dict[str, Any]:
     """Everything that makes a compile cache unusable elsewhere when it differs: accelerator and
-    compute capability, TP, model, image, the torch build, Triton, vLLM, CUDA, Python, the
-    compile-relevant vLLM arguments, where the weights are loaded from (`weights_factor`) and
-    this tool's format. Sources: "Considerations for
+    compute capability (also FlashInfer's `<arch>` folders), TP, model, image (which pins the
+    FlashInfer, DeepGEMM, TVM-FFI and TileLang versions), the torch build, Triton, vLLM, CUDA,
+    Python, the NVIDIA driver (the CUDA JIT cache), the compile-relevant vLLM arguments, where
+    the weights are loaded from (`weights_factor`) and this tool's format. Sources: "Considerations for
     cross-node caching" in AWS's
     https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html,
     and the factors vLLM hashes,
@@ -439,6 +500,7 @@ def compute_factors(settings: Settings) -> dict[str, Any]:
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "compile_fingerprint": settings.compile_fingerprint,
         "weights": weights_factor(settings.weights_choice_file),
+        "gpu_driver": detect_gpu_driver(settings.gpu_driver, settings.accelerator),
     }
 
 
@@ -470,6 +532,9 @@ class Outcome:
     seconds: float | None = None
     reason: str | None = None
     waited_s: float | None = None
+    compile_dirs: list[str] | None = None
+    """restore: vLLM's torch.compile hash directories the node holds after this restore (or hit),
+    so the cold-start report can tell a hash mismatch from a failed load when vLLM compiles anyway."""
 
     def line(self) -> str:
         record = {"event": EVENT, "phase": self.phase, "result": self.result, "key": self.key,
@@ -478,7 +543,31 @@ class Outcome:
                   "reason": None if self.reason is None else self.reason[:600]}
         if self.waited_s is not None:
             record["waited_s"] = round(self.waited_s, 3)
+        if self.compile_dirs is not None:
+            record["compile_dirs"] = self.compile_dirs
         return json.dumps(record, separators=(",", ":"))
+
+
+#: Where vLLM puts its per-hash compile directories: `torch_compile_cache/<hash10>` (piecewise) and
+#: `torch_compile_cache/torch_aot_compile/<sha256>` (AOT, vllm/compilation/decorators.py in 0.33).
+_COMPILE_HASH_PARENTS = ("vllm/torch_compile_cache", "vllm/torch_compile_cache/torch_aot_compile",
+                         "vllm/torch_aot_compile")
+_MAX_COMPILE_DIRS = 32
+
+
+def compile_dirs(cache_dir: Path) -> list[str]:
+    """The hash directories of vLLM's torch.compile cache on the node (at most 32, sorted)."""
+    found: set[str] = set()
+    for parent in _COMPILE_HASH_PARENTS:
+        try:
+            with os.scandir(cache_dir / parent) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False) and entry.name != "torch_aot_compile" \
+                            and not _ephemeral(entry.name):
+                        found.add(f"{parent}/{entry.name}"[len("vllm/"):][:120])
+        except OSError:
+            continue
+    return sorted(found)[:_MAX_COMPILE_DIRS]
 
 
 def _emit(outcome: Outcome) -> None:
@@ -826,8 +915,10 @@ def _missing_bucket(settings: Settings) -> Misconfigured:
 
 def _ephemeral(name: str) -> bool:
     """Files a compiler is still writing or that only coordinate processes: inductor writes
-    `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`."""
-    return name.endswith((".tmp", ".lock")) or name.startswith("tmp.pid_")
+    `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`;
+    FlashInfer appends its build log, `flashinfer_jit.log`, to its workspace
+    (flashinfer/jit/core.py), a log and not a cache."""
+    return name.endswith((".tmp", ".lock", ".log")) or name.startswith("tmp.pid_")
 
 
 def snapshot(settings: Settings) -> dict[str, tuple[int, int, bool]]:
@@ -1121,6 +1212,7 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
     held = _node_has(settings, key)
     if held:
         outcome.result, outcome.reason = "hit", held
+        outcome.compile_dirs = compile_dirs(settings.cache_dir)
         return
     # One download per key per node: the others wait for it (it ends within its bound), then hit.
     fetching = _acquire(FileLock(settings.state_dir / f"fetch-{key_hash}.lock", settings.lock_timeout_s,
@@ -1131,6 +1223,7 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
         held = _node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "hit", held
+            outcome.compile_dirs = compile_dirs(settings.cache_dir)
             return
         _clean_stale_temp(settings, own=("restore", key_hash))
         base = settings.state_dir / f"tmp-restore-{key_hash}-{secrets.token_hex(6)}"
@@ -1160,6 +1253,7 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
                 lock.__exit__()
             outcome.result, outcome.bytes, outcome.files = "restored", size, files
             outcome.reason = note
+            outcome.compile_dirs = compile_dirs(settings.cache_dir)
         finally:
             _remove(tmp_archive)
             _remove(staging)
