@@ -198,9 +198,10 @@ JIT_CACHE_DIRS: tuple[tuple[str, str], ...] = (
     # TileLang's kernel cache (default ~/.tilelang/cache; tilelang/env.py,
     # https://github.com/tile-ai/tilelang/blob/main/tilelang/env.py).
     ("TILELANG_CACHE_DIR", "tilelang/cache"),
-    # vLLM's FlashInfer autotune results; the default is already $VLLM_CACHE_ROOT/
-    # flashinfer_autotune_cache (vllm/model_executor/warmup/flashinfer_autotune_cache.py).
-    ("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "vllm/flashinfer_autotune_cache"),
+    # Not set: VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR. vLLM's FlashInfer autotune results default to
+    # $VLLM_CACHE_ROOT/flashinfer_autotune_cache/<flashinfer version>/<arch> (on the mount, and
+    # published), or to FlashInfer's own store under the workspace above; an override would drop
+    # the version and arch from the path (vllm/model_executor/warmup/flashinfer_autotune_cache.py).
 )
 # Largest CUDA JIT cache the driver keeps before it evicts the oldest entries (the guide above
 # allows up to 4 GiB); 1 GiB keeps every tree together under the publisher's WARMSTART_MAX_BYTES.
