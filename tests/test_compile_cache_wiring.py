@@ -157,3 +157,17 @@ def test_every_jit_cache_and_the_startup_plan_live_on_the_nodes_compile_cache(re
         assert placement.under(env["TILELANG_TMP_DIR"], mount)
         assert not publisher.published_path(env["TILELANG_TMP_DIR"][len(mount) + 1:] + "/1_x.so")
         assert int(env["CUDA_CACHE_MAXSIZE"]) < publisher.max_bytes
+
+
+def test_the_startup_plan_key_follows_gpu_memory_utilization(stack_doc, tmp_path):
+    """vLLM's startup plan depends on gpuMemoryUtilization although neither its own fingerprint nor
+    the compile fingerprint holds it: the restore gets its own factor for it."""
+    doc = stack_doc("dev")
+    base = render_doc(doc, tmp_path, "a")
+    model = doc["config"]["warmstart:models"][0]
+    model["gpuMemoryUtilization"] = 0.8 if model.get("gpuMemoryUtilization") != 0.8 else 0.85
+    changed = render_doc(doc, tmp_path, "b")
+
+    def env(r):
+        return _env(_init(_deployment(r, model["name"]), compile_cache.RESTORE_CONTAINER))
+    assert env(base)["WARMSTART_STARTUP_PLAN_FINGERPRINT"] != env(changed)["WARMSTART_STARTUP_PLAN_FINGERPRINT"]

@@ -28,6 +28,13 @@ Environment (read once, in Settings.from_env):
                                    "@sha256:" only the digest counts: it pins vLLM, torch, Triton, CUDA.
     WARMSTART_COMPILE_FINGERPRINT  hash of the compile-relevant vLLM arguments, computed at render
                                    time (a key factor). Default "none".
+    WARMSTART_STARTUP_PLAN_FINGERPRINT
+                                   hash of the `vllm serve` arguments vLLM's startup plan depends on but
+                                   does not fingerprint (--gpu-memory-utilization), computed at render
+                                   time (a key factor). Default "none". Before anything else, restore
+                                   removes the node's startup plans (<cache dir>/vllm/startup_plan) when
+                                   the last pod of the model on the node had another value, so vLLM
+                                   never applies a KV-cache size measured under other memory settings.
     WARMSTART_ACCELERATOR          accelerator identity, replacing detection (tests; containers that
                                    cannot see the GPU). Default: detected with nvidia-smi.
     WARMSTART_GPU_DRIVER           NVIDIA driver version, replacing detection (tests). Default: read from
@@ -215,6 +222,7 @@ class Settings:
     tp: int
     image: str
     compile_fingerprint: str
+    startup_plan_fingerprint: str
     accelerator: str | None
     gpu_driver: str | None
     state_file: Path | None
@@ -275,6 +283,7 @@ class Settings:
             tp=number("WARMSTART_TP", 1, integer=True, minimum=1),
             image=text("WARMSTART_IMAGE", required=True),
             compile_fingerprint=text("WARMSTART_COMPILE_FINGERPRINT", "none"),
+            startup_plan_fingerprint=text("WARMSTART_STARTUP_PLAN_FINGERPRINT", "none"),
             accelerator=text("WARMSTART_ACCELERATOR") or None,
             gpu_driver=text("WARMSTART_GPU_DRIVER") or None,
             state_file=Path(state_file) if state_file else None,
@@ -507,6 +516,7 @@ def compute_factors(settings: Settings) -> dict[str, Any]:
         "compile_fingerprint": settings.compile_fingerprint,
         "weights": weights_factor(settings.weights_choice_file),
         "gpu_driver": detect_gpu_driver(settings.gpu_driver, settings.accelerator),
+        "startup_plan": settings.startup_plan_fingerprint,
     }
 
 
@@ -1221,7 +1231,45 @@ def _record_outcome(settings: Settings | None, outcome: Outcome) -> None:
         pass
 
 
+STARTUP_PLAN_DIR = "vllm/startup_plan"
+
+
+def guard_startup_plans(settings: Settings) -> str | None:
+    """Drop the node's startup plans when this pod's WARMSTART_STARTUP_PLAN_FINGERPRINT differs
+    from the one recorded by the last pod of the model on the node, under the node lock. vLLM
+    applies a plan whose own fingerprint matches, and that fingerprint leaves out
+    --gpu-memory-utilization (vllm/v1/worker/startup_plan.py): a plan kept across such a change
+    would size the KV cache for the old setting. A dropped plan costs one profiling run. Returns
+    a note for the log line, or None; never raises."""
+    record = settings.state_dir / "startup-plan.json"
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        with NodeLock(settings.state_dir, settings.lock_timeout_s):
+            try:
+                recorded = json.loads(record.read_text()).get("fingerprint")
+            except (OSError, ValueError, AttributeError):
+                recorded = None
+            if recorded == settings.startup_plan_fingerprint:
+                return None
+            plans = settings.cache_dir / STARTUP_PLAN_DIR
+            held = plans.is_dir() and not plans.is_symlink() and any(plans.iterdir())
+            _remove(plans)
+            _write_json_atomic(record, {"fingerprint": settings.startup_plan_fingerprint})
+            return "startup plans of other memory settings removed from the node" if held else None
+    except (OSError, CacheError) as exc:
+        return f"startup plans not checked: {describe_error(exc)}"
+
+
 def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
+    note = guard_startup_plans(settings)
+    try:
+        _restore_cache(settings, client, outcome)
+    finally:
+        if note:
+            outcome.reason = f"{outcome.reason}; {note}" if outcome.reason else note
+
+
+def _restore_cache(settings: Settings, client: Any, outcome: Outcome) -> None:
     if not settings.bucket:
         outcome.result, outcome.reason = "skipped", "WARMSTART_CACHE_BUCKET is empty: pre-warm is off"
         return
