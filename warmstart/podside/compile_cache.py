@@ -135,6 +135,7 @@ import importlib.util
 import json
 import os
 import platform
+import queue
 import re
 import secrets
 import shutil
@@ -1349,15 +1350,65 @@ class _VerifyingReader:
     read checked against the budget, every byte hashed, so the whole object is verified against
     the publisher's sha256 once it has been read."""
 
+    _AHEAD = 32  # chunks read ahead of the extraction: 2 MiB in flight at most
+
     def __init__(self, body: Any, length: int, budget: _Budget):
         self._body, self._length, self._budget = body, length, budget
         self.digest, self.count = hashlib.sha256(), 0
+        # The network is read on its own thread, so the transfer goes on while the extraction
+        # unpacks and writes (both mostly outside the GIL).
+        self._chunks: "queue.Queue[bytes | BaseException]" = queue.Queue(self._AHEAD)
+        self._pending = b""
+        self._done = False
+        self._stop = threading.Event()
+        self._filler = threading.Thread(target=self._fill, name="warmstart-read-ahead", daemon=True)
+        self._filler.start()
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or self._budget.abandoned.is_set()
+
+    def _put(self, item: "bytes | BaseException") -> None:
+        while not self._stopped():
+            try:
+                self._chunks.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def _fill(self) -> None:
+        try:
+            while not self._stopped():
+                # 64 KiB reads: a read returns only when full, and the budget is checked between.
+                data = self._body.read(64 << 10)
+                self._put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the extracting thread
+            self._put(exc)
+
+    def close(self) -> None:
+        """Stop reading ahead; the body may be closed once this returns."""
+        self._stop.set()
+        self._filler.join(timeout=1)  # a read stuck on the socket ends when the body is closed
+
+    def _next(self) -> bytes:
+        while True:
+            self._budget.check()
+            try:
+                item = self._chunks.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
 
     def read(self, n: int = -1) -> bytes:
         self._budget.check()
-        # 64 KiB reads at most: a read returns only when full, and the budget is checked between.
-        want = 64 << 10 if n is None or n < 0 else min(n, 64 << 10)
-        data = self._body.read(want)
+        if not self._pending and not self._done:
+            self._pending = self._next()
+            self._done = not self._pending
+        want = len(self._pending) if n is None or n < 0 else n
+        data, self._pending = self._pending[:want], self._pending[want:]
         self.count += len(data)
         if self.count > self._length:
             raise CacheError(f"more than the {self._length} bytes expected (WARMSTART_MAX_BYTES={self._length} at most)")
@@ -1382,6 +1433,7 @@ def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str
     response headers, then base + Content-Length / floor rate from the start. (bytes, files),
     or None when there is no object (a miss)."""
     budget = _Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
+    readers: list[_VerifyingReader] = []
 
     def fetch(budget: _Budget) -> tuple[int, int]:
         response = client.get_object(Bucket=settings.bucket, Key=key)
@@ -1395,6 +1447,7 @@ def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str
             budget.allow(settings.bound_s(length))
             expected = meta["warmstart-sha256"]
             reader = _VerifyingReader(body, length, budget)
+            readers.append(reader)
             staging.mkdir()
             try:
                 files = extract_archive(reader, staging, settings, key_hash, budget)
@@ -1417,6 +1470,8 @@ def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str
                 raise _corrupt(reader.digest.hexdigest(), expected)
             return length, files
         finally:
+            for r in readers:
+                r.close()
             body.close()
             if budget.abandoned.is_set():  # the waiting thread has given up: leave nothing behind
                 _remove(staging)
