@@ -7,7 +7,7 @@ decided by that env, exactly as in the pod: a variable that is missing sends its
 
     python3 tests/podside/fake_engine.py [--scale 1.0] [--seed 0]
 
-Sizes follow what the engines write for an 8B-70B dense model (scale 1.0, about 90 MB in all):
+Sizes follow what the engines write for an 8B-70B dense model (scale 1.0, about 78 MB in all):
 vLLM's artifacts about 15 MB (AWS measured ~15 MB for a 60 GB model, "Considerations for
 cross-node caching",
 https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html),

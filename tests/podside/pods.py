@@ -206,8 +206,7 @@ def run_engine(cache_dir: Path, home: Path, *, scale: float = 0.2, seed: int = 0
     """Run the fake engine as the serving container would: its own process, the pod's env."""
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {**clean_environ(), **engine_env(cache_dir, home)}
-    for name in ("VLLM_CACHE_ROOT",):
-        env.pop(name, None)
+    env.pop("VLLM_CACHE_ROOT", None)  # the pod sets none: vLLM's root follows XDG_CACHE_HOME
     proc = subprocess.run([sys.executable, str(FAKE_ENGINE), "--scale", str(scale), "--seed", str(seed)],
                           env=env, capture_output=True, text=True, timeout=300, check=True)
     return json.loads(proc.stdout)
