@@ -83,6 +83,10 @@ Environment (read once, in Settings.from_env):
     WARMSTART_SETTLE_S             a file is published only if it did not change over this interval,
                                    measured before it is archived, nor while it was archived (3 tries,
                                    then `skipped`). Default 10.
+    WARMSTART_PUBLISH_RETRIES      how often the sidecar tries again after a cache that kept changing
+    WARMSTART_PUBLISH_RETRY_S      (a JIT cache a first request still fills), waiting RETRY_S, then twice
+                                   that, and so on. Defaults 4 and 120 (the last try about 30 min after
+                                   vLLM got healthy).
     AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL and the rest of the standard AWS
     environment (IRSA, Pod Identity) are read by boto3 itself.
 
@@ -238,6 +242,8 @@ class Settings:
     health_timeout_s: float
     poll_interval_s: float
     settle_s: float
+    publish_retries: int
+    publish_retry_s: float
     region: str | None
 
     @classmethod
@@ -299,6 +305,8 @@ class Settings:
             health_timeout_s=number("WARMSTART_HEALTH_TIMEOUT_S", 7200),
             poll_interval_s=number("WARMSTART_POLL_INTERVAL_S", 5, minimum=0.01),
             settle_s=number("WARMSTART_SETTLE_S", 10),
+            publish_retries=number("WARMSTART_PUBLISH_RETRIES", 4, integer=True),
+            publish_retry_s=number("WARMSTART_PUBLISH_RETRY_S", 120),
             region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
         )
         if problems:
@@ -1682,6 +1690,29 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
         publishing.__exit__()
 
 
+_KEPT_CHANGING = "cache kept changing"
+
+
+def publish_until_settled(settings: Settings | None = None, *, client: Any = None,
+                          sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """The sidecar's publish: once vLLM is healthy, and again after WARMSTART_PUBLISH_RETRY_S
+    (doubling, WARMSTART_PUBLISH_RETRIES times) while the cache keeps changing. Besides the
+    compile cache the archive carries JIT caches (FlashInfer, the CUDA driver's) that a first
+    request may still fill after /health; one busy minute must not cost the node's whole publish.
+    Each try logs its own line. Never raises."""
+    outcome = publish(settings, client=client)
+    try:
+        settings = settings or Settings.from_env()
+    except ConfigError:
+        return outcome
+    for attempt in range(settings.publish_retries):
+        if outcome.result != "skipped" or not (outcome.reason or "").startswith(_KEPT_CHANGING):
+            break
+        sleep(settings.publish_retry_s * 2 ** attempt)
+        outcome = publish(settings, client=client, wait=False)  # vLLM answered /health already
+    return outcome
+
+
 def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
     """Remember that the bucket has this key, so a restarted sidecar does not publish again."""
     try:
@@ -1724,7 +1755,7 @@ def _stable_archive(settings: Settings, out: Path, key_hash: str, outcome: Outco
             return entries
         _remove(out)
     outcome.result = "skipped"
-    outcome.reason = (f"cache kept changing: {_STABLE_TRIES} tries found a file that changed within "
+    outcome.reason = (f"{_KEPT_CHANGING}: {_STABLE_TRIES} tries found a file that changed within "
                       f"WARMSTART_SETTLE_S={settings.settle_s:g} s or while it was archived")
     return None
 
@@ -1768,9 +1799,11 @@ def main(argv: list[str] | None = None) -> int:
         restore()
         return 0
     if args.command == "publish":
-        publish()
-        if not args.once:
-            _idle_forever()
+        if args.once:
+            publish()
+            return 0
+        publish_until_settled()
+        _idle_forever()
         return 0
     try:
         settings = Settings.from_env()
