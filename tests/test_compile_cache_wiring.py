@@ -116,3 +116,58 @@ def test_the_shipped_script_is_the_package_module(rendered):
     (cm,) = [o for o in rendered.kind("ConfigMap") if o["metadata"]["name"] == compile_cache.CONFIGMAP_NAME]
     assert cm["data"][compile_cache.SCRIPT_KEY] == compile_cache.script_source()
     assert "def restore(" in cm["data"][compile_cache.SCRIPT_KEY]
+
+
+def test_every_jit_cache_and_the_startup_plan_live_on_the_nodes_compile_cache(rendered):
+    """Every vLLM container of every shipped stack, in both cluster modes: each JIT cache vLLM's
+    image fills (FlashInfer, CUDA, DeepGEMM, TVM-FFI, TileLang) and the startup plan sit under the
+    compile-cache mount, a hostPath on the node's NVMe, inside what the publisher carries."""
+    from warmstart.manifests import serving
+    from warmstart.podside import compile_cache as podside
+
+    mount = placement.COMPILE_CACHE_MOUNT
+    publisher = podside.Settings.from_env({"WARMSTART_CACHE_PREFIX": "m/", "WARMSTART_MODEL": "m",
+                                           "WARMSTART_IMAGE": "i"})
+    # Where each tool puts its files under the directory its variable names.
+    inside = {"FLASHINFER_WORKSPACE_BASE": ".cache/flashinfer/0.7.2.post1/90a/cached_ops/op/op.so"}
+    models = {m.name: m for m in rendered.stack_plan.models}
+    deployments = [d for d in rendered.kind("Deployment")
+                   if any(c["name"] == "vllm" for c in d["spec"]["template"]["spec"]["containers"])]
+    assert deployments
+    for dep in deployments:
+        m = models[dep["metadata"]["name"]]
+        assert m.compile_cache, f"{m.name}: a shipped model without the compile-cache volume keeps its JIT caches in HOME"
+        spec = dep["spec"]["template"]["spec"]
+        (vllm,) = [c for c in spec["containers"] if c["name"] == "vllm"]
+        env = _env(vllm)
+        mounted = {v["mountPath"]: v["name"] for v in vllm["volumeMounts"]}
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mounted[mount]]
+        mode = rendered.stack_plan.cluster_mode
+        assert volume["hostPath"]["path"].startswith(placement.NVME_MOUNT[mode] + "/")
+        for name, _rel in serving.JIT_CACHE_DIRS:
+            path = env[name]
+            assert placement.under(path, mount), (m.name, name, path)
+            rel = path[len(mount) + 1:] + "/" + inside.get(name, "entry")
+            assert publisher.published_path(rel), (name, rel)
+        assert env["VLLM_ENABLE_STARTUP_PLAN"] == "1"
+        # The plan lands in $VLLM_CACHE_ROOT/startup_plan = $XDG_CACHE_HOME/vllm/startup_plan.
+        assert "VLLM_CACHE_ROOT" not in env and env["XDG_CACHE_HOME"] == mount
+        assert publisher.published_path("vllm/startup_plan/startup_plan_0123456789abcdef.json")
+        # TileLang's scratch is on the same filesystem (it os.replace()s into its cache), not published.
+        assert placement.under(env["TILELANG_TMP_DIR"], mount)
+        assert not publisher.published_path(env["TILELANG_TMP_DIR"][len(mount) + 1:] + "/1_x.so")
+        assert int(env["CUDA_CACHE_MAXSIZE"]) < publisher.max_bytes
+
+
+def test_the_startup_plan_key_follows_gpu_memory_utilization(stack_doc, tmp_path):
+    """vLLM's startup plan depends on gpuMemoryUtilization although neither its own fingerprint nor
+    the compile fingerprint holds it: the restore gets its own factor for it."""
+    doc = stack_doc("dev")
+    base = render_doc(doc, tmp_path, "a")
+    model = doc["config"]["warmstart:models"][0]
+    model["gpuMemoryUtilization"] = 0.8 if model.get("gpuMemoryUtilization") != 0.8 else 0.85
+    changed = render_doc(doc, tmp_path, "b")
+
+    def env(r):
+        return _env(_init(_deployment(r, model["name"]), compile_cache.RESTORE_CONTAINER))
+    assert env(base)["WARMSTART_STARTUP_PLAN_FINGERPRINT"] != env(changed)["WARMSTART_STARTUP_PLAN_FINGERPRINT"]

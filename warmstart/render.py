@@ -201,11 +201,16 @@ def _scale_out(m: plan_mod.ModelPlan, weights: str) -> scaling.ScaleOutEstimate:
     start = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=True, compile_cached=m.compile_cache,
                                       image_present=False, parallel_pull=True,
                                       weights_source=weights)  # type: ignore[arg-type]
+    # Engine init and graph capture as their own steps, cached exactly when the compile is (the
+    # startup plan and the JIT caches travel with it), each with its own source.
+    engine, graphs = phases.engine_init_prediction(m.compile_cache), phases.cuda_graph_prediction(m.compile_cache)
     return scaling.scale_out_estimate(
         node_launch_s=start.node_launch, node_launch_source=phases.ASSUMPTION,
         image_s=start.image_pull, image_source=phases.SOCI_BLOG,
         weights_s=start.weights, weights_source=phases.EKS_GUIDE if weights == "s3" else phases.HYPERPOD,
-        compile_s=start.pod_start + start.process_start + start.engine_init_seconds, compile_source=phases.BLOG)
+        compile_s=start.pod_start + start.process_start + start.compile, compile_source=phases.BLOG,
+        engine=(scaling.Phase("engine init", start.engine_init, engine.basis),
+                scaling.Phase("CUDA graphs", start.cuda_graphs, graphs.basis)))
 
 
 def _pool_of(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> Any:

@@ -179,3 +179,34 @@ BASE_ENV = {
     "WARMSTART_COMPILE_FINGERPRINT": "fp-1",
     "WARMSTART_ACCELERATOR": "NVIDIA H100 80GB HBM3, 9.0",
 }
+
+
+# --------------------------------------------------------------------------------------------
+# The fake engine (tests/podside/fake_engine.py) with the serving pod's own env
+
+FAKE_ENGINE = Path(__file__).resolve().parent / "fake_engine.py"
+
+
+def engine_env(cache_dir: Path, home: Path) -> dict[str, str]:
+    """The cache env the serving manifest renders for a compile-cached model
+    (`serving.vllm_env`), with the compile-cache mount replaced by this node's directory."""
+    from types import SimpleNamespace
+
+    from warmstart.decisions import placement
+    from warmstart.manifests import serving
+
+    m = SimpleNamespace(compile_cache=True, loader=SimpleNamespace(
+        chunk_bytes=1, request_timeout_ms=1, low_speed_limit_bytes_per_second=1))
+    env = {e["name"]: e["value"] for e in serving.vllm_env(m, "us-east-1")}  # type: ignore[arg-type]
+    env = {k: v.replace(placement.COMPILE_CACHE_MOUNT, str(cache_dir)) for k, v in env.items()}
+    return env | {"HOME": str(home), "TMPDIR": str(home / "tmp")}
+
+
+def run_engine(cache_dir: Path, home: Path, *, scale: float = 0.2, seed: int = 0) -> dict[str, int]:
+    """Run the fake engine as the serving container would: its own process, the pod's env."""
+    (home / "tmp").mkdir(parents=True, exist_ok=True)
+    env = {**clean_environ(), **engine_env(cache_dir, home)}
+    env.pop("VLLM_CACHE_ROOT", None)  # the pod sets none: vLLM's root follows XDG_CACHE_HOME
+    proc = subprocess.run([sys.executable, str(FAKE_ENGINE), "--scale", str(scale), "--seed", str(seed)],
+                          env=env, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(proc.stdout)

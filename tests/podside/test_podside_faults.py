@@ -182,7 +182,7 @@ def test_full_disk_anywhere_a_write_happens(pod: PodFactory, rclone_s3, monkeypa
 
     def fill_up(read, out, limit, *args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # the download succeeded; the first extracted file hits the wall
+        if len(calls) == 2:  # the restore unpacks as it downloads: the second file hits the wall
             out.write(read(10))
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(read, out, limit, *args, **kwargs)

@@ -54,6 +54,7 @@ def test_any_changed_factor_changes_the_key(prefix: str, factors: dict, data) ->
     {"WARMSTART_COMPILE_FINGERPRINT": "fp-2"},
     {"WARMSTART_ACCELERATOR": "NVIDIA L4, 8.9"},
     {"WARMSTART_ACCELERATOR": "NVIDIA H100 NVL, 9.0"},
+    {"WARMSTART_GPU_DRIVER": "580.65.06"},
 ], ids=lambda env: next(iter(env)))
 def test_every_pod_setting_that_invalidates_a_cache_is_in_the_key(env: dict) -> None:
     assert key_for(**env) != key_for()
@@ -136,3 +137,27 @@ def test_archive_names_never_leave_the_staging_dir(name: str) -> None:
     resolved = Path(os.path.normpath(root / safe))
     assert resolved.is_relative_to(root) and resolved != root
     assert not safe.startswith(cc.STATE_DIRNAME)
+
+
+def test_the_driver_version_is_a_key_factor() -> None:
+    def key(**env: str) -> str:
+        s = cc.Settings.from_env({**BASE_ENV, **env})
+        return cc.cache_key(s.prefix, cc.compute_factors(s))
+
+    assert key(WARMSTART_GPU_DRIVER="570.86.15") != key(WARMSTART_GPU_DRIVER="580.65.06")
+    assert key(WARMSTART_GPU_DRIVER="570.86.15") == key(WARMSTART_GPU_DRIVER="570.86.15")
+
+
+def test_the_driver_version_is_read_from_the_kernel_module(tmp_path: Path) -> None:
+    sysfs, proc = tmp_path / "version", tmp_path / "proc-version"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Fri Jan 24 2025\n"
+                    "GCC version:  gcc version 11.4.1\n")
+    assert cc.detect_gpu_driver(None, None, (tmp_path / "absent", proc)) == "570.86.15"
+    sysfs.write_text("580.65.06\n")
+    assert cc.detect_gpu_driver(None, None, (sysfs, proc)) == "580.65.06"
+    assert cc.detect_gpu_driver(None, None, (tmp_path / "absent",)) == "none"  # no NVIDIA driver: a CPU node
+    garbled = tmp_path / "garbled"
+    garbled.write_text("no version here\n")
+    assert cc.detect_gpu_driver(None, None, (garbled,)) == "unknown"
+    assert cc.detect_gpu_driver("1.2.3", None, (sysfs,)) == "1.2.3"
+    assert cc.detect_gpu_driver(None, "test-gpu", (sysfs,)) == "unspecified"

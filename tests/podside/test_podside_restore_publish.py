@@ -289,3 +289,33 @@ def test_a_cache_that_keeps_changing_is_not_published(pod: PodFactory, rclone_s3
     assert out.result == "skipped" and "kept changing" in out.reason
     assert rclone_s3.client().list_objects_v2(Bucket=BUCKET, Prefix=a.settings().prefix).get("KeyCount", 0) == 0
     assert leftovers(a.cache_dir) == []
+
+
+def test_the_sidecar_tries_again_while_the_cache_keeps_changing(pod: PodFactory, rclone_s3, monkeypatch) -> None:
+    """A JIT cache a first request still fills after /health: the sidecar waits and publishes
+    once it holds still, backing off, instead of giving up for the pod's life."""
+    a = pod("node-a", WARMSTART_PUBLISH_RETRIES="3", WARMSTART_PUBLISH_RETRY_S="30")
+    published = make_cache(a.cache_dir, seed=31)
+    real, calls = cc.snapshot, []
+
+    def busy_then_still(settings):
+        calls.append(1)
+        extra = {f"nv/ComputeCache/entry-{len(calls)}": (1, len(calls), False)} if len(calls) <= 12 else {}
+        return {**real(settings), **extra}
+
+    monkeypatch.setattr(cc, "snapshot", busy_then_still)
+    waits: list[float] = []
+    out = cc.publish_until_settled(a.settings(), client=rclone_s3.client(), sleep=waits.append)
+    assert out.result == "published" and waits == [30, 60]
+    assert archive_files(stored(rclone_s3, out.key)[1]) == published
+
+
+def test_the_sidecar_stops_trying_after_its_retries(pod: PodFactory, rclone_s3, monkeypatch) -> None:
+    a = pod("node-a", WARMSTART_PUBLISH_RETRIES="2", WARMSTART_PUBLISH_RETRY_S="5")
+    make_cache(a.cache_dir, seed=32)
+    real, calls = cc.snapshot, []
+    monkeypatch.setattr(cc, "snapshot", lambda s: (calls.append(1), {**real(s), f"triton/x{len(calls)}": (1, 1, False)})[1])
+    waits: list[float] = []
+    out = cc.publish_until_settled(a.settings(), client=rclone_s3.client(), sleep=waits.append)
+    assert out.result == "skipped" and "kept changing" in out.reason and waits == [5, 10]
+    assert rclone_s3.client().list_objects_v2(Bucket=BUCKET, Prefix=a.settings().prefix).get("KeyCount", 0) == 0

@@ -57,6 +57,13 @@ VLLM_033: dict[str, re.Pattern[str]] = {
     "compile_miss": re.compile(r"Compiling a graph for compile range (.+?) takes " + _NUM + r" s"),
     "compile_hit": re.compile(r"Directly load the compiled graph\(s\) for compile range (.+?) from the cache, took "
                               + _NUM + r" s"),
+    # compilation/decorators.py:326 (AOT hit) and :340 (AOT artifact there but not loadable)
+    "aot_hit": re.compile(r"Directly load AOT compilation from path (\S+)"),
+    "aot_failed": re.compile(r"Compiling model again due to a load failure from (\S+), reason: (.*)$"),
+    # v1/worker/startup_plan.py:154, :124, :189 (VLLM_ENABLE_STARTUP_PLAN=1): applied, refused, saved
+    "plan_applied": re.compile(r"Applying persisted startup plan \(fingerprint ([0-9a-f]+)\)"),
+    "plan_refused": re.compile(r"Startup plan not applied: (.*)$"),
+    "plan_saved": re.compile(r"Saved startup plan to (\S+)"),
     # compilation/monitor.py:20; decorators.py:716 (non-AOT)
     "compile_total": re.compile(r"torch\.compile (?:and initial profiling/warmup run together )?took "
                                 + _NUM + r" s in total"),
@@ -196,6 +203,12 @@ class Flags:
     """`hit` (vLLM loaded compiled graphs), `miss` (it compiled), None (unknown)."""
     compile_restore: str | None = None
     """The restore init container's result: restored | hit | miss | skipped | error."""
+    compile_miss_cause: str | None = None
+    """Set when the restore installed (or found) the cache and vLLM compiled anyway: why, from
+    vLLM's own log lines. Such a start is a cache miss, not a slow compile."""
+    startup_plan: str | None = None
+    """vLLM's startup plan: applied | refused (free memory below its baseline) | saved (this
+    boot profiled and recorded one) | None (off, or not logged)."""
     node_cache: str | None = None
     """The weights-source init container's result: hit (node NVMe copy) | miss (S3), None: none ran."""
     provisioner: str | None = None
@@ -456,6 +469,8 @@ def parse_pod_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
                 flags.compile_restore = doc.get("result")
                 p.values = {"result": doc.get("result"), "key": doc.get("key"), "bytes": doc.get("bytes"),
                             "reason": doc.get("reason")}
+                if isinstance(doc.get("compile_dirs"), list):
+                    p.values["compile_dirs"] = [str(d) for d in doc["compile_dirs"]]
                 key = str(doc.get("key") or "")
                 short = key if len(key) < 40 else key[:key.rfind("/") + 13] + "…"
                 p.detail = f"compile cache {doc.get('result')}" + (f" {short}" if key else "")
@@ -515,11 +530,16 @@ def parse_pod_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
 
     comp = Phase("compile", "torch.compile")
     hits, misses = _all(vlines, rx["compile_hit"]), _all(vlines, rx["compile_miss"])
+    aot_failed = _first(vlines, rx["aot_failed"])
     ctotal = _first(vlines, rx["compile_total"])
-    if misses:
+    if misses or aot_failed:
         flags.compile_cache = "miss"
-    elif hits:
+    elif hits or _first(vlines, rx["aot_hit"]):
         flags.compile_cache = "hit"
+    restore_values = next((p.values for p in phases if p.key.startswith("init:") and p.values.get("key")), {})
+    if flags.compile_cache == "miss" and flags.compile_restore in ("hit", "restored"):
+        flags.compile_miss_cause = recompile_cause(flags.compile_restore, aot_failed,
+                                                   _first(vlines, rx["compile_dir"]), restore_values.get("compile_dirs"))
     if ctotal is not None:
         line, m = ctotal
         comp.end, comp.seconds = line.at, float(m.group(1))
@@ -533,6 +553,9 @@ def parse_pod_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
                        "hit or miss not logged")
         if flags.compile_restore and flags.compile_restore not in ("hit", "restored") and flags.compile_cache == "miss":
             comp.detail += f"; restore said {flags.compile_restore}"
+        if flags.compile_miss_cause:
+            comp.detail = f"cache miss after the restore ({flags.compile_restore}): {flags.compile_miss_cause}"
+            comp.values["miss_cause"] = flags.compile_miss_cause
     else:
         comp.missing = no_log or "no torch.compile total line (eager mode, or the engine did not get that far)"
     phases.append(comp)
@@ -561,6 +584,17 @@ def parse_pod_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
         kv = _first(vlines, rx["kv_cache"])
         if kv:
             eng.values["kv_cache_gib"] = float(kv[1].group(1))
+        if _first(vlines, rx["plan_applied"]):
+            flags.startup_plan = "applied"
+        elif _first(vlines, rx["plan_refused"]):
+            flags.startup_plan = "refused"
+        elif _first(vlines, rx["plan_saved"]):
+            flags.startup_plan = "saved"
+        if flags.startup_plan:
+            eng.values["startup_plan"] = flags.startup_plan
+            eng.detail += {"applied": "; startup plan applied (memory profiling skipped)",
+                           "refused": "; startup plan refused (free memory below its baseline), profiled",
+                           "saved": "; profiled, startup plan saved for the next start"}[flags.startup_plan]
     else:
         eng.missing = no_log or "no init-engine line"
     phases.append(eng)
@@ -599,6 +633,35 @@ def parse_pod_start(pod: Mapping[str, Any], events: Iterable[Mapping[str, Any]],
     return PodStart(pod=meta.get("name", "?"), namespace=meta.get("namespace", "?"), node=node_name,
                     created=created, phases=phases, flags=flags, vllm_version=version, model_uri=model_uri,
                     weights_bytes=weights_bytes)
+
+
+def _hash_dir(path: str) -> str | None:
+    """`torch_compile_cache/<hash>` (or `.../torch_aot_compile/<hash>`) of a path vLLM logged."""
+    m = re.search(r"(torch_compile_cache/(?:torch_aot_compile/)?[0-9a-f]{8,64})(?:/|$)", path)
+    return m.group(1) if m else None
+
+
+def recompile_cause(restore: str, aot_failed: tuple[LogLine, re.Match[str]] | None,
+                    cache_dir: tuple[LogLine, re.Match[str]] | None, restored_dirs: list[str] | None) -> str:
+    """Why vLLM compiled although the restore installed (or found) this key's cache, from vLLM's
+    own lines: an AOT artifact it found and could not load (vllm/compilation/decorators.py logs
+    the reason), a hash directory the restored cache lacks (one of vLLM's own hash factors
+    differs from the key's, as `kv_cache_memory_bytes` did in https://github.com/vllm-project/vllm/issues/47356),
+    or a directory it has but whose entries did not serve."""
+    if aot_failed is not None:
+        return (f"vLLM could not load the restored AOT artifact {aot_failed[1].group(1)}: "
+                f"{aot_failed[1].group(2).strip()[:300]}")
+    used = _hash_dir(cache_dir[1].group(1)) if cache_dir else None
+    if used and restored_dirs is not None:
+        if used not in restored_dirs:
+            held = ", ".join(restored_dirs[:4]) or "none"
+            return (f"vLLM hashed its config to {used}, which the {restore} cache does not hold ({held}): one of "
+                    "vLLM's own hash factors (a vLLM env var, an argument the key leaves out, the code or "
+                    "compiler build) differs from what the key covers")
+        return (f"the {restore} cache holds vLLM's {used}, yet vLLM compiled: its entries did not serve "
+                "(a partial publish, or a torch/Triton build the key does not tell apart)")
+    return ("vLLM compiled although the restore succeeded and its log does not say why "
+            "(VLLM_LOGGING_LEVEL=DEBUG logs 'torch.compile cache factors')")
 
 
 def utc(dt: datetime) -> datetime:

@@ -73,9 +73,11 @@ def expected(start: PodStart, m: ModelFacts) -> dict[str, ph.Prediction]:
     cached = m.compile_cache and f.compile_restore in ("hit", "restored")
     comp = ph.compile_prediction(cached, m.compile_cold_seconds)
     out["compile"] = comp
-    out["cuda_graphs"] = ph.Prediction(ph.CUDA_GRAPH_SECONDS, ph.ASSUMPTION)
-    out["engine_init"] = ph.Prediction(comp.seconds + ph.CUDA_GRAPH_SECONDS + ph.ENGINE_INIT_SECONDS,
-                                       comp.basis, "compile + graphs + profile and KV cache")
+    # The engine state (startup plan, JIT caches) travels with the compile cache.
+    graphs, engine = ph.cuda_graph_prediction(cached), ph.engine_init_prediction(cached)
+    out["cuda_graphs"] = graphs
+    out["engine_init"] = ph.Prediction(comp.seconds + graphs.seconds + engine.seconds, comp.basis,
+                                       f"compile + graphs + profile and KV cache ({engine.note})")
     ready = ph.PROCESS_START_SECONDS + out["weights"].seconds + out["engine_init"].seconds
     out["ready"] = ph.Prediction(ready, out["weights"].basis, "process start + weights + engine init")
     out["first_token"] = ph.Prediction(ph.FIRST_TOKEN_SECONDS, ph.ASSUMPTION)
@@ -94,7 +96,9 @@ def _causes(key: str, start: PodStart) -> list[str]:
         restore = next((p for p in start.phases if p.key.startswith("init:") and p.values.get("result")
                         and "key" in p.values), None)
         key_s = _short_key(restore.values.get("key")) if restore else "?"
-        if f.compile_cache == "miss" and f.compile_restore in ("hit", "restored"):
+        if f.compile_miss_cause:
+            out.append(f"compile-cache miss after the restore of {key_s}: {f.compile_miss_cause}")
+        elif f.compile_cache == "miss" and f.compile_restore in ("hit", "restored"):
             out.append(f"the restored archive {key_s} was not used: vLLM compiled anyway, so its own hash "
                        "differs from the key's factors (image, GPU, TP, vLLM args)")
         elif f.compile_cache == "miss":
@@ -124,7 +128,13 @@ def build_rows(start: PodStart, m: ModelFacts) -> list[Row]:
                 row.compared_s = sum(x.seconds or 0.0 for x in parts)
         elif p.measured:
             row.compared_s = p.seconds
-        if row.predicted is not None and row.compared_s is not None:
+        if p.key == "compile" and start.flags.compile_miss_cause:
+            # Not a slow compile: the cache was there and vLLM did not use it. Said as a miss
+            # whatever the time, with the cause vLLM's log gives.
+            row.flag = (f"cache miss after the restore ({start.flags.compile_restore}): vLLM compiled"
+                        + (f" for {p.seconds:.1f} s" if p.seconds is not None else ""))
+            row.causes = _causes(p.key, start)
+        elif row.predicted is not None and row.compared_s is not None:
             want = row.predicted.seconds
             if row.compared_s > SLOW_FACTOR * want and row.compared_s - want >= SLOW_MIN_EXTRA_S:
                 ratio = row.compared_s / want if want > 0 else float("inf")
@@ -147,7 +157,8 @@ def table(start: PodStart, m: ModelFacts) -> str:
             f"node: {'new' if f.new_node else 'warm' if f.new_node is False else '?'}"
             f"{f' ({f.provisioner})' if f.provisioner else ''}; image: "
             f"{'present' if f.image_present else 'pulled' if f.image_present is False else '?'}; compile cache: "
-            f"{f.compile_cache or '?'} (restore: {f.compile_restore or '-'}); node weights cache: {f.node_cache or '-'}",
+            f"{'miss after restore' if f.compile_miss_cause else f.compile_cache or '?'} (restore: "
+            f"{f.compile_restore or '-'}); startup plan: {f.startup_plan or '-'}; node weights cache: {f.node_cache or '-'}",
             ""]
     cells = [("phase", "measured", "predicted", "basis", "detail")]
     for r in rows:
@@ -173,7 +184,8 @@ def table(start: PodStart, m: ModelFacts) -> str:
     if flagged:
         lines.append("")
         for r in flagged:
-            lines.append(f"! {r.phase.label}: {r.flag}. Usually:")
+            miss = r.phase.key == "compile" and f.compile_miss_cause
+            lines.append(f"! {r.phase.label}: {r.flag}. {'Cause' if miss else 'Usually'}:")
             lines.extend(f"    - {c}" for c in r.causes)
     return "\n".join(line.rstrip() for line in lines)
 

@@ -395,15 +395,18 @@ def detection_phases(scrape_interval_s: int = SCRAPE_INTERVAL_SECONDS, hpa_sync_
 
 def scale_out_estimate(*, node_launch_s: float, node_launch_source: str, image_s: float, image_source: str,
                        weights_s: float, weights_source: str, compile_s: float, compile_source: str,
-                       detection: Sequence[Phase] | None = None) -> ScaleOutEstimate:
+                       detection: Sequence[Phase] | None = None,
+                       engine: Sequence[Phase] = ()) -> ScaleOutEstimate:
     """The whole path; the caller passes the cold-start constants or measurements it has, each
-    with its source, so the render never shows a number without one."""
+    with its source, so the render never shows a number without one. `engine`: the engine
+    phases after the compile (engine init, CUDA graphs) as their own steps, when the caller
+    keeps them out of `compile_s`."""
     return ScaleOutEstimate(tuple(detection if detection is not None else detection_phases()) + (
         Phase("node launch", node_launch_s, node_launch_source, skipped_with_warm_spare=True),
         Phase("image pull", image_s, image_source, skipped_with_warm_spare=True),
         Phase("weights", weights_s, weights_source),
         Phase("compile / engine start", compile_s, compile_source),
-    ))
+    ) + tuple(engine))
 
 
 # --------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ def _env(m: ServingPlan, bucket: Any, region: str) -> list[dict]:
         "WARMSTART_IMAGE": m.image,
         "WARMSTART_COMPILE_FINGERPRINT": cachekey.compile_fingerprint(
             m.image, m.source, m.tensor_parallel_size, vllm_args(m)),
+        "WARMSTART_STARTUP_PLAN_FINGERPRINT": cachekey.startup_plan_fingerprint(vllm_args(m)),
         "WARMSTART_STATE_FILE": f"{STATE_MOUNT}/key.json",
         "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{HTTP_PORT}/health",
         # The first start of a large model may take its whole start-up budget to get healthy.

@@ -177,6 +177,7 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
             "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
             "TRITON_CACHE_DIR": f"{root}/triton",
         }
+        env |= jit_cache_env(root)
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
@@ -203,6 +204,62 @@ def readiness_probe(m: ServingPlan) -> dict[str, Any]:
     return {"exec": {"command": ["python3", "-c", SLEEP_AWARE_READINESS, f"http://127.0.0.1:{HTTP_PORT}"]},
             "periodSeconds": STANDBY_READINESS_PERIOD_SECONDS, "timeoutSeconds": 3, "failureThreshold": 1,
             "successThreshold": 1}
+
+
+# Every JIT cache the pinned vLLM image (warmstart/versions.py) fills at start-up besides
+# Inductor and Triton, as (env var, directory under the compile-cache mount). Left to their
+# defaults they live under HOME, an emptyDir that starts empty on every pod; on the mount they
+# are shared by the model's pods on the node and travel in the S3 cache. Each directory is in
+# the pod-side publish allow-list (warmstart/podside/compile_cache.py DEFAULT_CACHE_PATHS, a
+# test holds the two together). Defaults and names read in the pinned packages' source (vLLM
+# 0.33.0 requires flashinfer-python 0.7.2.post1, apache-tvm-ffi 0.1.11, tilelang 0.1.12):
+JIT_CACHE_DIRS: tuple[tuple[str, str], ...] = (
+    # FlashInfer keeps JIT-built ops, downloaded cubins and its autotune store under
+    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch> (default $HOME;
+    # flashinfer/jit/env.py, https://github.com/flashinfer-ai/flashinfer/blob/main/flashinfer/jit/env.py).
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+    # The CUDA driver's PTX JIT cache (default ~/.nv/ComputeCache; "CUDA Environment Variables",
+    # https://docs.nvidia.com/cuda/cuda-c-programming-guide/index.html#cuda-environment-variables).
+    ("CUDA_CACHE_PATH", "nv/ComputeCache"),
+    # DeepGEMM's JIT kernels. vLLM 0.33 already defaults it to $VLLM_CACHE_ROOT/deep_gemm when
+    # unset (vllm/utils/deep_gemm.py); set here so the path does not hang on that default.
+    ("DG_JIT_CACHE_DIR", "vllm/deep_gemm"),
+    # TVM-FFI builds its torch DLPack extension and JIT modules into ~/.cache/tvm-ffi (it does
+    # not read XDG_CACHE_HOME; tvm_ffi/cpp/extension.py, tvm_ffi/_optional_torch_c_dlpack.py,
+    # https://github.com/apache/tvm-ffi).
+    ("TVM_FFI_CACHE_DIR", "tvm-ffi"),
+    # TileLang's kernel cache (default ~/.tilelang/cache; tilelang/env.py,
+    # https://github.com/tile-ai/tilelang/blob/main/tilelang/env.py).
+    ("TILELANG_CACHE_DIR", "tilelang/cache"),
+    # Not set: VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR. vLLM's FlashInfer autotune results default to
+    # $VLLM_CACHE_ROOT/flashinfer_autotune_cache/<flashinfer version>/<arch> (on the mount, and
+    # published), or to FlashInfer's own store under the workspace above; an override would drop
+    # the version and arch from the path (vllm/model_executor/warmup/flashinfer_autotune_cache.py).
+)
+# Largest CUDA JIT cache the driver keeps before it evicts the oldest entries (the guide above
+# allows up to 4 GiB); 1 GiB keeps every tree together under the publisher's WARMSTART_MAX_BYTES.
+CUDA_CACHE_MAX_BYTES = 1 << 30
+
+
+def jit_cache_env(root: str) -> dict[str, str]:
+    """The env that puts every JIT cache and vLLM's startup plan on the compile-cache mount."""
+    env = {name: f"{root}/{rel}" for name, rel in JIT_CACHE_DIRS}
+    env |= {
+        "CUDA_CACHE_MAXSIZE": str(CUDA_CACHE_MAX_BYTES),
+        # TileLang stages builds in $TILELANG_CACHE_DIR/tmp by default and os.replace()s them into
+        # the cache (tilelang/cache/kernel_cache.py), so its scratch stays on the same
+        # filesystem, beside the published cache rather than inside it.
+        "TILELANG_TMP_DIR": f"{root}/tilelang/tmp",
+        # The startup plan (vllm PR #47388, vllm/v1/worker/startup_plan.py in 0.33.0): after a
+        # fully profiled boot each worker saves the KV-cache size it measured under
+        # $VLLM_CACHE_ROOT/startup_plan/, keyed by the config hash, GPU name, total memory,
+        # compute capability, torch/CUDA build and rank/world size; later boots with a matching
+        # fingerprint and at least the recorded free memory skip memory profiling and the
+        # CUDA-graph memory-estimation pass. Left out of vLLM's own compile hash
+        # (envs.compile_factors), so turning it on invalidates no compile cache.
+        "VLLM_ENABLE_STARTUP_PLAN": "1",
+    }
+    return env
 
 
 @dataclass(frozen=True)

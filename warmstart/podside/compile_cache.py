@@ -28,8 +28,18 @@ Environment (read once, in Settings.from_env):
                                    "@sha256:" only the digest counts: it pins vLLM, torch, Triton, CUDA.
     WARMSTART_COMPILE_FINGERPRINT  hash of the compile-relevant vLLM arguments, computed at render
                                    time (a key factor). Default "none".
+    WARMSTART_STARTUP_PLAN_FINGERPRINT
+                                   hash of the `vllm serve` arguments vLLM's startup plan depends on but
+                                   does not fingerprint (--gpu-memory-utilization), computed at render
+                                   time (a key factor). Default "none". Before anything else, restore
+                                   removes the node's startup plans (<cache dir>/vllm/startup_plan) when
+                                   the last pod of the model on the node had another value, so vLLM
+                                   never applies a KV-cache size measured under other memory settings.
     WARMSTART_ACCELERATOR          accelerator identity, replacing detection (tests; containers that
                                    cannot see the GPU). Default: detected with nvidia-smi.
+    WARMSTART_GPU_DRIVER           NVIDIA driver version, replacing detection (tests). Default: read from
+                                   /sys/module/nvidia/version or /proc/driver/nvidia/version (a key factor:
+                                   the CUDA driver's JIT cache is only valid for the driver that wrote it).
     WARMSTART_STATE_FILE           optional pod-local file (an emptyDir shared by the init container
                                    and the sidecar): restore writes the key factors it computed there
                                    and publish reuses them, so a sidecar that cannot see the GPU still
@@ -42,10 +52,13 @@ Environment (read once, in Settings.from_env):
                                    (unset, missing, unreadable, larger than 64 KiB or malformed: vLLM then
                                    streams the URI, and the S3 URI is already in the fingerprint).
     WARMSTART_CACHE_PATHS          comma-separated directories under the cache dir that are
-                                   published. Default "inductor,triton,vllm/torch_compile_cache,
-                                   vllm/torch_aot_compile". An allow-list because XDG_CACHE_HOME
-                                   points at the cache dir, so other tools' caches (a Hugging Face
-                                   download, say) can land there too and must never be uploaded.
+                                   published. Default DEFAULT_CACHE_PATHS: Inductor, Triton, vLLM's
+                                   torch.compile cache, its startup plan, the DeepGEMM, FlashInfer,
+                                   CUDA driver, TVM-FFI and TileLang JIT caches (the serving pod points
+                                   each at its directory here, warmstart/manifests/serving.py). An
+                                   allow-list because XDG_CACHE_HOME points at the cache dir, so other
+                                   tools' caches (a Hugging Face download, say) can land there too and
+                                   must never be uploaded.
     WARMSTART_MAX_BYTES            largest cache published or restored, uncompressed, and largest object
                                    downloaded. Default 4 GiB (AWS measured about 15 MB of artifacts for a
                                    60 GB model). An object whose Content-Length is larger is refused
@@ -55,7 +68,8 @@ Environment (read once, in Settings.from_env):
                                    MB compressed) would otherwise grow the restore past its memory limit.
     WARMSTART_DEADLINE_BASE_S      every S3 request must end within this many seconds plus its bytes at
     WARMSTART_FLOOR_BYTES_PER_S    the floor rate: a HEAD or the factors manifest within the base, the
-                                   download within base + object bytes / floor (from its Content-Length),
+                                   download within base + object bytes / floor (from its Content-Length)
+                                   + 5 ms per file it unpacks (the restore unpacks as it downloads),
                                    the upload within base + archive bytes / floor. Defaults 20 s and
                                    16 MiB/s, so the largest cache (4 GiB) is bounded by 20 + 256 s. A
                                    request past its bound is abandoned and reported as `error`.
@@ -69,6 +83,10 @@ Environment (read once, in Settings.from_env):
     WARMSTART_SETTLE_S             a file is published only if it did not change over this interval,
                                    measured before it is archived, nor while it was archived (3 tries,
                                    then `skipped`). Default 10.
+    WARMSTART_PUBLISH_RETRIES      how often the sidecar tries again after a cache that kept changing
+    WARMSTART_PUBLISH_RETRY_S      (a JIT cache a first request still fills), waiting RETRY_S, then twice
+                                   that, and so on. Defaults 4 and 120 (the last try about 30 min after
+                                   vLLM got healthy).
     AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL and the rest of the standard AWS
     environment (IRSA, Pod Identity) are read by boto3 itself.
 
@@ -121,6 +139,7 @@ import importlib.util
 import json
 import os
 import platform
+import queue
 import re
 import secrets
 import shutil
@@ -133,6 +152,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Mapping
 
@@ -143,7 +163,22 @@ from typing import Any, Callable, Mapping
 FORMAT_VERSION = 2
 EVENT = "warmstart.compile_cache"
 STATE_DIRNAME = ".warmstart"
-DEFAULT_CACHE_PATHS = ("inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile")
+DEFAULT_CACHE_PATHS = (
+    "inductor", "triton", "vllm/torch_compile_cache", "vllm/torch_aot_compile",
+    # vLLM's startup plan, $VLLM_CACHE_ROOT/startup_plan/startup_plan_<fingerprint>.json
+    # (vllm/v1/worker/startup_plan.py, https://github.com/vllm-project/vllm/pull/47388). A plan
+    # whose fingerprint or free-memory baseline does not match is ignored by vLLM, so a foreign
+    # one costs nothing.
+    "vllm/startup_plan",
+    # DeepGEMM and vLLM's FlashInfer autotune results, both under $VLLM_CACHE_ROOT in vLLM 0.33.
+    "vllm/deep_gemm", "vllm/flashinfer_autotune_cache",
+    # $FLASHINFER_WORKSPACE_BASE/.cache/flashinfer/<version>/<arch>: JIT ops, cubins, autotune.
+    "flashinfer/.cache/flashinfer",
+    # $CUDA_CACHE_PATH: the driver's PTX JIT cache (the driver version is a key factor).
+    "nv/ComputeCache",
+    # $TVM_FFI_CACHE_DIR and $TILELANG_CACHE_DIR (TileLang's scratch, tilelang/tmp, is not cache).
+    "tvm-ffi", "tilelang/cache",
+)
 TRITON_DISTS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
 _CHUNK = 1 << 20
 _STABLE_TRIES = 3
@@ -155,6 +190,10 @@ MANIFEST_MEMBER = f"{STATE_DIRNAME}/manifest.json"
 _MAX_HEADER_BYTES = 16 << 10
 #: Temp files of a dead process that carry no key lease (older layouts) are removed after this.
 _STALE_TEMP_S = 3600
+#: The restore unpacks while it downloads, so each file it writes adds this to the download's
+#: bound: at most WARMSTART_MAX_FILES x 5 ms (500 s for 100000 files). Writing an empty file took
+#: about 1-2 ms on a loaded 2-core machine here.
+_EXTRACT_S_PER_FILE = 0.005
 
 
 class ConfigError(ValueError):
@@ -188,7 +227,9 @@ class Settings:
     tp: int
     image: str
     compile_fingerprint: str
+    startup_plan_fingerprint: str
     accelerator: str | None
+    gpu_driver: str | None
     state_file: Path | None
     weights_choice_file: Path | None
     cache_paths: tuple[str, ...]
@@ -201,6 +242,8 @@ class Settings:
     health_timeout_s: float
     poll_interval_s: float
     settle_s: float
+    publish_retries: int
+    publish_retry_s: float
     region: str | None
 
     @classmethod
@@ -247,7 +290,9 @@ class Settings:
             tp=number("WARMSTART_TP", 1, integer=True, minimum=1),
             image=text("WARMSTART_IMAGE", required=True),
             compile_fingerprint=text("WARMSTART_COMPILE_FINGERPRINT", "none"),
+            startup_plan_fingerprint=text("WARMSTART_STARTUP_PLAN_FINGERPRINT", "none"),
             accelerator=text("WARMSTART_ACCELERATOR") or None,
+            gpu_driver=text("WARMSTART_GPU_DRIVER") or None,
             state_file=Path(state_file) if state_file else None,
             weights_choice_file=Path(choice_file) if choice_file else None,
             cache_paths=paths or DEFAULT_CACHE_PATHS,
@@ -260,6 +305,8 @@ class Settings:
             health_timeout_s=number("WARMSTART_HEALTH_TIMEOUT_S", 7200),
             poll_interval_s=number("WARMSTART_POLL_INTERVAL_S", 5, minimum=0.01),
             settle_s=number("WARMSTART_SETTLE_S", 10),
+            publish_retries=number("WARMSTART_PUBLISH_RETRIES", 4, integer=True),
+            publish_retry_s=number("WARMSTART_PUBLISH_RETRY_S", 120),
             region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
         )
         if problems:
@@ -373,6 +420,43 @@ def detect_accelerator(override: str | None, cuda_build: str | None, *, which: C
     return f"cpu-{platform.machine() or 'unknown'}"
 
 
+#: Where the loaded NVIDIA kernel module states its version: both belong to the host's kernel,
+#: so a container reads the node's driver there without running nvidia-smi a second time.
+DRIVER_VERSION_FILES = (Path("/sys/module/nvidia/version"), Path("/proc/driver/nvidia/version"))
+_DRIVER_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+
+
+def detect_gpu_driver(override: str | None, accelerator_override: str | None,
+                      files: tuple[Path, ...] = DRIVER_VERSION_FILES) -> str:
+    """The NVIDIA driver version, a key factor: the CUDA driver's JIT cache
+    ($CUDA_CACHE_PATH) holds code the driver compiled for itself, so a cache from another driver
+    is dead weight at best. Read from the kernel module's files, without a process; `none`
+    without an NVIDIA driver, `unknown` when the files cannot be read, and `unspecified` when the
+    accelerator is given by WARMSTART_ACCELERATOR (tests) and the driver is not."""
+    if override:
+        return override
+    if accelerator_override:
+        return "unspecified"
+    present = False
+    for path in files:
+        try:
+            with open(path, "rb") as fh:
+                text = fh.read(4096).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except OSError:
+            present = True
+            continue
+        present = True
+        line = text.strip().splitlines()[0] if text.strip() else ""
+        if "NVRM" in line:  # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  <date>"
+            line = line.split("Kernel Module", 1)[-1]
+        m = _DRIVER_VERSION.search(line)
+        if m:
+            return m.group(1)
+    return "unknown" if present else "none"
+
+
 #: Largest choice file read (the picker writes about 200 bytes).
 _MAX_CHOICE_BYTES = 64 << 10
 _MAX_WEIGHTS_PATH = 1024
@@ -410,9 +494,10 @@ def weights_factor(choice_file: Path | None) -> str:
 
 def compute_factors(settings: Settings) -> dict[str, Any]:
     """Everything that makes a compile cache unusable elsewhere when it differs: accelerator and
-    compute capability, TP, model, image, the torch build, Triton, vLLM, CUDA, Python, the
-    compile-relevant vLLM arguments, where the weights are loaded from (`weights_factor`) and
-    this tool's format. Sources: "Considerations for
+    compute capability (also FlashInfer's `<arch>` folders), TP, model, image (which pins the
+    FlashInfer, DeepGEMM, TVM-FFI and TileLang versions), the torch build, Triton, vLLM, CUDA,
+    Python, the NVIDIA driver (the CUDA JIT cache), the compile-relevant vLLM arguments, where
+    the weights are loaded from (`weights_factor`) and this tool's format. Sources: "Considerations for
     cross-node caching" in AWS's
     https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html,
     and the factors vLLM hashes,
@@ -439,6 +524,8 @@ def compute_factors(settings: Settings) -> dict[str, Any]:
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         "compile_fingerprint": settings.compile_fingerprint,
         "weights": weights_factor(settings.weights_choice_file),
+        "gpu_driver": detect_gpu_driver(settings.gpu_driver, settings.accelerator),
+        "startup_plan": settings.startup_plan_fingerprint,
     }
 
 
@@ -470,6 +557,9 @@ class Outcome:
     seconds: float | None = None
     reason: str | None = None
     waited_s: float | None = None
+    compile_dirs: list[str] | None = None
+    """restore: vLLM's torch.compile hash directories the node holds after this restore (or hit),
+    so the cold-start report can tell a hash mismatch from a failed load when vLLM compiles anyway."""
 
     def line(self) -> str:
         record = {"event": EVENT, "phase": self.phase, "result": self.result, "key": self.key,
@@ -478,7 +568,31 @@ class Outcome:
                   "reason": None if self.reason is None else self.reason[:600]}
         if self.waited_s is not None:
             record["waited_s"] = round(self.waited_s, 3)
+        if self.compile_dirs is not None:
+            record["compile_dirs"] = self.compile_dirs
         return json.dumps(record, separators=(",", ":"))
+
+
+#: Where vLLM puts its per-hash compile directories: `torch_compile_cache/<hash10>` (piecewise) and
+#: `torch_compile_cache/torch_aot_compile/<sha256>` (AOT, vllm/compilation/decorators.py in 0.33).
+_COMPILE_HASH_PARENTS = ("vllm/torch_compile_cache", "vllm/torch_compile_cache/torch_aot_compile",
+                         "vllm/torch_aot_compile")
+_MAX_COMPILE_DIRS = 32
+
+
+def compile_dirs(cache_dir: Path) -> list[str]:
+    """The hash directories of vLLM's torch.compile cache on the node (at most 32, sorted)."""
+    found: set[str] = set()
+    for parent in _COMPILE_HASH_PARENTS:
+        try:
+            with os.scandir(cache_dir / parent) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False) and entry.name != "torch_aot_compile" \
+                            and not _ephemeral(entry.name):
+                        found.add(f"{parent}/{entry.name}"[len("vllm/"):][:120])
+        except OSError:
+            continue
+    return sorted(found)[:_MAX_COMPILE_DIRS]
 
 
 def _emit(outcome: Outcome) -> None:
@@ -699,6 +813,10 @@ class _Budget:
         """The bound, once the operation knows its size (a download from its Content-Length)."""
         self.bound_s = bound_s
 
+    def extend(self, seconds: float) -> None:
+        """More time for local work the operation does as it goes (a file it unpacked)."""
+        self.bound_s += seconds
+
     def check(self) -> None:
         if self.abandoned.is_set():
             raise DeadlineExceeded(f"{self.what}: abandoned at its deadline")
@@ -826,8 +944,10 @@ def _missing_bucket(settings: Settings) -> Misconfigured:
 
 def _ephemeral(name: str) -> bool:
     """Files a compiler is still writing or that only coordinate processes: inductor writes
-    `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`."""
-    return name.endswith((".tmp", ".lock")) or name.startswith("tmp.pid_")
+    `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`;
+    FlashInfer appends its build log, `flashinfer_jit.log`, to its workspace
+    (flashinfer/jit/core.py), a log and not a cache."""
+    return name.endswith((".tmp", ".lock", ".log")) or name.startswith("tmp.pid_")
 
 
 def snapshot(settings: Settings) -> dict[str, tuple[int, int, bool]]:
@@ -960,8 +1080,12 @@ def _parse_manifest(data: bytes, settings: Settings, key_hash: str) -> dict[str,
     return files
 
 
-def extract_archive(archive: Path, dest: Path, settings: Settings, key_hash: str) -> int:
+def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_hash: str,
+                    budget: _Budget | None = None) -> int:
     """Extract into `dest` (an empty staging dir) what the publisher vouched for, or refuse it all.
+
+    `archive` is a file, or a stream read once from start to end (the download itself, so that
+    unpacking overlaps the transfer); `budget` is checked before every member.
 
     Members are written one by one with O_EXCL|O_NOFOLLOW rather than with extractall, so no
     link, device, absolute path or `..` can place anything outside `dest`, whatever Python's
@@ -975,8 +1099,12 @@ def extract_archive(archive: Path, dest: Path, settings: Settings, key_hash: str
     seen: dict[str, tuple[int, str, bool]] = {}
     manifest: dict[str, tuple[int, str, bool]] | None = None
     total = 0
-    with tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) as tar:
+    opened = (tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) if isinstance(archive, (str, Path)) else
+              tarfile.open(fileobj=archive, mode="r|gz", tarinfo=_BoundedTarInfo, bufsize=_CHUNK))
+    with opened as tar:
         while True:
+            if budget is not None:
+                budget.check()
             member = tar.next()
             # tarfile keeps every header it has read (for getmembers); they are not needed here.
             tar.members.clear()
@@ -1017,6 +1145,8 @@ def extract_archive(archive: Path, dest: Path, settings: Settings, key_hash: str
             os.chmod(target, 0o755 if executable else 0o644)
             os.utime(target, (member.mtime, member.mtime))
             seen[name] = (written, sha, executable)
+            if budget is not None:
+                budget.extend(_EXTRACT_S_PER_FILE)
     if manifest is None:
         raise CacheError("archive has no manifest: the publisher vouched for none of its files")
     unvouched = sorted(set(seen) - set(manifest))
@@ -1110,7 +1240,45 @@ def _record_outcome(settings: Settings | None, outcome: Outcome) -> None:
         pass
 
 
+STARTUP_PLAN_DIR = "vllm/startup_plan"
+
+
+def guard_startup_plans(settings: Settings) -> str | None:
+    """Drop the node's startup plans when this pod's WARMSTART_STARTUP_PLAN_FINGERPRINT differs
+    from the one recorded by the last pod of the model on the node, under the node lock. vLLM
+    applies a plan whose own fingerprint matches, and that fingerprint leaves out
+    --gpu-memory-utilization (vllm/v1/worker/startup_plan.py): a plan kept across such a change
+    would size the KV cache for the old setting. A dropped plan costs one profiling run. Returns
+    a note for the log line, or None; never raises."""
+    record = settings.state_dir / "startup-plan.json"
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+        with NodeLock(settings.state_dir, settings.lock_timeout_s):
+            try:
+                recorded = json.loads(record.read_text()).get("fingerprint")
+            except (OSError, ValueError, AttributeError):
+                recorded = None
+            if recorded == settings.startup_plan_fingerprint:
+                return None
+            plans = settings.cache_dir / STARTUP_PLAN_DIR
+            held = plans.is_dir() and not plans.is_symlink() and any(plans.iterdir())
+            _remove(plans)
+            _write_json_atomic(record, {"fingerprint": settings.startup_plan_fingerprint})
+            return "startup plans of other memory settings removed from the node" if held else None
+    except (OSError, CacheError) as exc:
+        return f"startup plans not checked: {describe_error(exc)}"
+
+
 def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
+    note = guard_startup_plans(settings)
+    try:
+        _restore_cache(settings, client, outcome)
+    finally:
+        if note:
+            outcome.reason = f"{outcome.reason}; {note}" if outcome.reason else note
+
+
+def _restore_cache(settings: Settings, client: Any, outcome: Outcome) -> None:
     if not settings.bucket:
         outcome.result, outcome.reason = "skipped", "WARMSTART_CACHE_BUCKET is empty: pre-warm is off"
         return
@@ -1121,6 +1289,7 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
     held = _node_has(settings, key)
     if held:
         outcome.result, outcome.reason = "hit", held
+        outcome.compile_dirs = compile_dirs(settings.cache_dir)
         return
     # One download per key per node: the others wait for it (it ends within its bound), then hit.
     fetching = _acquire(FileLock(settings.state_dir / f"fetch-{key_hash}.lock", settings.lock_timeout_s,
@@ -1131,17 +1300,16 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
         held = _node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "hit", held
+            outcome.compile_dirs = compile_dirs(settings.cache_dir)
             return
         _clean_stale_temp(settings, own=("restore", key_hash))
         base = settings.state_dir / f"tmp-restore-{key_hash}-{secrets.token_hex(6)}"
-        tmp_archive, staging = base.with_name(base.name + ".tar.gz"), base.with_name(base.name + ".d")
+        staging = base.with_name(base.name + ".d")
         try:
-            size = _download_verified(settings, client or make_client(settings), key, key_hash, tmp_archive, outcome)
-            if size is None:
+            fetched = _download_extracted(settings, client or make_client(settings), key, key_hash, staging, outcome)
+            if fetched is None:
                 return
-            staging.mkdir()
-            files = extract_archive(tmp_archive, staging, settings, key_hash)
-            _remove(tmp_archive)
+            size, files = fetched
             # The node lock only for the renames: local, milliseconds. Never across network I/O.
             lock = _lock_node(settings, outcome)
             if lock is None:
@@ -1160,8 +1328,8 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
                 lock.__exit__()
             outcome.result, outcome.bytes, outcome.files = "restored", size, files
             outcome.reason = note
+            outcome.compile_dirs = compile_dirs(settings.cache_dir)
         finally:
-            _remove(tmp_archive)
             _remove(staging)
     finally:
         fetching.__exit__()
@@ -1185,14 +1353,97 @@ def _check_metadata(meta: Mapping[str, str], key_hash: str, length: Any, setting
         raise CacheError(f"object is {length} bytes but was published as {meta.get('warmstart-bytes')} (truncated)")
 
 
-def _download_verified(settings: Settings, client: Any, key: str, key_hash: str, dest: Path,
-                       outcome: Outcome) -> int | None:
-    """Download to `dest` and check it against the size and sha256 the publisher recorded,
-    within Settings.bound_s: the base until the response headers, then base + Content-Length /
-    floor rate from the start. None when there is no object (a miss)."""
-    budget = _Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
+class _VerifyingReader:
+    """The object's body as the extraction reads it: never more than its Content-Length, each
+    read checked against the budget, every byte hashed, so the whole object is verified against
+    the publisher's sha256 once it has been read."""
 
-    def fetch(budget: _Budget) -> tuple[int, str, str]:
+    _AHEAD = 32  # chunks read ahead of the extraction: 2 MiB in flight at most
+
+    def __init__(self, body: Any, length: int, budget: _Budget):
+        self._body, self._length, self._budget = body, length, budget
+        self.digest, self.count = hashlib.sha256(), 0
+        # The network is read on its own thread, so the transfer goes on while the extraction
+        # unpacks and writes (both mostly outside the GIL).
+        self._chunks: "queue.Queue[bytes | BaseException]" = queue.Queue(self._AHEAD)
+        self._pending = b""
+        self._done = False
+        self._stop = threading.Event()
+        self._filler = threading.Thread(target=self._fill, name="warmstart-read-ahead", daemon=True)
+        self._filler.start()
+
+    def _stopped(self) -> bool:
+        return self._stop.is_set() or self._budget.abandoned.is_set()
+
+    def _put(self, item: "bytes | BaseException") -> None:
+        while not self._stopped():
+            try:
+                self._chunks.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def _fill(self) -> None:
+        try:
+            while not self._stopped():
+                # 64 KiB reads: a read returns only when full, and the budget is checked between.
+                data = self._body.read(64 << 10)
+                self._put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the extracting thread
+            self._put(exc)
+
+    def close(self) -> None:
+        """Stop reading ahead; the body may be closed once this returns."""
+        self._stop.set()
+        self._filler.join(timeout=1)  # a read stuck on the socket ends when the body is closed
+
+    def _next(self) -> bytes:
+        while True:
+            self._budget.check()
+            try:
+                item = self._chunks.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            return item
+
+    def read(self, n: int = -1) -> bytes:
+        self._budget.check()
+        if not self._pending and not self._done:
+            self._pending = self._next()
+            self._done = not self._pending
+        want = len(self._pending) if n is None or n < 0 else n
+        data, self._pending = self._pending[:want], self._pending[want:]
+        self.count += len(data)
+        if self.count > self._length:
+            raise CacheError(f"more than the {self._length} bytes expected (WARMSTART_MAX_BYTES={self._length} at most)")
+        self.digest.update(data)
+        return data
+
+    def drain(self) -> None:
+        """Read what the extraction left (tar padding, the gzip trailer), so all of it is hashed."""
+        while self.read(64 << 10):
+            pass
+
+
+def _corrupt(sha: str, expected: str) -> CacheError:
+    return CacheError(f"object sha256 {sha[:12]}... does not match the published {expected[:12]}... (corrupt)")
+
+
+def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str, staging: Path,
+                        outcome: Outcome) -> tuple[int, int] | None:
+    """Download the object and unpack it into `staging` as it arrives (extract_archive), then
+    check the whole object against the size and sha256 the publisher recorded; nothing in
+    `staging` is installed unless both match. Within Settings.bound_s: the base until the
+    response headers, then base + Content-Length / floor rate from the start. (bytes, files),
+    or None when there is no object (a miss)."""
+    budget = _Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
+    readers: list[_VerifyingReader] = []
+
+    def fetch(budget: _Budget) -> tuple[int, int]:
         response = client.get_object(Bucket=settings.bucket, Key=key)
         body = response["Body"]
         try:
@@ -1202,16 +1453,39 @@ def _download_verified(settings: Settings, client: Any, key: str, key_hash: str,
             length = response.get("ContentLength")
             _check_metadata(meta, key_hash, length, settings)
             budget.allow(settings.bound_s(length))
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                # 64 KiB reads: a read returns only when full, and the budget is checked between.
-                size, sha = _write_stream(body.read, out, length, budget, chunk=64 << 10)
+            expected = meta["warmstart-sha256"]
+            reader = _VerifyingReader(body, length, budget)
+            readers.append(reader)
+            staging.mkdir()
+            try:
+                files = extract_archive(reader, staging, settings, key_hash, budget)
+                reader.drain()
+            except (tarfile.TarError, EOFError, ValueError, zlib.error, CacheError) as exc:
+                # A damaged object usually fails as an archive first: say so when its bytes are
+                # not the published ones, else the archive's own reason.
+                if isinstance(exc, DeadlineExceeded):
+                    raise
+                try:
+                    reader.drain()
+                except Exception:  # noqa: BLE001 - the first failure is the one to report
+                    raise exc from None
+                if reader.digest.hexdigest() != expected:
+                    raise _corrupt(reader.digest.hexdigest(), expected) from exc
+                raise
+            if reader.count != length:
+                raise CacheError(f"object ended after {reader.count} of its {length} bytes (truncated)")
+            if reader.digest.hexdigest() != expected:
+                raise _corrupt(reader.digest.hexdigest(), expected)
+            return length, files
         finally:
+            for r in readers:
+                r.close()
             body.close()
-        return size, sha, meta["warmstart-sha256"]
+            if budget.abandoned.is_set():  # the waiting thread has given up: leave nothing behind
+                _remove(staging)
 
     try:
-        size, sha, expected_sha = _bounded(budget, fetch)
+        return _bounded(budget, fetch)
     except Exception as exc:
         if _is_missing_bucket(exc):
             raise _missing_bucket(settings) from exc
@@ -1219,9 +1493,6 @@ def _download_verified(settings: Settings, client: Any, key: str, key_hash: str,
             outcome.result, outcome.reason = "miss", "no cache published for this key yet"
             return None
         raise
-    if sha != expected_sha:
-        raise CacheError(f"object sha256 {sha[:12]}... does not match the published {expected_sha[:12]}... (corrupt)")
-    return size
 
 
 def _write_state_file(settings: Settings, key: str, factors: Mapping[str, Any]) -> str | None:
@@ -1419,6 +1690,29 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
         publishing.__exit__()
 
 
+_KEPT_CHANGING = "cache kept changing"
+
+
+def publish_until_settled(settings: Settings | None = None, *, client: Any = None,
+                          sleep: Callable[[float], None] = time.sleep) -> Outcome:
+    """The sidecar's publish: once vLLM is healthy, and again after WARMSTART_PUBLISH_RETRY_S
+    (doubling, WARMSTART_PUBLISH_RETRIES times) while the cache keeps changing. Besides the
+    compile cache the archive carries JIT caches (FlashInfer, the CUDA driver's) that a first
+    request may still fill after /health; one busy minute must not cost the node's whole publish.
+    Each try logs its own line. Never raises."""
+    outcome = publish(settings, client=client)
+    try:
+        settings = settings or Settings.from_env()
+    except ConfigError:
+        return outcome
+    for attempt in range(settings.publish_retries):
+        if outcome.result != "skipped" or not (outcome.reason or "").startswith(_KEPT_CHANGING):
+            break
+        sleep(settings.publish_retry_s * 2 ** attempt)
+        outcome = publish(settings, client=client, wait=False)  # vLLM answered /health already
+    return outcome
+
+
 def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
     """Remember that the bucket has this key, so a restarted sidecar does not publish again."""
     try:
@@ -1461,7 +1755,7 @@ def _stable_archive(settings: Settings, out: Path, key_hash: str, outcome: Outco
             return entries
         _remove(out)
     outcome.result = "skipped"
-    outcome.reason = (f"cache kept changing: {_STABLE_TRIES} tries found a file that changed within "
+    outcome.reason = (f"{_KEPT_CHANGING}: {_STABLE_TRIES} tries found a file that changed within "
                       f"WARMSTART_SETTLE_S={settings.settle_s:g} s or while it was archived")
     return None
 
@@ -1505,9 +1799,11 @@ def main(argv: list[str] | None = None) -> int:
         restore()
         return 0
     if args.command == "publish":
-        publish()
-        if not args.once:
-            _idle_forever()
+        if args.once:
+            publish()
+            return 0
+        publish_until_settled()
+        _idle_forever()
         return 0
     try:
         settings = Settings.from_env()
