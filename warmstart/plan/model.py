@@ -190,4 +190,5 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         load=load,
         weights_digest=digest,
         priority_class_name=m.priority_class_name,
+        node_cache_content_check=m.node_cache_content_check,
     )

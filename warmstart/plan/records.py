@@ -51,6 +51,8 @@ class ServingPlan:
     """Immutable name of this version of the weights: the node directory and label value."""
     priority_class_name: str | None = None
     """The serving pods' PriorityClass; None: the cluster's default."""
+    node_cache_content_check: staging.ContentCheck = "auto"
+    """How the stager checks a staged copy's bytes (`nodeCacheContentCheck`)."""
 
     @property
     def staged(self) -> bool:
