@@ -51,6 +51,8 @@ Environment (read once, in Settings.from_env):
     WARMSTART_MAX_CONCURRENCY   transfer threads (parts and files). Default 16.
     WARMSTART_PART_BYTES        multipart threshold and part size. Default 64 MiB (S3's minimum is 5 MiB).
     WARMSTART_RETRIES           attempts per file (and per Hub listing or download). Default 3.
+    WARMSTART_SMALL_READ_S      the most one small JSON read (manifest, index, config) may take,
+                                all its attempts together. Default 60.
     WARMSTART_TERMINATION_LOG   where the failure reason is written for `kubectl describe` and
                                 `pulumi up`. Default /dev/termination-log where it exists (in a pod).
     HF_TOKEN, HF_ENDPOINT, HF_HUB_*  read by huggingface_hub itself.
@@ -65,7 +67,7 @@ Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a re
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
        total disagrees with weightsGiB, stray shards at the destination
     5  a transfer still failed after its retries, a small file's read was cut short on every
-       attempt, or the scratch disk is too small
+       attempt or took longer than WARMSTART_SMALL_READ_S, or the scratch disk is too small
     143  SIGTERM (the Job's deadline, a node drain): in-flight transfers are cancelled, nothing
        is recorded as complete, the next run resumes
     1  anything else (a bug: the log line has the exception)
@@ -185,6 +187,8 @@ class Settings:
     retries: int
     region: str | None
     termination_log: Path | None
+    small_read_s: float = 60.0
+    """WARMSTART_SMALL_READ_S: the most one small JSON read may take, all its attempts together."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -247,6 +251,7 @@ class Settings:
             retries=number("WARMSTART_RETRIES", 3, integer=True, minimum=1),
             region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
             termination_log=term,
+            small_read_s=number("WARMSTART_SMALL_READ_S", SMALL_READ_S, minimum=1),
         )
         if (s3_bucket is not None and settings.dest_bucket == s3_bucket
                 and (f"{s3_prefix}/".startswith(f"{prefix}/") or f"{prefix}/".startswith(f"{s3_prefix}/"))):
@@ -433,7 +438,10 @@ def parse_json(body: bytes) -> Any:
 
 def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> bytes | None:
     """One GET of a small object: its bytes (at most MAX_JSON_BYTES + 1), None when there is
-    none. Raises Truncated when the body disagrees with its Content-Length or the listed size."""
+    none. Raises Truncated when the body disagrees with its Content-Length or the listed size.
+    A response without a Content-Length (`Transfer-Encoding: chunked`, as a proxy or gateway
+    that streams sends it, https://www.rfc-editor.org/rfc/rfc9112#section-6.1) is framed by its
+    chunks: a body cut short lacks the last chunk, which the HTTP client reports as an error."""
     try:
         response = client.get_object(Bucket=bucket, Key=key)
     except Exception as exc:
@@ -443,8 +451,9 @@ def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> byte
         raise
     stream = response["Body"]
     try:
-        length = int(response.get("ContentLength") or 0)
-        if length > MAX_JSON_BYTES or (expected is not None and expected > MAX_JSON_BYTES):
+        given = response.get("ContentLength")
+        length = int(given) if given is not None else None
+        if (length or 0) > MAX_JSON_BYTES or (expected is not None and expected > MAX_JSON_BYTES):
             return b" " * (MAX_JSON_BYTES + 1)  # over the limit: parse_json refuses it
         try:
             body = stream.read(MAX_JSON_BYTES + 1)
@@ -454,26 +463,59 @@ def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> byte
             raise Truncated(f"reading {key} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         stream.close()
-    if len(body) != length or (expected is not None and len(body) != expected):
+    if (length is not None and len(body) != length) or (expected is not None and len(body) != expected):
         raise Truncated(f"{key}: read {len(body)} bytes, Content-Length {length}"
                         + (f", listed {expected}" if expected is not None else ""))
     return body
 
 
-def read_json(client: Any, bucket: str, key: str, expected: int | None = None, retries: int = 3) -> Any | None:
+#: The most one small read may take, all attempts together (WARMSTART_SMALL_READ_S): botocore's
+#: read_timeout bounds each socket read, not a body trickled a byte at a time.
+SMALL_READ_S = 60.0
+
+
+def _within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() in a thread of its own, or TimeoutError after `seconds` (the thread is left to end
+    with its connection; it holds nothing else)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True, name="warmstart-small-read")
+    t.start()
+    t.join(max(0.0, seconds))
+    if t.is_alive():
+        raise TimeoutError(f"not read within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def read_json(client: Any, bucket: str, key: str, expected: int | None = None, retries: int = 3,
+              deadline_s: float = SMALL_READ_S) -> Any | None:
     """A small JSON object, or None when there is none; {UNREADABLE: why} when it is not one
     this script may read (see parse_json). A body cut short (against its Content-Length, or
     `expected`, the size the listing gave) is read again, `retries` attempts in all, then a
     TransferError (exit 5, the Job retries): a transient fault is never a verdict on the file.
-    A missing bucket is not "none": it raises (NoSuchBucket), so the caller reports it."""
-    last: Truncated | None = None
+    All attempts together take at most `deadline_s` (a stalled or trickled body is a
+    TransferError then). A missing bucket is not "none": it raises (NoSuchBucket), so the caller
+    reports it."""
+    last: Exception | None = None
+    end = time.monotonic() + deadline_s
     for attempt in range(1, max(1, retries) + 1):
         try:
-            body = _read_body(client, bucket, key, expected)
+            body = _within(end - time.monotonic(), lambda: _read_body(client, bucket, key, expected))
+        except TimeoutError as exc:
+            raise TransferError(f"s3://{bucket}/{key} was not read within {deadline_s:g} s "
+                                f"(WARMSTART_SMALL_READ_S; a stalled or trickling connection): {last or exc}") from None
         except Truncated as exc:
             last = exc
             if attempt < retries:
-                time.sleep(min(2 ** attempt, 30) / 4)
+                time.sleep(max(0.0, min(min(2 ** attempt, 30) / 4, end - time.monotonic())))
             continue
         return None if body is None else parse_json(body)
     raise TransferError(f"s3://{bucket}/{key} was cut short on every one of {retries} reads: {last}")
@@ -642,7 +684,7 @@ class S3Source:
 
     def read_json(self, name: str, size: int | None = None) -> Any | None:
         return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}", size,
-                         self.settings.retries)
+                         self.settings.retries, self.settings.small_read_s)
 
     def copy(self, files: list[SourceFile], manager: Any) -> int:
         s, sizes = self.settings, {f.name: f.bytes for f in files}
@@ -930,7 +972,8 @@ def run(settings: Settings, client: Any = None) -> int:
         # document this script wrote (corrupt, nested, foreign) vouches for nothing: the import
         # goes on as over another import's files (everything copied), never fails on it.
         manifest = read_json(client, s.dest_bucket, s.dest_key(MANIFEST_NAME),
-                             dest[MANIFEST_NAME]["bytes"] if MANIFEST_NAME in dest else None, s.retries)
+                             dest[MANIFEST_NAME]["bytes"] if MANIFEST_NAME in dest else None, s.retries,
+                             s.small_read_s)
     except Exception as exc:
         return _fail(s, phase, AccessError(f"cannot read the destination {s.destination}: {describe_error(exc)}")
                      if is_permanent_s3(exc) else exc)
@@ -1039,7 +1082,7 @@ def run(settings: Settings, client: Any = None) -> int:
             raise VerifyError(f"{s.model}: after the copy {s.destination} lacks or has other sizes for "
                               f"{', '.join(sorted(wrong)[:8])}")
         dest_index = read_json(client, s.dest_bucket, s.dest_key(INDEX_NAME), int(dest[INDEX_NAME]["bytes"]),
-                               s.retries) if INDEX_NAME in files and INDEX_NAME in dest else None
+                               s.retries, s.small_read_s) if INDEX_NAME in files and INDEX_NAME in dest else None
         check_files(s, {n: int(v["bytes"]) for n, v in dest.items() if n in files}, dest_index,
                     f"the destination {s.destination}")
     except Exception as exc:  # noqa: BLE001
