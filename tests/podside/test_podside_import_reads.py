@@ -11,7 +11,7 @@ import pytest
 
 from tests.podside.faults import FaultProxy, Rule, get_of
 from tests.podside.servers import S3Server
-from tests.support.weights_import import DST, Job, assert_copied
+from tests.support.weights_import import DST, WANTED, Job, assert_copied
 from tests.podside.servers import BUCKET
 from warmstart.podside import weights_import as wi
 
@@ -56,3 +56,59 @@ def test_a_trickled_index_ends_at_the_small_read_deadline(s3_job, prefix, proxy)
     assert took < 40, took  # before: one read of the whole index, minutes
     from tests.support.weights_import import objects
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
+
+
+# --------------------------------------------------------------------------------------------
+# Item 4: same-size files of unknown origin at the destination
+
+
+def test_same_size_files_without_a_manifest_are_copied_not_trusted(s3_job, prefix):
+    """Another revision's files (same names, same sizes, other bytes) at the destination and no
+    manifest: before, they were kept and a complete manifest vouched for them."""
+    from tests.support.weights_import import model_files, put_tree
+
+    job, files = s3_job
+    other = model_files(seed=9)
+    assert {n: len(b) for n, b in other.items()} == {n: len(b) for n, b in files.items()}
+    put_tree(job.server, BUCKET, f"{DST}/{prefix}", {n: b for n, b in other.items() if wi.wanted(n)})
+    run = job.run(timeout=120)
+    assert run.returncode == wi.EXIT_OK, (run.stdout, run.stderr)
+    # Every file whose bytes differ is copied; the ones that are equal (S3's ETags agree) are not.
+    assert run.phase("plan")["to_copy"] == sum(other[n] != files[n] for n in WANTED) >= 4, run.phase("plan")
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+def test_files_of_unknown_origin_with_the_sources_etags_are_proven_and_kept(s3_job, prefix):
+    """The same bytes already there (an earlier copy by hand): the ETags S3 computed agree with
+    the source's, so they are not copied again."""
+    from tests.support.weights_import import put_tree
+
+    job, files = s3_job
+    put_tree(job.server, BUCKET, f"{DST}/{prefix}", {n: b for n, b in files.items() if wi.wanted(n)})
+    run = job.run(timeout=120)
+    assert run.returncode == wi.EXIT_OK, (run.stdout, run.stderr)
+    assert run.phase("plan")["to_copy"] == 0, run.phase("plan")
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+
+
+def test_hub_same_size_files_of_another_revision_are_hashed_and_copied(hub_job, hub, prefix):
+    """From the Hub: a same-size file at the destination is proven by hashing it against the
+    Hub's sha256 (kept, not downloaded) or else downloaded and uploaded; the manifest records
+    every file's sha256."""
+    from tests.support.weights_import import model_files, put_tree, sha, body
+
+    job, files = hub_job
+    other = model_files(seed=9)
+    planted = {"model-00001-of-00003.safetensors": other["model-00001-of-00003.safetensors"],  # another revision's
+               "model-00002-of-00003.safetensors": files["model-00002-of-00003.safetensors"]}  # the same bytes
+    put_tree(job.server, "models", prefix, planted)
+    run = job.run()
+    assert run.returncode == wi.EXIT_OK, (run.stdout, run.stderr)
+    downloaded = {p.rsplit("/", 1)[-1] for p in hub.downloads()}
+    assert "model-00001-of-00003.safetensors" in downloaded and "model-00002-of-00003.safetensors" not in downloaded
+    manifest = assert_copied(job.server, "models", prefix, files)
+    recorded = {f["name"]: f.get("sha256") for f in manifest["files"]}
+    for name in planted:
+        assert recorded[name] == sha(files[name]), name
+    assert sha(body(job.server, "models", f"{prefix}/model-00001-of-00003.safetensors")) == \
+        sha(files["model-00001-of-00003.safetensors"])

@@ -641,6 +641,8 @@ class SourceFile:
     """The content's sha256 the source publishes (the Hub's LFS `oid`), checked after download."""
     git_sha1: str | None = None
     """The Hub's git blob id of a file kept in git (not LFS), checked after download."""
+    etag: str | None = None
+    """An S3 source object's ETag: a destination object with the same one holds the same bytes."""
 
 
 def file_sha256(path: Path) -> str:
@@ -680,7 +682,7 @@ class S3Source:
         if not found:
             raise VerifyError(f"the import source {s.source} holds no objects directly under its prefix; fix: "
                               "point import.s3 at the folder that holds config.json and the *.safetensors shards")
-        return {n: SourceFile(n, v["bytes"]) for n, v in found.items()}
+        return {n: SourceFile(n, v["bytes"], etag=v["etag"] or None) for n, v in found.items()}
 
     def read_json(self, name: str, size: int | None = None) -> Any | None:
         return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}", size,
@@ -697,6 +699,31 @@ class S3Source:
                             source_client=self.client)
 
         return transfer_all(s, manager, sorted(sizes), submit, "copying")
+
+
+def prove_by_hash(client: Any, bucket: str, key: str, f: SourceFile) -> str | None:
+    """The object's sha256 when its bytes are the ones the source publishes (`f.sha256`, or the
+    git blob id `f.git_sha1`), else None (also when it cannot be read: it is then copied)."""
+    sha = hashlib.sha256()
+    blob = hashlib.sha1(b"blob %d\0" % f.bytes) if f.git_sha1 else None
+    try:
+        stream = client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            seen = 0
+            for chunk in iter(lambda: stream.read(8 * MIB), b""):
+                seen += len(chunk)
+                sha.update(chunk)
+                if blob is not None:
+                    blob.update(chunk)
+        finally:
+            stream.close()
+    except Exception:  # noqa: BLE001 - unproven: copied
+        return None
+    if seen != f.bytes:
+        return None
+    if f.sha256:
+        return sha.hexdigest() if sha.hexdigest() == f.sha256 else None
+    return sha.hexdigest() if blob is not None and blob.hexdigest() == f.git_sha1 else None
 
 
 def _hub() -> Any:
@@ -1009,17 +1036,36 @@ def run(settings: Settings, client: Any = None) -> int:
         index = source.read_json(INDEX_NAME, picked[INDEX_NAME].bytes) if INDEX_NAME in picked else None
         weights, skipped = check_files(s, {n: f.bytes for n, f in picked.items()}, index, f"the source {s.source}")
         files = {n: f for n, f in picked.items() if n not in skipped}
-        # Sizes say whether a file is there already only for a copy of this same source. Over
-        # another import (an "incomplete" manifest) a file also needs another ETag than the one
-        # that import left: two revisions' shards often have the same size.
-        resumable = manifest is None or same_source
+        # Sizes say whether a file is there already only for a copy of this same source (its
+        # manifest, "incomplete" over another import's files, says so), and then only for a file
+        # whose ETag is not one that was there before it started: two revisions' shards often
+        # have the same size. Files of unknown origin (no manifest: an interrupted first import,
+        # an older tool, a hand copy) are proven or copied: from S3 by an ETag equal to the
+        # source's (S3 computes both from the bytes), from the Hub by hashing the object against
+        # the Hub's sha256 or git blob id (an S3 read instead of a Hub download).
+        resumable = same_source
         replaced = (manifest.get("replacing_etags") or {}) if same_source and manifest.get("status") == "incomplete" \
             else {}
         if not isinstance(replaced, dict):  # a hand-edited or foreign manifest: trust no ETag in it
             replaced = {}
-        todo = sorted((f for n, f in files.items()
-                       if not (resumable and n in dest and dest[n]["bytes"] == f.bytes
-                               and dest[n]["etag"] != replaced.get(n))), key=lambda f: f.name)
+
+        def present(n: str, f: SourceFile) -> bool:
+            if n not in dest or dest[n]["bytes"] != f.bytes:
+                return False
+            if f.etag and dest[n]["etag"] == f.etag:
+                return True
+            if resumable:
+                return dest[n]["etag"] != replaced.get(n)
+            if manifest is None and (f.sha256 or f.git_sha1):
+                got = prove_by_hash(client, s.dest_bucket, s.dest_key(n), f)
+                if got is not None:
+                    proven[n] = got
+                    return True
+            return False
+
+        proven: dict[str, str] = {}
+
+        todo = sorted((f for n, f in files.items() if not present(n, f)), key=lambda f: f.name)
         strays = sorted(n for n in dest if n.endswith(".safetensors") and n not in files)
         if strays and index is None:
             raise VerifyError(
@@ -1094,11 +1140,16 @@ def run(settings: Settings, client: Any = None) -> int:
     # manifest: last, and only now.
     phase = Phase("manifest", s.model)
     weights_bytes = sum(files[w].bytes for w in weights)
+    # A file an earlier run of this import uploaded was hashed against the Hub's sha256 before
+    # its upload: the Hub's value is its sha256 as much as this run's hashes are.
+    copied = {f.name for f in todo}
+    sha256s = {n: f.sha256 for n, f in files.items() if f.sha256 and n not in copied and resumable} \
+        | {n: v for n, v in proven.items() if n not in copied} | source.hashes
     record = {
         "format": FORMAT, "status": "complete", "model": s.model, "source": s.source, "revision": s.revision,
         "destination": s.destination,
         "files": [{"name": n, "key": s.dest_key(n), "bytes": int(dest[n]["bytes"]), "etag": dest[n]["etag"]}
-                  | ({"sha256": source.hashes[n]} if n in source.hashes else {}) for n in sorted(files)],
+                  | ({"sha256": sha256s[n]} if n in sha256s else {}) for n in sorted(files)],
         # The part size of this run's multipart copies and uploads: with it an object's ETag
         # (the MD5 of its parts' MD5s) can be recomputed from a copy of its bytes (weights_stage).
         "part_bytes": s.part_bytes,
