@@ -6,6 +6,8 @@ matches a request changes what happens to it:
 
     error     answer with an S3 error document (status, Code, Message) instead of forwarding;
     delay     hold the request this long, then forward it (an in-flight transfer);
+    hold      forward the request, then hold its response this long (the server has done it,
+              the client does not know yet);
     truncate  forward, then send back only part of the body with a matching Content-Length
               (a body cut short that the framing does not reveal: only a size check can);
     flip      forward, then flip one byte in the middle of the body (same length: only a
@@ -146,6 +148,10 @@ class FaultProxy(LoopbackServer):
             conn.close()
         except OSError as exc:
             return self._reply(h, 502, {}, str(exc).encode())
+        if rule is not None and rule.action == "hold":
+            with self._lock:
+                self.seen.append((h.command, h.path, "held"))
+            self._stop.wait(rule.delay_s)
         if rule is not None and rule.action == "truncate" and h.command == "GET":
             data = data[: int(len(data) * rule.keep)]
         if rule is not None and rule.action == "flip" and h.command == "GET" and data and resp.status < 300:

@@ -112,3 +112,49 @@ def test_hub_same_size_files_of_another_revision_are_hashed_and_copied(hub_job, 
         assert recorded[name] == sha(files[name]), name
     assert sha(body(job.server, "models", f"{prefix}/model-00001-of-00003.safetensors")) == \
         sha(files["model-00001-of-00003.safetensors"])
+
+
+# --------------------------------------------------------------------------------------------
+# Item 7: SIGTERM around the manifest's write
+
+
+def _manifest_put(method: str, path: str, headers: dict[str, str]) -> bool:
+    return method == "PUT" and path.split("?")[0].endswith(wi.MANIFEST_NAME)
+
+
+def _sigterm_when(proc, proxy: FaultProxy, action: str) -> tuple[int, list[dict]]:
+    import json
+    import signal
+
+    try:
+        assert proxy.wait_for(lambda s: s[2] == action, 90), "the manifest's write never reached the proxy"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    return proc.returncode, [json.loads(x) for x in out.splitlines() if x.strip()]
+
+
+def test_sigterm_just_after_the_manifest_reached_s3_says_the_import_is_complete(s3_job, prefix, proxy):
+    """S3 has stored the complete manifest, its answer is still on the way. Before: exit 143
+    "nothing was recorded as complete"; now the final line says what S3 holds."""
+    job, files = s3_job
+    proxy.add(Rule(_manifest_put, "hold", delay_s=60, times=1))
+    code, lines = _sigterm_when(through(job, proxy).spawn(), proxy, "held")
+    assert code == wi.EXIT_OK, lines
+    assert lines[-1]["phase"] == "done" and lines[-1]["result"] == "imported", lines
+    assert "complete manifest reached S3" in lines[-1]["reason"], lines
+    assert_copied(job.server, BUCKET, f"{DST}/{prefix}", files)
+    assert through(job, proxy).run(timeout=90).phase("done")["result"] == "unchanged"
+
+
+def test_sigterm_before_the_manifest_reached_s3_says_nothing_is_complete(s3_job, prefix, proxy):
+    job, files = s3_job
+    proxy.add(Rule(_manifest_put, "delay", delay_s=60, times=1))
+    code, lines = _sigterm_when(through(job, proxy).spawn(), proxy, "delay")
+    assert code == wi.EXIT_TERMINATED, lines
+    assert lines[-1]["phase"] == "done" and "holds no complete manifest" in lines[-1]["reason"], lines
+    from tests.support.weights_import import objects
+    assert wi.MANIFEST_NAME not in objects(job.server, BUCKET, f"{DST}/{prefix}")

@@ -69,7 +69,9 @@ Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a re
     5  a transfer still failed after its retries, a small file's read was cut short on every
        attempt or took longer than WARMSTART_SMALL_READ_S, or the scratch disk is too small
     143  SIGTERM (the Job's deadline, a node drain): in-flight transfers are cancelled, nothing
-       is recorded as complete, the next run resumes
+       is recorded as complete, the next run resumes. A SIGTERM after the complete manifest
+       reached S3 (looked up when its write was in flight) is 0: the import is complete. The
+       final line says which, and what S3 holds.
     1  anything else (a bug: the log line has the exception)
 
 Under faults: a JSON file (manifest, index, config) whose body disagrees with its Content-Length
@@ -1159,12 +1161,16 @@ def run(settings: Settings, client: Any = None) -> int:
         "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "copied_files": len(todo),
     }
+    # What a SIGTERM from here on reports depends on whether the manifest reached S3 (_terminated).
+    _MANIFEST.update(state="writing", client=client, settings=s, imported_at=record["imported_at"])
     try:
         client.put_object(Bucket=s.dest_bucket, Key=s.dest_key(MANIFEST_NAME), ContentType="application/json",
                           Body=json.dumps(record, indent=1, sort_keys=True).encode())
     except Exception as exc:  # noqa: BLE001
+        _MANIFEST["state"] = None
         return _fail(s, phase, AccessError(f"cannot write the manifest: {describe_error(exc)}")
                      if is_permanent_s3(exc) else exc)
+    _MANIFEST["state"] = "written"
     phase.result, phase.files, phase.bytes = "written", len(files), record["total_bytes"]
     emit(phase)
     emit(Phase("done", s.model, result="imported", files=len(todo), bytes=sum(f.bytes for f in todo),
@@ -1209,10 +1215,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportFailure as exc:
         code = _fail(settings, Phase("done", settings.model), exc)
     except Terminated:
-        code = _fail(settings, Phase("done", settings.model),
-                     Interrupted("terminated by SIGTERM (the Job's deadline or a node drain); nothing was "
-                                 "recorded as complete, a rerun resumes the copy"))
-    if Transfers.abandoned or code == EXIT_TERMINATED:
+        code = _terminated(settings)
+        terminated = True
+    else:
+        terminated = False
+    if Transfers.abandoned or code == EXIT_TERMINATED or terminated:
         # Cancelled transfers may still hold worker threads, which a normal exit joins.
         sys.stdout.flush()
         sys.stderr.flush()
@@ -1223,6 +1230,50 @@ def main(argv: list[str] | None = None) -> int:
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread wherever it waits (a BaseException, so no
     `except Exception` on the way swallows it)."""
+
+
+_MANIFEST: dict[str, Any] = {"state": None}
+"""The complete manifest's write: state None (not begun, or failed), "writing" (sent, no answer
+yet: S3 may hold it) or "written" (S3 answered), with what _terminated needs to look."""
+
+
+def _what_s3_holds(seconds: float = 5.0) -> str | None:
+    """The manifest's state as S3 has it now: "written" (this run's complete manifest is there),
+    None (it is not), "unknown" (it could not be read within `seconds`)."""
+    state = _MANIFEST.get("state")
+    if state != "writing":
+        return state
+    s: Settings = _MANIFEST["settings"]
+    try:
+        doc = read_json(_MANIFEST["client"], s.dest_bucket, s.dest_key(MANIFEST_NAME), None, 1, seconds)
+    except Exception:  # noqa: BLE001 - said as such
+        return "unknown"
+    ours = isinstance(doc, dict) and doc.get("status") == "complete" and doc.get("source") == s.source \
+        and doc.get("revision") == s.revision and doc.get("imported_at") == _MANIFEST.get("imported_at")
+    return "written" if ours else None
+
+
+def _sigterm_outcome(state: str | None, settings: Settings | None, extra: str = "") -> tuple[int, str]:
+    """(exit code, the final line's reason) of a SIGTERM, by what S3 holds."""
+    where = f"{settings.destination} " if settings else ""
+    if state == "written":
+        return EXIT_OK, (f"terminated by SIGTERM after the complete manifest reached S3{extra}: {where}holds a "
+                         "complete, verified import; a rerun copies nothing")
+    if state == "unknown":
+        return EXIT_TERMINATED, (f"terminated by SIGTERM (the Job's deadline or a node drain) while the complete "
+                                 f"manifest was being written{extra}; whether S3 holds it could not be read; a rerun "
+                                 "checks it and copies nothing if it does")
+    return EXIT_TERMINATED, (f"terminated by SIGTERM (the Job's deadline or a node drain){extra}; {where}holds no "
+                             "complete manifest (nothing was recorded as complete), a rerun resumes the copy")
+
+
+def _terminated(settings: Settings) -> int:
+    """The one final line after SIGTERM: what S3 holds, looked up when the manifest was in flight."""
+    code, reason = _sigterm_outcome(_what_s3_holds(), settings)
+    if code == EXIT_OK:
+        emit(Phase("done", settings.model, result="imported", reason=reason, extra={"exit_code": EXIT_OK}))
+        return EXIT_OK
+    return _fail(settings, Phase("done", settings.model), Interrupted(reason))
 
 
 #: After SIGTERM the process is gone by this many seconds, whatever its unwinding is doing: the
@@ -1242,18 +1293,20 @@ def _exit_by_deadline(deadline_s: float) -> None:
     """SIGTERM's backstop: the final record and exit 143, written without the locks the stuck
     main thread may hold (os.write, not sys.stdout)."""
     time.sleep(deadline_s)
-    reason = (f"terminated by SIGTERM (the Job's deadline or a node drain); the run did not wind down within "
-              f"{deadline_s:g} s, nothing was recorded as complete, a rerun resumes the copy")
-    phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), reason=reason, extra={"exit_code": EXIT_TERMINATED})
+    state = _MANIFEST.get("state")
+    code, reason = _sigterm_outcome("unknown" if state == "writing" else state, _MANIFEST.get("settings"),
+                                    f"; the run did not wind down within {deadline_s:g} s")
+    phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), result="imported" if code == EXIT_OK else "error",
+                  reason=reason, extra={"exit_code": code})
     try:
         os.write(1, (phase.line() + "\n").encode())
         path = termination_log(os.environ)
-        if path is not None:
+        if path is not None and code != EXIT_OK:
             path.write_text(f"weights import failed (done): {reason}\n")
     except OSError:
         pass
     finally:
-        os._exit(EXIT_TERMINATED)
+        os._exit(code)
 
 
 if __name__ == "__main__":
