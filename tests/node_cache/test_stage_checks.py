@@ -324,3 +324,25 @@ def test_a_nan_pause_request_is_dropped_as_garbage(node, upload):
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="30"), timeout=90)
     assert rc == 0 and lines[-1]["result"] == "staged" and lines[-1]["paused_s"] < 3, lines  # before: ~15 s
     assert not (node.root / weights_stage.LOADING_DIR / "nan.json").exists()
+
+
+def test_without_headobject_a_kms_etag_is_refused_once_then_unverifiable(node, upload, kms_proxy, tmp_path):
+    """An image without boto3 cannot ask S3 whether it computed an MD5-shaped ETag. The first
+    mismatch is refused (it may be a byte flipped on the way); the same mismatch on the next,
+    fresh copy is the ETag's: unverifiable, staged on sizes under `auto`, never a third copy."""
+    v = upload(model_files(46, mib=1))
+    d = digest_of(v)
+    no_boto3 = tmp_path / "no_boto3.py"
+    no_boto3.write_text("import runpy, sys\n"
+                        "sys.modules['boto3'] = None  # import boto3 raises ImportError\n"
+                        f"sys.argv = [{str(STAGE)!r}, 'stage']\n"
+                        f"runpy.run_path({str(STAGE)!r}, run_name='__main__')\n")
+    env = node.env(v, d, AWS_ENDPOINT_URL=kms_proxy.url)
+    rc, lines = node.run(no_boto3, env=env)
+    assert rc == 0 and lines[-1]["result"] == "refused" and "content mismatch" in lines[-1]["reason"], lines
+    assert "no boto3" in lines[-1]["reason"]
+    rc, lines = node.run(no_boto3, env=env)
+    assert rc == 0 and lines[-1]["result"] == "staged" and lines[-1]["checked"] == ["size"], lines
+    assert set(lines[-1]["unverifiable"]) == set(v.files) and \
+        all("two fresh copies" in why for why in lines[-1]["unverifiable"].values()), lines
+    assert tree(node.root / d) == v.files

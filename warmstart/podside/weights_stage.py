@@ -832,6 +832,10 @@ UNVERIFIABLE_MEMO = ".warmstart-unverifiable.json"
 """In `<digest>.partial/`: the listing a strict check found unverifiable, so the next attempt
 refuses at once (no re-hash, no second log line) until the source or the policy changes."""
 _LOGGED_MEMOS: set[str] = set()
+MISMATCH_MEMO = ".warmstart-mismatch.json"
+"""In the model's node directory: [key, size, ETag] of files whose copy did not match an
+MD5-shaped ETag while HeadObject could not say whether S3 computed it. The same mismatch on the
+next, fresh copy makes the file unverifiable instead of a third copy (never a re-copy loop)."""
 
 
 class KeptRefusal(StageRefused):
@@ -882,6 +886,9 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
     bad: list[str] = []
     unverifiable: dict[str, str] = {}
     lock = threading.Lock()
+    remembered = parse_json(read_small(settings.root / MISMATCH_MEMO, MAX_MARKER_BYTES))
+    seen_before = [f for f in remembered if isinstance(f, list)] if isinstance(remembered, list) else []
+    suspects: list[list[Any]] = []
 
     def one(rel: str) -> None:
         meta = listing[rel]
@@ -936,9 +943,18 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
                 how[rel] = "etag"
             elif known and etag_md5 is not None:
                 bad.append(f"{rel}: content does not match its ETag {etag}")
-            elif known:  # S3's facts unknown: an MD5-shaped ETag may be an SSE-KMS one
-                unverifiable[rel] = f"content does not match ETag {etag!r}, and whether S3 computed it " \
-                                    f"from the bytes is unknown ({facts.error})"
+            elif known:
+                # S3's facts unknown: an MD5-shaped ETag may be an SSE-KMS one. Refused (a byte
+                # flipped on the way) the first time; the same mismatch on a fresh copy is the
+                # ETag's, not the bytes': unverifiable from then on.
+                fact = [rel, size, etag]
+                if fact in seen_before:
+                    unverifiable[rel] = (f"content does not match ETag {etag!r} on two fresh copies, and whether "
+                                         f"S3 computed it from the bytes is unknown ({facts.error})")
+                else:
+                    suspects.append(fact)
+                    bad.append(f"{rel}: content does not match its ETag {etag} (whether S3 computed it from "
+                               f"the bytes is unknown: {facts.error})")
             else:
                 unverifiable[rel] = (f"ETag {etag!r}: none of the part sizes S3 clients choose "
                                      f"({', '.join(f'{p / MIB:g} MiB' for p in part_sizes) or 'none fits'}) "
@@ -963,6 +979,11 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         t.join()
     if errors:
         raise errors[0]
+    if suspects or seen_before:
+        try:
+            _write_file(settings.root / MISMATCH_MEMO, json.dumps(sorted(suspects)).encode())
+        except OSError:
+            pass  # then the next attempt refuses once more
     if bad:
         raise StageRefused(f"content mismatch: {'; '.join(sorted(bad)[:4])}")
     return how, unverifiable
