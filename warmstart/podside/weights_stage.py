@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Stage one model version's weights on this node's NVMe, and say so with a node label.
 
-Runs in the model's own image (standard library only; the copier is the s5cmd binary an init
-container copies in), in a DaemonSet pod on every GPU node of a pool:
+Runs in the model's own image (standard library, and the image's boto3 for HeadObject where it
+has one; the copier is the s5cmd binary an init container copies in), in a DaemonSet pod on
+every GPU node of a pool:
 
     python3 /opt/warmstart/weights_stage.py stage   # init container: one staging attempt
     python3 /opt/warmstart/weights_stage.py hold    # main container: label, watch, retry, unlabel
