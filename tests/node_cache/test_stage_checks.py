@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import subprocess
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from tests.node_cache.conftest import Node, Version, model_files
 from tests.podside.faults import FaultProxy, Rule
@@ -155,40 +153,6 @@ def test_with_partscount_an_odd_part_size_is_checked_and_a_flipped_byte_refused(
         rc, lines = weed_node.run(STAGE, "stage", env=weed_node.env(v, d, AWS_ENDPOINT_URL=proxy.url))
     assert rc == 0 and lines[-1]["result"] == "refused" and "content mismatch" in lines[-1]["reason"], lines
     assert not os.path.lexists(weed_node.root / f"{d}.partial")
-
-
-@settings(max_examples=300, deadline=None)
-@given(size=st.integers(1, 1 << 40), part_mib=st.integers(5, 2048))
-def test_the_part_sizes_s3_clients_choose_are_derived(size, part_mib):
-    """Every candidate splits the object into its part count; the AWS CLI's and boto3's own
-    choice (8 MiB, doubled until the parts fit in 10,000) is always among them; and any whole-MiB
-    part size is found whenever the range ceil(size / P) == parts leaves few enough to try all."""
-    def parts_of(p: int) -> int:
-        return math.ceil(size / p)
-
-    default = 8 * MIB
-    while parts_of(default) > weights_stage.S3_MAX_PARTS:
-        default *= 2  # s3transfer's ChunksizeAdjuster
-    for part in (default, part_mib * MIB):
-        if parts_of(part) > weights_stage.S3_MAX_PARTS:
-            continue
-        found, known = weights_stage.part_size_candidates(size, parts_of(part))
-        assert found and all(parts_of(p) == parts_of(part) for p in found), (size, part, found)
-        assert known == (parts_of(part) == 1)
-        if parts_of(part) == 1:
-            continue
-        if part == default:
-            assert part in found, (size, part, found)
-        lo, hi = math.ceil(size / parts_of(part)), (size - 1) // (parts_of(part) - 1)
-        if hi // MIB - max(5, -(-lo // MIB)) + 1 <= weights_stage.MAX_GUESSED_PART_SIZES - 4:
-            assert part in found, (size, part, found)
-
-
-def test_a_one_part_etag_is_the_md5_of_the_md5():
-    data = os.urandom(1000)
-    d = weights_stage._PartDigests("md5", 8 * MIB)
-    d.update(memoryview(data))
-    assert weights_stage.s3_etag(d.finish(), True) == hashlib.md5(hashlib.md5(data).digest()).hexdigest() + "-1"
 
 
 # --------------------------------------------------------------------------------------------
