@@ -310,3 +310,29 @@ def test_without_headobject_a_kms_etag_is_refused_once_then_unverifiable(node, u
     assert set(lines[-1]["unverifiable"]) == set(v.files) and \
         all("two fresh copies" in why for why in lines[-1]["unverifiable"].values()), lines
     assert tree(node.root / d) == v.files
+
+
+def test_parts_of_different_sizes_are_refused_once_then_unverifiable(tmp_path, weed_node, seaweed_s3):
+    """S3 allows the parts of one upload to differ in size: the first part's size S3 answers
+    then does not give the ETag. Refused once (it could be a flipped byte), then unverifiable:
+    `auto` stages it on its size instead of copying it again and again."""
+    sizes = [5 * MIB + 1, 6 * MIB, 1 * MIB]
+    data = os.urandom(sum(sizes))
+    prefix = _prefix("uneven")
+    client = seaweed_s3.client()
+    key = f"{prefix}/model.safetensors"
+    upload_id = client.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+    parts, offset = [], 0
+    for n, size in enumerate(sizes, 1):
+        r = client.upload_part(Bucket=BUCKET, Key=key, UploadId=upload_id, PartNumber=n, Body=data[offset:offset + size])
+        parts.append({"PartNumber": n, "ETag": r["ETag"]})
+        offset += size
+    client.complete_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
+    client.put_object(Bucket=BUCKET, Key=f"{prefix}/config.json", Body=b"{}")
+    v = Version(prefix, {})
+    d = digest_of(v)
+    rc, lines = weed_node.run(STAGE, "stage", env=weed_node.env(v, d))
+    assert rc == 0 and lines[-1]["result"] == "refused" and "may not all be the first part" in lines[-1]["reason"], lines
+    rc, lines = weed_node.run(STAGE, "stage", env=weed_node.env(v, d))
+    assert rc == 0 and lines[-1]["result"] == "staged" and list(lines[-1]["unverifiable"]) == ["model.safetensors"], lines
+    assert (weed_node.root / d / "model.safetensors").read_bytes() == data

@@ -916,6 +916,10 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
             facts = dataclasses.replace(facts, parts=None, first_part=None)  # not this object's answer
         part_sizes, known = part_size_candidates(size, parts, recorded=part_bytes, first_part=facts.first_part) \
             if multipart else ([max(size, 1)], True)
+        # S3's first part gives the part size of an upload whose parts are all alike (every tool
+        # above); S3 allows parts of different sizes, which only a second mismatch can reveal.
+        by_first_part = multipart and parts > 1 and known and part_sizes == [facts.first_part] \
+            and not (part_bytes and math.ceil(size / part_bytes) == parts)
         checksum = facts.sha256
         composite = checksum is not None and "-" in checksum
         use_checksum = checksum is not None and (not composite or known)
@@ -942,20 +946,21 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
                     bad.append(f"{rel}: sha256 {got}, S3's ChecksumSHA256 {checksum}")
             elif etag in (s3_etag(d.finish(), multipart) for d in digests):
                 how[rel] = "etag"
-            elif known and etag_md5 is not None:
+            elif known and etag_md5 is not None and not by_first_part:
                 bad.append(f"{rel}: content does not match its ETag {etag}")
             elif known:
-                # S3's facts unknown: an MD5-shaped ETag may be an SSE-KMS one. Refused (a byte
-                # flipped on the way) the first time; the same mismatch on a fresh copy is the
-                # ETag's, not the bytes': unverifiable from then on.
+                # S3's facts unknown (an MD5-shaped ETag may be an SSE-KMS one), or the part size
+                # taken from the first part (parts may differ): refused the first time (a byte
+                # flipped on the way); the same mismatch on a fresh copy is the check's, not the
+                # bytes': unverifiable from then on, never a re-copy loop.
+                doubt = (f"whether S3 computed it from the bytes is unknown ({facts.error})" if etag_md5 is None
+                         else f"its parts may not all be the first part's {facts.first_part} bytes")
                 fact = [rel, size, etag]
                 if fact in seen_before:
-                    unverifiable[rel] = (f"content does not match ETag {etag!r} on two fresh copies, and whether "
-                                         f"S3 computed it from the bytes is unknown ({facts.error})")
+                    unverifiable[rel] = f"content does not match ETag {etag!r} on two fresh copies, and {doubt}"
                 else:
                     suspects.append(fact)
-                    bad.append(f"{rel}: content does not match its ETag {etag} (whether S3 computed it from "
-                               f"the bytes is unknown: {facts.error})")
+                    bad.append(f"{rel}: content does not match its ETag {etag} ({doubt})")
             else:
                 unverifiable[rel] = (f"ETag {etag!r}: none of the part sizes S3 clients choose "
                                      f"({', '.join(f'{p / MIB:g} MiB' for p in part_sizes) or 'none fits'}) "
