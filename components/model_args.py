@@ -167,6 +167,14 @@ class ModelEntryArgs(TypedDict):
     S3 (see docs/node-cache.md). `auto`: where the plan predicts a load from NVMe that saves at
     least 10 s and a quarter of tuned streaming from S3 on the model's instance type. One of
     `auto`, `on`, `off`. Default: `auto`."""
+    node_cache_content_check: NotRequired[str]
+    """How a staged copy's bytes are checked against what S3 vouches for (see docs/node-cache.md).
+    `auto`: per file the import manifest's sha256, else S3's `ChecksumSHA256`, else the ETag
+    where S3 computed it from the bytes (unencrypted or SSE-S3); a file none applies to (SSE-KMS
+    without a sha256) is kept on its size, named in the stager's log. `etag`: as auto, but such a
+    file refuses the copy. `sha256`: every file by a sha256, else refused. `size`: sizes and
+    ETags only. A refused copy stays on the node and is not copied again. One of `auto`, `etag`,
+    `sha256`, `size`. Default: `auto`."""
     pool: str
     """Name of the `gpuPools` entry the model runs on."""
 

@@ -21,6 +21,7 @@ from warmstart.decisions import image_cache
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions import placement
 from warmstart.manifests import node_cache as manifests
+from warmstart.errors import ConfigError
 from warmstart.manifests.pod_scripts import config_map_spec
 
 from .enums import ClusterMode, mode_value
@@ -73,6 +74,10 @@ class ModelNodeCacheArgs(TypedDict):
     """Per pool name: spare nodes kept staged by placeholders (default none)."""
     network_policies: NotRequired[bool]
     """Register the staging and placeholder NetworkPolicies (default true)."""
+    content_check: NotRequired[str]
+    """How the stager checks a copy's bytes against what S3 vouches for: `auto` (default), `etag`,
+    `sha256` or `size` (`WARMSTART_CONTENT_CHECK`; the stack key `models[].nodeCacheContentCheck`,
+    see docs/node-cache.md)."""
 
 
 class ModelNodeCache(pulumi.ComponentResource):
@@ -88,6 +93,10 @@ class ModelNodeCache(pulumi.ComponentResource):
         super().__init__("warmstart:index:ModelNodeCache", name, None, opts)
         model, ns = args["model_name"], args.get("namespace") or "default"
         mode = mode_value(args.get("cluster_mode", ClusterMode.AUTO))
+        check = args.get("content_check") or "auto"
+        if check not in decide.CONTENT_CHECKS:
+            raise ConfigError("ModelNodeCacheArgs.contentCheck", f"must be one of {', '.join(decide.CONTENT_CHECKS)}",
+                              "use auto (the strongest check S3 vouches for, per file)", check)
         child = pulumi.ResourceOptions(parent=self)
         before: list[pulumi.Resource] = []
         if args.get("create_priority_classes", True):
@@ -125,7 +134,8 @@ class ModelNodeCache(pulumi.ComponentResource):
                                           source=args["source"], digest=args["digest"],
                                           nvme_mount=placement.NVME_MOUNT[mode], region=args["region"],
                                           deadline_seconds=deadline, script_config_map=stage_map,
-                                          copier_image=image_cache.same_cache(versions.S5CMD_IMAGE, args["image"]))
+                                          copier_image=image_cache.same_cache(versions.S5CMD_IMAGE, args["image"]),
+                                          content_check=check)
             wait = ds["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
             self.daemon_sets.append(k8s.apps.v1.DaemonSet(
                 f"{name}-{pool}", metadata=ds["metadata"], spec=ds["spec"],

@@ -210,6 +210,9 @@ class VllmModelArgs(TypedDict):
     predicts a load from NVMe much faster than tuned streaming. Needs `nodePool`,
     `nodeCacheRoleArn` and node-feature-discovery in the cluster (its NodeFeature API labels
     the nodes)."""
+    node_cache_content_check: NotRequired[str]
+    """How the staging pods check a copy's bytes: `auto` (default), `etag`, `sha256` or `size` (the
+    stack key `models[].nodeCacheContentCheck`, see docs/node-cache.md)."""
     prepull_image: NotRequired[bool]
     """With `nodePool` and weights not staged: an idle pod of the model's image on every node of
     the pool (a DaemonSet the Deployment waits for), so the image is on each node before a pod
@@ -251,6 +254,7 @@ def plan_serving(args: VllmModelArgs) -> ServingPlan:
         "gpu_memory_utilization": args.get("gpu_memory_utilization"), "eager": args.get("eager"),
         "extra_args": args.get("extra_args"), "weights_import": args.get("weights_import"),
         "standby": args.get("standby"),
+        "node_cache_content_check": args.get("node_cache_content_check"),
     }, "VllmModelArgs.")
     host_path = args.get("compile_cache_host_path")
     check_compile_cache_host_path(host_path, mode, "VllmModelArgs.compileCacheHostPath")  # type: ignore[arg-type]
@@ -397,7 +401,8 @@ class VllmModel(pulumi.ComponentResource):
             "pools": [m.pool], "weights_gib": m.weights_bytes / 2**30, "region": args["region"], "namespace": ns,
             "cluster_mode": args.get("cluster_mode", ClusterMode.AUTO), "role_arn": args["node_cache_role_arn"],
             # In the warmstart stack the namespace's scripts and the PriorityClasses are the stack's.
-            "ship_pod_scripts": ship, "create_priority_classes": ship},
+            "ship_pod_scripts": ship, "create_priority_classes": ship,
+            "content_check": m.node_cache_content_check},
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=after)))
         return list(cache.daemon_sets)
 

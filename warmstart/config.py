@@ -442,6 +442,13 @@ class ModelSpec(_Strict):
     model's image there), so pods on those nodes load them locally and pods elsewhere stream
     from S3 (see docs/node-cache.md). `auto`: where the plan predicts a load from NVMe that
     saves at least 10 s and a quarter of tuned streaming from S3 on the model's instance type."""
+    node_cache_content_check: Literal["auto", "etag", "sha256", "size"] = "auto"
+    """How a staged copy's bytes are checked against what S3 vouches for (see docs/node-cache.md).
+    `auto`: per file the import manifest's sha256, else S3's `ChecksumSHA256`, else the ETag where
+    S3 computed it from the bytes (unencrypted or SSE-S3); a file none applies to (SSE-KMS without
+    a sha256) is kept on its size, named in the stager's log. `etag`: as auto, but such a file
+    refuses the copy. `sha256`: every file by a sha256, else refused. `size`: sizes and ETags
+    only. A refused copy stays on the node and is not copied again."""
 
     @field_validator("source")
     @classmethod

@@ -6,10 +6,19 @@ matches a request changes what happens to it:
 
     error     answer with an S3 error document (status, Code, Message) instead of forwarding;
     delay     hold the request this long, then forward it (an in-flight transfer);
+    hold      forward the request, then hold its response this long (the server has done it,
+              the client does not know yet);
     truncate  forward, then send back only part of the body with a matching Content-Length
               (a body cut short that the framing does not reveal: only a size check can);
     flip      forward, then flip one byte in the middle of the body (same length: only a
               content check can tell);
+    rewrite   forward, then `rewrite(method, path, headers, body) -> (headers, body)` changes the
+              response (headers as a dict; the body's framing follows the new body): what a
+              server of other features would answer (an SSE-KMS ETag, no PartsCount);
+    chunked   forward, then send the body with `Transfer-Encoding: chunked`, no Content-Length
+              (as a proxy or a gateway that streams may);
+    trickle   forward, then send the body `trickle_bytes` at a time every `delay_s` (a stalled
+              connection that is never quite idle);
 
 each rule for at most `times` requests (None: every one). `seen` records (method, path, matched
 rule) of each request. Plain classes (no pytest), like servers.py; the listening socket binds
@@ -44,6 +53,8 @@ class Rule:
     message: str = "Access Denied"
     delay_s: float = 0.0
     keep: float = 0.5
+    rewrite: Callable[[str, str, dict[str, str], bytes], tuple[dict[str, str], bytes]] | None = None
+    trickle_bytes: int = 1
     hits: int = 0
 
     def take(self) -> bool:
@@ -137,13 +148,42 @@ class FaultProxy(LoopbackServer):
             conn.close()
         except OSError as exc:
             return self._reply(h, 502, {}, str(exc).encode())
+        if rule is not None and rule.action == "hold":
+            with self._lock:
+                self.seen.append((h.command, h.path, "held"))
+            self._stop.wait(rule.delay_s)
         if rule is not None and rule.action == "truncate" and h.command == "GET":
             data = data[: int(len(data) * rule.keep)]
         if rule is not None and rule.action == "flip" and h.command == "GET" and data and resp.status < 300:
             i = len(data) // 2
             data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+        if rule is not None and rule.action == "rewrite" and rule.rewrite is not None:
+            out, data = rule.rewrite(h.command, h.path, out, data)
+        if rule is not None and rule.action in ("chunked", "trickle") and h.command == "GET":
+            return self._stream(h, resp.status, out, data, rule)
         self._reply(h, resp.status, out, b"" if h.command == "HEAD" else data,
                     length=None if h.command != "HEAD" else int(resp.getheader("Content-Length") or 0))
+
+    def _stream(self, h: http.server.BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes,
+                rule: Rule) -> None:
+        """The body in HTTP/1.1 chunks, without a Content-Length; `trickle`: a few bytes at a time."""
+        step = max(1, rule.trickle_bytes) if rule.action == "trickle" else max(1, len(body))
+        try:
+            h.send_response(status)
+            for k, v in headers.items():
+                h.send_header(k, v)
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            for i in range(0, len(body), step):
+                if rule.action == "trickle" and self._stop.wait(rule.delay_s):
+                    return
+                piece = body[i:i + step]
+                h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                h.wfile.flush()
+            h.wfile.write(b"0\r\n\r\n")
+            h.wfile.flush()
+        except OSError:
+            pass
 
     def _reply(self, h: http.server.BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes,
                length: int | None = None) -> None:

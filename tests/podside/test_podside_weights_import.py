@@ -130,19 +130,25 @@ def test_an_interrupted_import_of_another_revision_never_passes_for_either(s3_jo
     monkeypatch.undo()
     marker = json.loads(body(job.server, BUCKET, f"{DST}/{prefix}/{wi.MANIFEST_NAME}"))
     assert (marker["status"], marker["source"]) == ("incomplete", f"s3://{BUCKET}/{SRC}/{prefix}-b")
-    # Back to A: the manifest no longer vouches for A, so A is copied again, whole.
+    # Back to A: the manifest no longer vouches for A, so no size is trusted: a file is kept
+    # only where S3's ETag proves it A's (equal to the source's), every other is copied again.
+    there, source_a = objects(job.server, BUCKET, f"{DST}/{prefix}"), objects(job.server, BUCKET, f"{SRC}/{prefix}")
     again = job.run()
     assert again.returncode == 0 and again.phase("check")["result"] == "incomplete"
-    assert again.phase("copy")["files"] == len(WANTED)
+    assert again.phase("copy")["files"] == sum(there[n]["etag"] != source_a[n]["etag"] for n in WANTED) >= 1
     assert_copied(job.server, BUCKET, f"{DST}/{prefix}", a_files)
     # And B, interrupted the same way and resumed: only the shard it had copied is kept.
     monkeypatch.setattr(wi.S3Source, "copy", copy_one_shard_then_die)
     with pytest.raises(KeyboardInterrupt):
         wi.run(wi.Settings.from_env(b_env), client=job.server.client())
     monkeypatch.undo()
+    there, source_b = objects(job.server, BUCKET, f"{DST}/{prefix}"), objects(job.server, BUCKET, f"{SRC}/{prefix}-b")
+    kept = "model-00001-of-00003.safetensors"  # the shard the interrupted run of B copied
     resumed = Job(job.server, {**job.env, "WARMSTART_SOURCE_S3": f"s3://{BUCKET}/{SRC}/{prefix}-b"}).run()
     assert resumed.returncode == 0, resumed.stdout
-    assert resumed.phase("copy")["files"] == len(WANTED) - 1
+    # A's files are copied unless S3's ETag proves them B's too (equal bytes); B's own shard is kept.
+    assert resumed.phase("copy")["files"] == sum(there[n]["etag"] != source_b[n]["etag"] for n in WANTED - {kept})
+    assert objects(job.server, BUCKET, f"{DST}/{prefix}")[kept]["modified"] == there[kept]["modified"]
     assert_copied(job.server, BUCKET, f"{DST}/{prefix}", b_files)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -29,6 +30,9 @@ from . import gpu_pools, phases, tuning
 from .instances import GIB, GpuInstance
 
 NodeCacheMode = Literal["auto", "on", "off"]
+ContentCheck = Literal["auto", "etag", "sha256", "size"]
+"""How the stager checks a copy's bytes (`WARMSTART_CONTENT_CHECK`, warmstart/podside/weights_stage.py)."""
+CONTENT_CHECKS: tuple[str, ...] = typing.get_args(ContentCheck)
 
 # --------------------------------------------------------------------------------------
 # Version digest

@@ -196,13 +196,15 @@ def _weights_volume(nvme_mount: str, model: str) -> dict[str, Any]:
 
 def daemonset_spec(*, model: str, pool: str, namespace: Any, image: str, source: str, digest: str,
                    nvme_mount: str, region: str, deadline_seconds: int,
-                   script_config_map: str = STAGE_CONFIGMAP, copier_image: str = versions.S5CMD_IMAGE
-                   ) -> dict[str, Any]:
+                   script_config_map: str = STAGE_CONFIGMAP, copier_image: str = versions.S5CMD_IMAGE,
+                   content_check: str = "auto") -> dict[str, Any]:
     """The staging DaemonSet of one model on one pool; `image` is the model's own image,
-    `copier_image` the s5cmd image (through the same pull-through cache as the model's, if any)."""
+    `copier_image` the s5cmd image (through the same pull-through cache as the model's, if any),
+    `content_check` the stager's WARMSTART_CONTENT_CHECK (rendered, so `up` keeps it)."""
     name = daemonset_name(model, pool)
     env_values = _script_env(model, source, digest, region) | {
         "WARMSTART_S5CMD": f"{S5CMD_DIR}/s5cmd", "WARMSTART_STAGE_DEADLINE_S": str(deadline_seconds),
+        "WARMSTART_CONTENT_CHECK": content_check,
         # Read-only root filesystem, a UID outside /etc/passwd: HOME and temp files on the
         # scratch emptyDir, no bytecode next to the script.
         "HOME": SCRATCH_MOUNT, "TMPDIR": SCRATCH_MOUNT, "PYTHONDONTWRITEBYTECODE": "1"}

@@ -204,6 +204,7 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         weights_digest=digest,
         priority_class_name=m.priority_class_name,
         standby=standby,
+        node_cache_content_check=m.node_cache_content_check,
     )
 
 

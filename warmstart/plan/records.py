@@ -54,6 +54,8 @@ class ServingPlan:
     """The serving pods' PriorityClass; None: the cluster's default."""
     standby: standby_mod.StandbyPlan | None = None
     """Engines kept started and asleep (vLLM sleep mode), woken on load; None: none."""
+    node_cache_content_check: staging.ContentCheck = "auto"
+    """How the stager checks a staged copy's bytes (`nodeCacheContentCheck`)."""
 
     @property
     def staged(self) -> bool:

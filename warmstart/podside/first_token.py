@@ -378,8 +378,45 @@ def upload(env: Mapping[str, str], record: Mapping[str, Any], client: Any = None
     return out
 
 
+class Terminated(BaseException):
+    """SIGTERM while the sidecar waits or probes (a BaseException: no `except Exception` takes it)."""
+
+
+#: Where the sidecar is, for SIGTERM: "probe" (waiting for /health, timing the first token: cut
+#: short, the record is still built and uploaded), "record" (building and uploading: let finish,
+#: its client has deadlines), "idle" (done: exit). `terminated` once SIGTERM came.
+_STATE: dict[str, Any] = {"phase": "probe", "terminated": False}
+#: After SIGTERM the sidecar is gone by this many seconds, with its record line, whatever the
+#: upload is doing: inside the pod's 30 s terminationGracePeriodSeconds.
+TERM_DEADLINE_S = 20.0
+
+
+def _on_sigterm(*_: object) -> None:
+    if _STATE["terminated"]:
+        return
+    _STATE["terminated"] = True
+    threading.Thread(target=_exit_by_deadline, args=(TERM_DEADLINE_S,), daemon=True).start()
+    if _STATE["phase"] != "record":
+        raise Terminated()
+
+
+def _exit_by_deadline(deadline_s: float) -> None:
+    """SIGTERM's backstop: the record's outcome line, written without the locks the main thread
+    may hold (os.write), and exit 0."""
+    time.sleep(deadline_s)
+    line = {"event": RECORD_EVENT, "result": "error", "key": None,
+            "reason": f"terminated by SIGTERM; the record's upload did not finish within {deadline_s:g} s, "
+                      "so S3 may not hold it"}
+    try:
+        os.write(1, (json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n").encode())
+    finally:
+        os._exit(0)
+
+
 def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The whole sidecar job once: (probe line, upload line). Never raises."""
+    """The whole sidecar job once: (probe line, upload line). Never raises. SIGTERM during the
+    probe (the pod deleted before it was ready or answered) ends the probe with result
+    "terminated", and the record is still built and uploaded, so every pod leaves one."""
     env = dict(os.environ if env is None else env)
     uptime = host_uptime_s()
     started = time.monotonic()
@@ -399,10 +436,14 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
                 ttft, _token = first_token(env.get("WARMSTART_COMPLETIONS_URL") or "http://127.0.0.1:8000/v1/completions",
                                            model, _number(env, "WARMSTART_REQUEST_TIMEOUT_S", 60))
                 probe.update(result="ok", ttft_s=round(ttft, 4), at=_now())
+    except Terminated:
+        probe.update(result="terminated", reason="SIGTERM (the pod is being deleted) "
+                     + ("before vLLM was healthy" if probe["health_wait_s"] is None else "before the first token"))
     except urllib.error.HTTPError as exc:
         probe["reason"] = f"HTTP {exc.code} from the completion"
     except Exception as exc:  # noqa: BLE001
         probe["reason"] = f"{type(exc).__name__}: {exc}"[:600]
+    _STATE["phase"] = "record"  # from here a SIGTERM lets the upload finish (TERM_DEADLINE_S at most)
     _emit(probe)
     try:
         choice = env.get("WARMSTART_WEIGHTS_CHOICE_FILE", DEFAULT_CHOICE_FILE).strip()
@@ -413,6 +454,7 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
     except Exception as exc:  # noqa: BLE001
         result = {"event": RECORD_EVENT, "result": "error", "reason": f"{type(exc).__name__}: {exc}"[:600]}
     _emit(result)
+    _STATE["phase"] = "idle"
     return probe, result
 
 
@@ -420,12 +462,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--once", action="store_true", help="return after the upload instead of idling (tests)")
     args = parser.parse_args(argv)
-    # As PID 1 the process would ignore SIGTERM and hold up the pod's shutdown.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    run()
-    if not args.once:
-        while True:  # a native sidecar that exits is restarted and would probe again
-            time.sleep(3600)
+    # As PID 1 the process would ignore SIGTERM and hold up the pod's shutdown; and a plain exit
+    # on it would lose the record of a pod deleted before it was ready.
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        run()
+        if not args.once and not _STATE["terminated"]:
+            while True:  # a native sidecar that exits is restarted and would probe again
+                time.sleep(3600)
+    except Terminated:  # while idle: the outcome lines were written
+        pass
     return 0
 
 

@@ -51,6 +51,8 @@ Environment (read once, in Settings.from_env):
     WARMSTART_MAX_CONCURRENCY   transfer threads (parts and files). Default 16.
     WARMSTART_PART_BYTES        multipart threshold and part size. Default 64 MiB (S3's minimum is 5 MiB).
     WARMSTART_RETRIES           attempts per file (and per Hub listing or download). Default 3.
+    WARMSTART_SMALL_READ_S      the most one small JSON read (manifest, index, config) may take,
+                                all its attempts together. Default 60.
     WARMSTART_TERMINATION_LOG   where the failure reason is written for `kubectl describe` and
                                 `pulumi up`. Default /dev/termination-log where it exists (in a pod).
     HF_TOKEN, HF_ENDPOINT, HF_HUB_*  read by huggingface_hub itself.
@@ -65,9 +67,11 @@ Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a re
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
        total disagrees with weightsGiB, stray shards at the destination
     5  a transfer still failed after its retries, a small file's read was cut short on every
-       attempt, or the scratch disk is too small
+       attempt or took longer than WARMSTART_SMALL_READ_S, or the scratch disk is too small
     143  SIGTERM (the Job's deadline, a node drain): in-flight transfers are cancelled, nothing
-       is recorded as complete, the next run resumes
+       is recorded as complete, the next run resumes. A SIGTERM after the complete manifest
+       reached S3 (looked up when its write was in flight) is 0: the import is complete. The
+       final line says which, and what S3 holds.
     1  anything else (a bug: the log line has the exception)
 
 Under faults: a JSON file (manifest, index, config) whose body disagrees with its Content-Length
@@ -185,6 +189,8 @@ class Settings:
     retries: int
     region: str | None
     termination_log: Path | None
+    small_read_s: float = 60.0
+    """WARMSTART_SMALL_READ_S: the most one small JSON read may take, all its attempts together."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -247,6 +253,7 @@ class Settings:
             retries=number("WARMSTART_RETRIES", 3, integer=True, minimum=1),
             region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
             termination_log=term,
+            small_read_s=number("WARMSTART_SMALL_READ_S", SMALL_READ_S, minimum=1),
         )
         if (s3_bucket is not None and settings.dest_bucket == s3_bucket
                 and (f"{s3_prefix}/".startswith(f"{prefix}/") or f"{prefix}/".startswith(f"{s3_prefix}/"))):
@@ -433,7 +440,10 @@ def parse_json(body: bytes) -> Any:
 
 def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> bytes | None:
     """One GET of a small object: its bytes (at most MAX_JSON_BYTES + 1), None when there is
-    none. Raises Truncated when the body disagrees with its Content-Length or the listed size."""
+    none. Raises Truncated when the body disagrees with its Content-Length or the listed size.
+    A response without a Content-Length (`Transfer-Encoding: chunked`, as a proxy or gateway
+    that streams sends it, https://www.rfc-editor.org/rfc/rfc9112#section-6.1) is framed by its
+    chunks: a body cut short lacks the last chunk, which the HTTP client reports as an error."""
     try:
         response = client.get_object(Bucket=bucket, Key=key)
     except Exception as exc:
@@ -443,8 +453,9 @@ def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> byte
         raise
     stream = response["Body"]
     try:
-        length = int(response.get("ContentLength") or 0)
-        if length > MAX_JSON_BYTES or (expected is not None and expected > MAX_JSON_BYTES):
+        given = response.get("ContentLength")
+        length = int(given) if given is not None else None
+        if (length or 0) > MAX_JSON_BYTES or (expected is not None and expected > MAX_JSON_BYTES):
             return b" " * (MAX_JSON_BYTES + 1)  # over the limit: parse_json refuses it
         try:
             body = stream.read(MAX_JSON_BYTES + 1)
@@ -454,26 +465,59 @@ def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> byte
             raise Truncated(f"reading {key} failed: {type(exc).__name__}: {exc}") from exc
     finally:
         stream.close()
-    if len(body) != length or (expected is not None and len(body) != expected):
+    if (length is not None and len(body) != length) or (expected is not None and len(body) != expected):
         raise Truncated(f"{key}: read {len(body)} bytes, Content-Length {length}"
                         + (f", listed {expected}" if expected is not None else ""))
     return body
 
 
-def read_json(client: Any, bucket: str, key: str, expected: int | None = None, retries: int = 3) -> Any | None:
+#: The most one small read may take, all attempts together (WARMSTART_SMALL_READ_S): botocore's
+#: read_timeout bounds each socket read, not a body trickled a byte at a time.
+SMALL_READ_S = 60.0
+
+
+def _within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """fn() in a thread of its own, or TimeoutError after `seconds` (the thread is left to end
+    with its connection; it holds nothing else)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=target, daemon=True, name="warmstart-small-read")
+    t.start()
+    t.join(max(0.0, seconds))
+    if t.is_alive():
+        raise TimeoutError(f"not read within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def read_json(client: Any, bucket: str, key: str, expected: int | None = None, retries: int = 3,
+              deadline_s: float = SMALL_READ_S) -> Any | None:
     """A small JSON object, or None when there is none; {UNREADABLE: why} when it is not one
     this script may read (see parse_json). A body cut short (against its Content-Length, or
     `expected`, the size the listing gave) is read again, `retries` attempts in all, then a
     TransferError (exit 5, the Job retries): a transient fault is never a verdict on the file.
-    A missing bucket is not "none": it raises (NoSuchBucket), so the caller reports it."""
-    last: Truncated | None = None
+    All attempts together take at most `deadline_s` (a stalled or trickled body is a
+    TransferError then). A missing bucket is not "none": it raises (NoSuchBucket), so the caller
+    reports it."""
+    last: Exception | None = None
+    end = time.monotonic() + deadline_s
     for attempt in range(1, max(1, retries) + 1):
         try:
-            body = _read_body(client, bucket, key, expected)
+            body = _within(end - time.monotonic(), lambda: _read_body(client, bucket, key, expected))
+        except TimeoutError as exc:
+            raise TransferError(f"s3://{bucket}/{key} was not read within {deadline_s:g} s "
+                                f"(WARMSTART_SMALL_READ_S; a stalled or trickling connection): {last or exc}") from None
         except Truncated as exc:
             last = exc
             if attempt < retries:
-                time.sleep(min(2 ** attempt, 30) / 4)
+                time.sleep(max(0.0, min(min(2 ** attempt, 30) / 4, end - time.monotonic())))
             continue
         return None if body is None else parse_json(body)
     raise TransferError(f"s3://{bucket}/{key} was cut short on every one of {retries} reads: {last}")
@@ -599,6 +643,8 @@ class SourceFile:
     """The content's sha256 the source publishes (the Hub's LFS `oid`), checked after download."""
     git_sha1: str | None = None
     """The Hub's git blob id of a file kept in git (not LFS), checked after download."""
+    etag: str | None = None
+    """An S3 source object's ETag: a destination object with the same one holds the same bytes."""
 
 
 def file_sha256(path: Path) -> str:
@@ -638,11 +684,11 @@ class S3Source:
         if not found:
             raise VerifyError(f"the import source {s.source} holds no objects directly under its prefix; fix: "
                               "point import.s3 at the folder that holds config.json and the *.safetensors shards")
-        return {n: SourceFile(n, v["bytes"]) for n, v in found.items()}
+        return {n: SourceFile(n, v["bytes"], etag=v["etag"] or None) for n, v in found.items()}
 
     def read_json(self, name: str, size: int | None = None) -> Any | None:
         return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}", size,
-                         self.settings.retries)
+                         self.settings.retries, self.settings.small_read_s)
 
     def copy(self, files: list[SourceFile], manager: Any) -> int:
         s, sizes = self.settings, {f.name: f.bytes for f in files}
@@ -655,6 +701,31 @@ class S3Source:
                             source_client=self.client)
 
         return transfer_all(s, manager, sorted(sizes), submit, "copying")
+
+
+def prove_by_hash(client: Any, bucket: str, key: str, f: SourceFile) -> str | None:
+    """The object's sha256 when its bytes are the ones the source publishes (`f.sha256`, or the
+    git blob id `f.git_sha1`), else None (also when it cannot be read: it is then copied)."""
+    sha = hashlib.sha256()
+    blob = hashlib.sha1(b"blob %d\0" % f.bytes) if f.git_sha1 else None
+    try:
+        stream = client.get_object(Bucket=bucket, Key=key)["Body"]
+        try:
+            seen = 0
+            for chunk in iter(lambda: stream.read(8 * MIB), b""):
+                seen += len(chunk)
+                sha.update(chunk)
+                if blob is not None:
+                    blob.update(chunk)
+        finally:
+            stream.close()
+    except Exception:  # noqa: BLE001 - unproven: copied
+        return None
+    if seen != f.bytes:
+        return None
+    if f.sha256:
+        return sha.hexdigest() if sha.hexdigest() == f.sha256 else None
+    return sha.hexdigest() if blob is not None and blob.hexdigest() == f.git_sha1 else None
 
 
 def _hub() -> Any:
@@ -930,7 +1001,8 @@ def run(settings: Settings, client: Any = None) -> int:
         # document this script wrote (corrupt, nested, foreign) vouches for nothing: the import
         # goes on as over another import's files (everything copied), never fails on it.
         manifest = read_json(client, s.dest_bucket, s.dest_key(MANIFEST_NAME),
-                             dest[MANIFEST_NAME]["bytes"] if MANIFEST_NAME in dest else None, s.retries)
+                             dest[MANIFEST_NAME]["bytes"] if MANIFEST_NAME in dest else None, s.retries,
+                             s.small_read_s)
     except Exception as exc:
         return _fail(s, phase, AccessError(f"cannot read the destination {s.destination}: {describe_error(exc)}")
                      if is_permanent_s3(exc) else exc)
@@ -966,17 +1038,36 @@ def run(settings: Settings, client: Any = None) -> int:
         index = source.read_json(INDEX_NAME, picked[INDEX_NAME].bytes) if INDEX_NAME in picked else None
         weights, skipped = check_files(s, {n: f.bytes for n, f in picked.items()}, index, f"the source {s.source}")
         files = {n: f for n, f in picked.items() if n not in skipped}
-        # Sizes say whether a file is there already only for a copy of this same source. Over
-        # another import (an "incomplete" manifest) a file also needs another ETag than the one
-        # that import left: two revisions' shards often have the same size.
-        resumable = manifest is None or same_source
+        # Sizes say whether a file is there already only for a copy of this same source (its
+        # manifest, "incomplete" over another import's files, says so), and then only for a file
+        # whose ETag is not one that was there before it started: two revisions' shards often
+        # have the same size. Files of unknown origin (no manifest: an interrupted first import,
+        # an older tool, a hand copy) are proven or copied: from S3 by an ETag equal to the
+        # source's (S3 computes both from the bytes), from the Hub by hashing the object against
+        # the Hub's sha256 or git blob id (an S3 read instead of a Hub download).
+        resumable = same_source
         replaced = (manifest.get("replacing_etags") or {}) if same_source and manifest.get("status") == "incomplete" \
             else {}
         if not isinstance(replaced, dict):  # a hand-edited or foreign manifest: trust no ETag in it
             replaced = {}
-        todo = sorted((f for n, f in files.items()
-                       if not (resumable and n in dest and dest[n]["bytes"] == f.bytes
-                               and dest[n]["etag"] != replaced.get(n))), key=lambda f: f.name)
+
+        def present(n: str, f: SourceFile) -> bool:
+            if n not in dest or dest[n]["bytes"] != f.bytes:
+                return False
+            if f.etag and dest[n]["etag"] == f.etag:
+                return True
+            if resumable:
+                return dest[n]["etag"] != replaced.get(n)
+            if manifest is None and (f.sha256 or f.git_sha1):
+                got = prove_by_hash(client, s.dest_bucket, s.dest_key(n), f)
+                if got is not None:
+                    proven[n] = got
+                    return True
+            return False
+
+        proven: dict[str, str] = {}
+
+        todo = sorted((f for n, f in files.items() if not present(n, f)), key=lambda f: f.name)
         strays = sorted(n for n in dest if n.endswith(".safetensors") and n not in files)
         if strays and index is None:
             raise VerifyError(
@@ -1039,7 +1130,7 @@ def run(settings: Settings, client: Any = None) -> int:
             raise VerifyError(f"{s.model}: after the copy {s.destination} lacks or has other sizes for "
                               f"{', '.join(sorted(wrong)[:8])}")
         dest_index = read_json(client, s.dest_bucket, s.dest_key(INDEX_NAME), int(dest[INDEX_NAME]["bytes"]),
-                               s.retries) if INDEX_NAME in files and INDEX_NAME in dest else None
+                               s.retries, s.small_read_s) if INDEX_NAME in files and INDEX_NAME in dest else None
         check_files(s, {n: int(v["bytes"]) for n, v in dest.items() if n in files}, dest_index,
                     f"the destination {s.destination}")
     except Exception as exc:  # noqa: BLE001
@@ -1051,11 +1142,16 @@ def run(settings: Settings, client: Any = None) -> int:
     # manifest: last, and only now.
     phase = Phase("manifest", s.model)
     weights_bytes = sum(files[w].bytes for w in weights)
+    # A file an earlier run of this import uploaded was hashed against the Hub's sha256 before
+    # its upload: the Hub's value is its sha256 as much as this run's hashes are.
+    copied = {f.name for f in todo}
+    sha256s = {n: f.sha256 for n, f in files.items() if f.sha256 and n not in copied and resumable} \
+        | {n: v for n, v in proven.items() if n not in copied} | source.hashes
     record = {
         "format": FORMAT, "status": "complete", "model": s.model, "source": s.source, "revision": s.revision,
         "destination": s.destination,
         "files": [{"name": n, "key": s.dest_key(n), "bytes": int(dest[n]["bytes"]), "etag": dest[n]["etag"]}
-                  | ({"sha256": source.hashes[n]} if n in source.hashes else {}) for n in sorted(files)],
+                  | ({"sha256": sha256s[n]} if n in sha256s else {}) for n in sorted(files)],
         # The part size of this run's multipart copies and uploads: with it an object's ETag
         # (the MD5 of its parts' MD5s) can be recomputed from a copy of its bytes (weights_stage).
         "part_bytes": s.part_bytes,
@@ -1065,12 +1161,16 @@ def run(settings: Settings, client: Any = None) -> int:
         "imported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "copied_files": len(todo),
     }
+    # What a SIGTERM from here on reports depends on whether the manifest reached S3 (_terminated).
+    _MANIFEST.update(state="writing", client=client, settings=s, imported_at=record["imported_at"])
     try:
         client.put_object(Bucket=s.dest_bucket, Key=s.dest_key(MANIFEST_NAME), ContentType="application/json",
                           Body=json.dumps(record, indent=1, sort_keys=True).encode())
     except Exception as exc:  # noqa: BLE001
+        _MANIFEST["state"] = None
         return _fail(s, phase, AccessError(f"cannot write the manifest: {describe_error(exc)}")
                      if is_permanent_s3(exc) else exc)
+    _MANIFEST["state"] = "written"
     phase.result, phase.files, phase.bytes = "written", len(files), record["total_bytes"]
     emit(phase)
     emit(Phase("done", s.model, result="imported", files=len(todo), bytes=sum(f.bytes for f in todo),
@@ -1115,10 +1215,11 @@ def main(argv: list[str] | None = None) -> int:
     except ImportFailure as exc:
         code = _fail(settings, Phase("done", settings.model), exc)
     except Terminated:
-        code = _fail(settings, Phase("done", settings.model),
-                     Interrupted("terminated by SIGTERM (the Job's deadline or a node drain); nothing was "
-                                 "recorded as complete, a rerun resumes the copy"))
-    if Transfers.abandoned or code == EXIT_TERMINATED:
+        code = _terminated(settings)
+        terminated = True
+    else:
+        terminated = False
+    if Transfers.abandoned or code == EXIT_TERMINATED or terminated:
         # Cancelled transfers may still hold worker threads, which a normal exit joins.
         sys.stdout.flush()
         sys.stderr.flush()
@@ -1129,6 +1230,50 @@ def main(argv: list[str] | None = None) -> int:
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread wherever it waits (a BaseException, so no
     `except Exception` on the way swallows it)."""
+
+
+_MANIFEST: dict[str, Any] = {"state": None}
+"""The complete manifest's write: state None (not begun, or failed), "writing" (sent, no answer
+yet: S3 may hold it) or "written" (S3 answered), with what _terminated needs to look."""
+
+
+def _what_s3_holds(seconds: float = 5.0) -> str | None:
+    """The manifest's state as S3 has it now: "written" (this run's complete manifest is there),
+    None (it is not), "unknown" (it could not be read within `seconds`)."""
+    state = _MANIFEST.get("state")
+    if state != "writing":
+        return state
+    s: Settings = _MANIFEST["settings"]
+    try:
+        doc = read_json(_MANIFEST["client"], s.dest_bucket, s.dest_key(MANIFEST_NAME), None, 1, seconds)
+    except Exception:  # noqa: BLE001 - said as such
+        return "unknown"
+    ours = isinstance(doc, dict) and doc.get("status") == "complete" and doc.get("source") == s.source \
+        and doc.get("revision") == s.revision and doc.get("imported_at") == _MANIFEST.get("imported_at")
+    return "written" if ours else None
+
+
+def _sigterm_outcome(state: str | None, settings: Settings | None, extra: str = "") -> tuple[int, str]:
+    """(exit code, the final line's reason) of a SIGTERM, by what S3 holds."""
+    where = f"{settings.destination} " if settings else ""
+    if state == "written":
+        return EXIT_OK, (f"terminated by SIGTERM after the complete manifest reached S3{extra}: {where}holds a "
+                         "complete, verified import; a rerun copies nothing")
+    if state == "unknown":
+        return EXIT_TERMINATED, (f"terminated by SIGTERM (the Job's deadline or a node drain) while the complete "
+                                 f"manifest was being written{extra}; whether S3 holds it could not be read; a rerun "
+                                 "checks it and copies nothing if it does")
+    return EXIT_TERMINATED, (f"terminated by SIGTERM (the Job's deadline or a node drain){extra}; {where}holds no "
+                             "complete manifest (nothing was recorded as complete), a rerun resumes the copy")
+
+
+def _terminated(settings: Settings) -> int:
+    """The one final line after SIGTERM: what S3 holds, looked up when the manifest was in flight."""
+    code, reason = _sigterm_outcome(_what_s3_holds(), settings)
+    if code == EXIT_OK:
+        emit(Phase("done", settings.model, result="imported", reason=reason, extra={"exit_code": EXIT_OK}))
+        return EXIT_OK
+    return _fail(settings, Phase("done", settings.model), Interrupted(reason))
 
 
 #: After SIGTERM the process is gone by this many seconds, whatever its unwinding is doing: the
@@ -1148,18 +1293,20 @@ def _exit_by_deadline(deadline_s: float) -> None:
     """SIGTERM's backstop: the final record and exit 143, written without the locks the stuck
     main thread may hold (os.write, not sys.stdout)."""
     time.sleep(deadline_s)
-    reason = (f"terminated by SIGTERM (the Job's deadline or a node drain); the run did not wind down within "
-              f"{deadline_s:g} s, nothing was recorded as complete, a rerun resumes the copy")
-    phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), reason=reason, extra={"exit_code": EXIT_TERMINATED})
+    state = _MANIFEST.get("state")
+    code, reason = _sigterm_outcome("unknown" if state == "writing" else state, _MANIFEST.get("settings"),
+                                    f"; the run did not wind down within {deadline_s:g} s")
+    phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), result="imported" if code == EXIT_OK else "error",
+                  reason=reason, extra={"exit_code": code})
     try:
         os.write(1, (phase.line() + "\n").encode())
         path = termination_log(os.environ)
-        if path is not None:
+        if path is not None and code != EXIT_OK:
             path.write_text(f"weights import failed (done): {reason}\n")
     except OSError:
         pass
     finally:
-        os._exit(EXIT_TERMINATED)
+        os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Stage one model version's weights on this node's NVMe, and say so with a node label.
 
-Runs in the model's own image (standard library only; the copier is the s5cmd binary an init
-container copies in), in a DaemonSet pod on every GPU node of a pool:
+Runs in the model's own image (standard library, and the image's boto3 for HeadObject where it
+has one; the copier is the s5cmd binary an init container copies in), in a DaemonSet pod on
+every GPU node of a pool:
 
     python3 /opt/warmstart/weights_stage.py stage   # init container: one staging attempt
     python3 /opt/warmstart/weights_stage.py hold    # main container: label, watch, retry, unlabel
@@ -23,9 +24,13 @@ Life of a copy (all under WARMSTART_WEIGHTS_ROOT = the node's `<nvme>/weights/<m
 5. verify against a FRESH listing: same keys, sizes AND ETags as before the copy (a source
    rewritten during the copy is refused), every file a regular file with its size, and nothing
    else (s5cmd's temporary files, planted links and FIFOs are removed);
-6. check the content against what S3 vouches for: the import manifest's sha256 where it names
-   the file with this ETag, else the ETag recomputed from the bytes (MD5, or MD5 of the parts'
-   MD5s for a multipart object); a mismatch is refused and the copy dropped;
+6. check the content against what S3 vouches for (check_content): the import manifest's sha256
+   where it names the file with this ETag, else S3's ChecksumSHA256, else the ETag recomputed
+   from the bytes where S3 computed it from them (not SSE-KMS or SSE-C: HeadObject says): the
+   MD5, or the MD5 of the parts' MD5s for a multipart object, its part size known (manifest,
+   S3's PartsCount) or derived as S3 clients choose it; a mismatch is refused and the copy
+   dropped; a file nothing vouches for is "unverifiable", handled per WARMSTART_CONTENT_CHECK
+   and never copied again for it;
 7. write `.warmstart-complete.json` (keys, sizes, ETags, how each was checked, bytes, seconds),
    fsync every file and the directory, rename `<digest>.partial` -> `<digest>`;
 8. garbage-collect: keep the current digest and the newest previous complete one (a rollback),
@@ -54,9 +59,11 @@ Environment:
     WARMSTART_MIN_FREE_SHARE     share of the filesystem that must stay free. Default 0.15.
     WARMSTART_POLL_S             how often pause requests are checked. Default 1.
     WARMSTART_MAX_PAUSE_S        the longest one pause request counts for. Default 1200.
-    WARMSTART_CONTENT_CHECK      `etag` (default): content checked as in step 6; `size`: sizes and
-                                 ETag agreement only (a bucket with SSE-KMS or SSE-C, whose ETags
-                                 are not MD5 digests).
+    WARMSTART_CONTENT_CHECK      (the stack key models[].nodeCacheContentCheck) `auto` (default):
+                                 step 6, an unverifiable file kept on its size and ETag agreement
+                                 and named in the outcome line; `etag`, `sha256`: an unverifiable
+                                 file (`sha256`: one without a sha256) refuses the copy, which is
+                                 kept, logged once; `size`: sizes and ETag agreement only.
     WARMSTART_RETRY_S            hold: wait between failed attempts. Default 300.
     WARMSTART_LABEL              node label key, e.g. weights.warmstart.io/<model>. Empty: no label.
     WARMSTART_KUBE_API           API server URL. Default https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
@@ -70,7 +77,7 @@ Log line, one per outcome, on stdout:
      "files":1,"seconds":1.0,"paused_s":0.0,"reason":null}
 
     stage results: staged | present (already complete) | refused (listing, size, ETag, content,
-                   space) | deferred
+                   space, unverifiable) | deferred
                    (deadline while waiting) | error
     label results: labelled | unlabelled | skipped | error
 """
@@ -122,10 +129,6 @@ MAX_JSON_DEPTH = 32
 MIB = 1 << 20
 ETAG_MD5 = re.compile(r"^[0-9a-f]{32}$")
 ETAG_MULTIPART = re.compile(r"^(?P<md5>[0-9a-f]{32})-(?P<parts>[1-9][0-9]{0,4})$")
-# Part sizes tools use by default, tried when an object's part size is not recorded: boto3 and
-# the AWS CLI 8 MiB (https://docs.aws.amazon.com/cli/latest/topic/s3-config.html), s5cmd 50 MiB
-# (`cp --part-size`), warmstart's import 64 MiB, rclone 5 MiB (`--s3-chunk-size`), and powers of two.
-COMMON_PART_MIB = (5, 8, 16, 32, 50, 64, 100, 128, 256, 512, 1024)
 # A planted stager or copier must finish with margin inside terminationGracePeriodSeconds (30 s):
 # s5cmd gets this long after SIGTERM, the unlabel call this long in all.
 COPIER_STOP_S = 2.0
@@ -175,6 +178,9 @@ class Settings:
         if not source.startswith("s3://") or not digest or "/" in digest or digest.startswith("."):
             raise StageRefused("WARMSTART_WEIGHTS_SOURCE (s3://...) and WARMSTART_WEIGHTS_DIGEST must be set")
         host, port = get("KUBERNETES_SERVICE_HOST"), get("KUBERNETES_SERVICE_PORT", "443")
+        if get("WARMSTART_CONTENT_CHECK", "auto").lower() not in CONTENT_CHECKS:
+            raise StageRefused(f"WARMSTART_CONTENT_CHECK={get('WARMSTART_CONTENT_CHECK')!r} is not one of "
+                               f"{', '.join(CONTENT_CHECKS)} (models[].nodeCacheContentCheck)")
         return cls(
             source=source, digest=digest, root=Path(get("WARMSTART_WEIGHTS_ROOT", "/weights")),
             s5cmd=get("WARMSTART_S5CMD", "/opt/s5cmd/s5cmd"),
@@ -185,7 +191,7 @@ class Settings:
             retry_s=max(1.0, float(get("WARMSTART_RETRY_S", "300"))),
             label=get("WARMSTART_LABEL"),
             max_pause_s=max(0.0, float(get("WARMSTART_MAX_PAUSE_S", "1200"))),
-            content_check=get("WARMSTART_CONTENT_CHECK", "etag"),
+            content_check=get("WARMSTART_CONTENT_CHECK", "auto").lower(),
             kube_api=get("WARMSTART_KUBE_API", f"https://{host}:{port}" if host else ""),
             sa_dir=Path(get("WARMSTART_SA_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")),
             node=get("NODE_NAME"), pod=get("POD_NAME"), pod_uid=get("POD_UID"),
@@ -248,7 +254,9 @@ def list_source(settings: Settings, deadline: Deadline) -> dict[str, dict[str, A
         rel = key[len(prefix):]
         if not rel or ".." in Path(rel).parts or rel.startswith("/"):
             raise StageRefused(f"unsafe object key {key!r}")
-        out[rel] = {"size": int(item["size"]), "etag": str(item.get("etag", "")).strip('"')}
+        # s5cmd omits "size" for an empty object (Go's omitempty on a zero value): an `__init__.py`
+        # or a 0-byte marker is 0 bytes, not a KeyError.
+        out[rel] = {"size": int(item.get("size") or 0), "etag": str(item.get("etag", "")).strip('"')}
     return out
 
 
@@ -402,8 +410,10 @@ def loading_pods(settings: Settings, now: float | None = None) -> list[str]:
                 until = float(doc.get("until", 0)) if isinstance(doc, dict) else 0.0
             except (TypeError, ValueError):
                 until = 0.0
-            if not math.isfinite(until):
-                until = now + settings.max_pause_s
+            if math.isnan(until):  # garbage, like any other malformed request: dropped
+                until = 0.0
+            elif math.isinf(until):  # a planted Infinity: counts for the cap below, no longer
+                until = now + settings.max_pause_s if until > 0 else 0.0
             until = min(until, st.st_mtime + settings.max_pause_s, now + settings.max_pause_s)
             if until > now:
                 active.append(name.removesuffix(".json"))
@@ -568,7 +578,7 @@ def verify(settings: Settings, before: Mapping[str, Mapping[str, Any]], after: M
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise StageRefused(f"listing mismatch: the source changed during the copy ({', '.join(changed[:5])})")
     sanitize_tree(settings.partial)
-    keep = set(after) | {SOURCE_SNAPSHOT}
+    keep = set(after) | {SOURCE_SNAPSHOT, UNVERIFIABLE_MEMO}
     for dirpath, dirnames, filenames in os.walk(settings.partial, topdown=False, followlinks=False):
         for name in filenames:
             path = Path(dirpath) / name
@@ -598,37 +608,184 @@ def verify(settings: Settings, before: Mapping[str, Mapping[str, Any]], after: M
 # Content: what S3 can vouch for
 
 
-def _part_sizes(size: int, parts: int, recorded: int | None) -> list[int]:
-    """Part sizes that split `size` bytes into exactly `parts` parts: the recorded one (the
-    import's), else MiB multiples that do (S3 parts are at least 5 MiB, tools pick whole MiB),
-    the common defaults first, at most 8."""
-    def fits(p: int) -> bool:
-        return p > 0 and math.ceil(size / p) == parts
+@dataclasses.dataclass(frozen=True)
+class ObjectFacts:
+    """What HeadObject says of one source object (None: not asked, or not answered)."""
 
-    if recorded and fits(recorded):
-        return [recorded]
+    sse: str | None = None
+    """`ServerSideEncryption`: `AES256` (SSE-S3), `aws:kms`, `aws:kms:dsse`, or None."""
+    customer_key: bool = False
+    """SSE-C (`SSECustomerAlgorithm`): the ETag is not an MD5 either."""
+    parts: int | None = None
+    """`PartsCount` (HeadObject with PartNumber=1): the object's multipart part count."""
+    first_part: int | None = None
+    """With `parts`: the first part's bytes (that HeadObject's ContentLength)."""
+    sha256: str | None = None
+    """`ChecksumSHA256` (HeadObject with ChecksumMode=ENABLED): base64, `-<parts>` when composite."""
+    error: str | None = None
+    """Why HeadObject could not be read (no boto3 in the image, access denied, ...)."""
+
+    @property
+    def etag_is_md5(self) -> bool | None:
+        """Whether S3 computed the ETag from the bytes: SSE-S3 and unencrypted objects only
+        (https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html, "ETag"). None: unknown."""
+        if self.error is not None:
+            return None
+        return not self.customer_key and self.sse not in ("aws:kms", "aws:kms:dsse")
+
+
+def _split_source(source: str) -> tuple[str, str]:
+    bucket, _, prefix = source.removeprefix("s3://").partition("/")
+    return bucket, prefix
+
+
+def s3_client(settings: Settings) -> tuple[Any, str | None]:
+    """A boto3 S3 client with the copier's credentials (the vLLM image has boto3, for the Run:ai
+    streamer), or (None, why not). Only HeadObject is called: s3:GetObject, which the copy
+    needs anyway."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError as exc:
+        return None, f"no boto3 in the image ({exc})"
+    env = settings.child_env or os.environ
+    keys = {}
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        keys = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+                "aws_session_token": env.get("AWS_SESSION_TOKEN") or None}
+    try:
+        client = boto3.session.Session(**keys).client(
+            "s3", region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            endpoint_url=settings.endpoint or None,
+            config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}))
+    except Exception as exc:  # noqa: BLE001 - e.g. no region: the facts are then unknown
+        return None, f"{type(exc).__name__}: {exc}"
+    return client, None
+
+
+def object_facts(client: Any, bucket: str, key: str, multipart: bool) -> ObjectFacts:
+    """HeadObject of one object (twice for a multipart one: with PartNumber=1 S3 answers the
+    part count and the first part's size, https://docs.aws.amazon.com/AmazonS3/latest/API/API_HeadObject.html,
+    "x-amz-mp-parts-count"). Never raises."""
+    try:
+        head = client.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        parts = first = None
+        if multipart:
+            part = client.head_object(Bucket=bucket, Key=key, PartNumber=1)
+            if isinstance(part.get("PartsCount"), int) and part["PartsCount"] > 0:
+                parts, first = int(part["PartsCount"]), int(part.get("ContentLength") or 0) or None
+        sha = head.get("ChecksumSHA256")
+        return ObjectFacts(sse=head.get("ServerSideEncryption"), customer_key=bool(head.get("SSECustomerAlgorithm")),
+                           parts=parts, first_part=first, sha256=sha if isinstance(sha, str) and sha else None)
+    except Exception as exc:  # noqa: BLE001 - unknown facts, never a failed attempt
+        response = getattr(exc, "response", None)
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+        return ObjectFacts(error=f"HeadObject: {code or type(exc).__name__}")
+
+
+# Part sizes S3 clients choose by themselves (a listing does not carry an object's part size):
+# boto3 (s3transfer) and the AWS CLI start at 8 MiB and double it until the file fits in S3's
+# 10,000 parts (s3transfer `ChunksizeAdjuster`,
+# https://github.com/boto/s3transfer/blob/develop/s3transfer/utils.py;
+# https://docs.aws.amazon.com/cli/latest/topic/s3-config.html, multipart_chunksize); Go SDK
+# uploaders (s5cmd's 50 MiB `cp --part-size`, https://github.com/peak/s5cmd, and the SDK's own
+# 5 MiB) take size/10000 + 1 bytes when the default would need more parts
+# (https://github.com/aws/aws-sdk-go/blob/main/service/s3/s3manager/upload.go); rclone starts at
+# 5 MiB (`--s3-chunk-size`, https://rclone.org/s3/#s3-chunk-size); warmstart's import records
+# its own (64 MiB by default) in the manifest.
+S3_MAX_PARTS = 10_000
+S3_MIN_PART = 5 * MIB
+S3_MAX_PART = 5 << 30
+MAX_GUESSED_PART_SIZES = 8
+"""Part sizes tried for an object whose part size is not known (each costs an MD5 pass)."""
+
+
+def _doubled(start: int, size: int) -> int:
+    p = start
+    while math.ceil(size / p) > S3_MAX_PARTS and p < S3_MAX_PART:
+        p *= 2
+    return p
+
+
+def _go_sdk(start: int, size: int) -> int:
+    return size // S3_MAX_PARTS + 1 if size // start >= S3_MAX_PARTS else start
+
+
+def part_size_candidates(size: int, parts: int, *, recorded: int | None = None, first_part: int | None = None,
+                         limit: int = MAX_GUESSED_PART_SIZES) -> tuple[list[int], bool]:
+    """(part sizes that split `size` bytes into exactly `parts` parts, whether the part size is
+    known rather than guessed).
+
+    Every part but the last has the part size P, so ceil(size / P) == parts: P lies in
+    [ceil(size / parts), floor((size - 1) / (parts - 1))]. Known: one part (any P >= size), the
+    import's recorded size, or the first part's size S3 answers. Guessed, in this order and at
+    most `limit`: the sizes S3 clients choose by themselves (above), then whole MiB in that range,
+    the round ones (multiples of 10 MiB, powers of two, multiples of 5 and 4 MiB) first."""
+    def fits(p: int | None) -> bool:
+        return bool(p) and p > 0 and math.ceil(size / p) == parts  # type: ignore[operator]
+
     if parts == 1:
-        return [max(size, 1)]
+        return [max(size, 1)], True
+    for known in (recorded, first_part):
+        if fits(known):
+            return [int(known)], True  # type: ignore[arg-type]
+    found: list[int] = []
+
+    def add(p: int) -> None:
+        if fits(p) and p not in found and len(found) < limit:
+            found.append(p)
+
+    for p in (_doubled(8 * MIB, size), _go_sdk(50 * MIB, size), _go_sdk(5 * MIB, size), _doubled(5 * MIB, size),
+              64 * MIB, 16 * MIB, 100 * MIB):
+        add(p)
     lo, hi = math.ceil(size / parts), (size - 1) // (parts - 1)
-    found = [m * MIB for m in COMMON_PART_MIB if fits(m * MIB)]
-    m = max(5, math.ceil(lo / MIB))
-    while m * MIB <= hi and len(found) < 8:
-        if m * MIB not in found and fits(m * MIB):
-            found.append(m * MIB)
-        m += 1
-    return found[:8]
+    first_mib, last_mib = max(5, math.ceil(lo / MIB)), hi // MIB
+
+    def roundness(m: int) -> tuple[int, int]:
+        return (0 if m % 10 == 0 or m & (m - 1) == 0 else 1 if m % 5 == 0 or m % 4 == 0 else 2, m)
+
+    if last_mib - first_mib < 4096:
+        for m in sorted(range(first_mib, last_mib + 1), key=roundness):
+            if len(found) >= limit:
+                break
+            add(m * MIB)
+    else:  # a huge range (few parts of a large file): its round sizes only
+        for step in (1024, 256, 100, 64, 10):
+            for m in range(math.ceil(first_mib / step) * step, last_mib + 1, step):
+                if len(found) >= limit:
+                    break
+                add(m * MIB)
+    return found, False
 
 
-def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: Deadline) -> tuple[list[str], str | None]:
-    """One pass over the file: for each candidate part size the S3 ETag (MD5 of the whole for one
-    part, else MD5 of the parts' MD5s and `-<parts>`), and the sha256 when asked."""
-    # One MD5 per candidate: a part's digest is kept when the part is full; with one part
-    # (the candidate's size is the file's) that digest is the whole file's MD5.
-    part = [hashlib.md5() for _ in part_sizes]
-    done = [b"" for _ in part_sizes]
-    filled = [0 for _ in part_sizes]
-    counts = [0 for _ in part_sizes]
-    sha = hashlib.sha256() if want_sha256 else None
+class _PartDigests:
+    """The digests of a file's consecutive parts of `part` bytes (None: the whole file is one part)."""
+
+    def __init__(self, algorithm: str, part: int | None) -> None:
+        self.algorithm, self.part = algorithm, part
+        self.current, self.filled, self.done = hashlib.new(algorithm), 0, []  # type: ignore[var-annotated]
+
+    def update(self, view: memoryview) -> None:
+        if self.part is None:
+            self.current.update(view)
+            return
+        while view:
+            take = min(len(view), self.part - self.filled)
+            self.current.update(view[:take])
+            self.filled += take
+            view = view[take:]
+            if self.filled == self.part:
+                self.done.append(self.current.digest())
+                self.current, self.filled = hashlib.new(self.algorithm), 0
+
+    def finish(self) -> list[bytes]:
+        if self.filled or not self.done:  # the last, short part (or an empty file's one part)
+            self.done.append(self.current.digest())
+        return self.done
+
+
+def _hash_file(path: Path, digests: list[_PartDigests], deadline: Deadline) -> None:
+    """One pass over the file, every digest fed each chunk."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -639,45 +796,82 @@ def _hash_file(path: Path, part_sizes: list[int], want_sha256: bool, deadline: D
             chunk = os.read(fd, 8 * MIB)
             if not chunk:
                 break
-            if sha is not None:
-                sha.update(chunk)
-            for i, size in enumerate(part_sizes):
-                view = memoryview(chunk)
-                while view:
-                    take = min(len(view), size - filled[i])
-                    part[i].update(view[:take])
-                    filled[i] += take
-                    view = view[take:]
-                    if filled[i] == size:
-                        done[i] += part[i].digest()
-                        counts[i] += 1
-                        part[i], filled[i] = hashlib.md5(), 0
+            for d in digests:
+                d.update(memoryview(chunk))
     finally:
         os.close(fd)
-    etags = []
-    for i in range(len(part_sizes)):
-        if filled[i] or counts[i] == 0:  # the last, short part (or an empty file's one)
-            done[i] += part[i].digest()
-            counts[i] += 1
-        # One part: its MD5 is the whole file's (part[i] was finished into done[i]).
-        etags.append(done[i].hex() if counts[i] <= 1 else f"{hashlib.md5(done[i]).hexdigest()}-{counts[i]}")
-    return etags, (sha.hexdigest() if sha else None)
 
 
-def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], deadline: Deadline) -> dict[str, str]:
-    """Every staged file's bytes against what S3 vouches for; {key: how it was checked}.
+def s3_etag(parts: list[bytes], multipart: bool) -> str:
+    """S3's ETag of an object from its parts' MD5s: the MD5 itself for a single-part upload, else
+    the MD5 of the concatenated part MD5s and `-<parts>`, one part included (`-1`: the MD5 of the
+    whole file's MD5)."""
+    return f"{hashlib.md5(b''.join(parts)).hexdigest()}-{len(parts)}" if multipart else parts[0].hex()
 
+
+def s3_checksum(parts: list[bytes], composite: bool) -> str:
+    """S3's `ChecksumSHA256` from the parts' sha256: base64 of the whole file's, or, for a
+    multipart upload's composite checksum, base64 of the sha256 of the concatenated part digests
+    and `-<parts>` (https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html)."""
+    import base64
+
+    if composite:
+        return f"{base64.b64encode(hashlib.sha256(b''.join(parts)).digest()).decode()}-{len(parts)}"
+    return base64.b64encode(parts[0]).decode()
+
+
+CONTENT_CHECKS = ("auto", "etag", "sha256", "size")
+"""WARMSTART_CONTENT_CHECK (the stack key `models[].nodeCacheContentCheck`):
+- auto: the strongest check S3 vouches for, per file (below); a file nothing can vouch for
+  (an SSE-KMS object without a sha256, a part size that cannot be found) is kept on its size and
+  ETag agreement, named once in the outcome line;
+- etag, sha256: as auto, but a file that cannot be checked that way (`sha256`: only by a sha256)
+  refuses the copy; the copy is kept (never copied again for it) and the refusal is logged once
+  until the source changes;
+- size: sizes and ETag agreement only."""
+UNVERIFIABLE_MEMO = ".warmstart-unverifiable.json"
+"""In `<digest>.partial/`: the listing a strict check found unverifiable, so the next attempt
+refuses at once (no re-hash, no second log line) until the source or the policy changes."""
+_LOGGED_MEMOS: set[str] = set()
+MISMATCH_MEMO = ".warmstart-mismatch.json"
+"""In the model's node directory: [key, size, ETag] of files whose copy did not match an
+MD5-shaped ETag while HeadObject could not say whether S3 computed it. The same mismatch on the
+next, fresh copy makes the file unverifiable instead of a third copy (never a re-copy loop)."""
+
+
+class KeptRefusal(StageRefused):
+    """A refusal whose copy is kept: nothing a new copy could change (an unverifiable check)."""
+
+    def __init__(self, reason: str, repeat: bool = False) -> None:
+        super().__init__(reason)
+        self.repeat = repeat
+
+
+def _memo_key(settings: Settings, listing: Mapping[str, Mapping[str, Any]]) -> str:
+    facts = sorted((k, v["size"], v.get("etag")) for k, v in listing.items())
+    return hashlib.sha256(json.dumps([settings.content_check, settings.source, facts]).encode()).hexdigest()
+
+
+def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], deadline: Deadline
+                  ) -> tuple[dict[str, str], dict[str, str]]:
+    """Every staged file's bytes against what S3 vouches for: ({key: how it was checked},
+    {key: why it could not be checked}).
+
+    Per file, the first that applies:
     - the import's manifest (copied with the weights) names the file with this ETag and a
-      sha256: the sha256 (Hub imports hash every file against the Hub's published sha256);
-    - else the ETag, recomputed from the bytes: the MD5 for a single-part object, the MD5 of
-      the parts' MD5s for a multipart one (part size from the manifest, else the sizes that
-      split it into its part count). S3 computes these for SSE-S3 and unencrypted objects only
-      (https://docs.aws.amazon.com/AmazonS3/latest/API/API_Object.html, "ETag"), so an ETag of
-      another form (SSE-KMS, SSE-C) is "unverifiable" and refused: set WARMSTART_CONTENT_CHECK=size
-      for such a bucket (sizes and ETag agreement only).
-    Raises StageRefused on a mismatch."""
+      sha256: that sha256 (Hub imports hash every file against the Hub's published sha256);
+    - S3's own `ChecksumSHA256` (HeadObject with ChecksumMode=ENABLED): the whole file's, or the
+      composite of a multipart upload with its part size known;
+    - the ETag, where S3 computed it from the bytes (SSE-S3 or unencrypted, read from the
+      object's `ServerSideEncryption`): the MD5, or for a multipart object (`-<parts>`) the MD5
+      of its parts' MD5s, the part size from the manifest, S3's PartsCount and first part, or
+      else the sizes S3 clients choose (part_size_candidates).
+    A mismatch against a known check raises StageRefused (the copy is dropped). A file no check
+    applies to (an SSE-KMS or SSE-C ETag without a sha256; a guessed part size that matches
+    none; `sha256` without a sha256) is "unverifiable", never a mismatch: a new copy could not
+    change it."""
     if settings.content_check == "size":
-        return {k: "size" for k in listing}
+        return {k: "size" for k in listing}, {}
     manifest = parse_json(read_small(settings.partial / IMPORT_MANIFEST, 8 * MIB)) \
         if IMPORT_MANIFEST in listing else None
     recorded: dict[str, dict[str, Any]] = {}
@@ -687,33 +881,90 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         for f in manifest.get("files") or []:
             if isinstance(f, dict) and isinstance(f.get("name"), str):
                 recorded[f["name"]] = f
+    bucket, prefix = _split_source(settings.source)
+    client, no_client = s3_client(settings)
     how: dict[str, str] = {}
     bad: list[str] = []
+    unverifiable: dict[str, str] = {}
     lock = threading.Lock()
+    remembered = parse_json(read_small(settings.root / MISMATCH_MEMO, MAX_MARKER_BYTES))
+    seen_before = [f for f in remembered if isinstance(f, list)] if isinstance(remembered, list) else []
+    suspects: list[list[Any]] = []
 
     def one(rel: str) -> None:
         meta = listing[rel]
+        size = int(meta["size"])
         etag = str(meta.get("etag") or "").strip('"').lower()
         rec = recorded.get(rel)
-        use_sha = bool(rec and rec.get("etag") == etag and isinstance(rec.get("sha256"), str))
+        manifest_sha = str(rec["sha256"]).lower() if rec and rec.get("etag") == etag \
+            and isinstance(rec.get("sha256"), str) else None
         m = ETAG_MULTIPART.match(etag)
-        sizes = [] if ETAG_MD5.match(etag) is None and m is None else \
-            [max(int(meta["size"]), 1)] if m is None else _part_sizes(int(meta["size"]), int(m["parts"]), part_bytes)
-        if not use_sha and not sizes:
+        multipart = m is not None
+        if manifest_sha is not None:
+            sha = _PartDigests("sha256", None)
+            _hash_file(settings.partial / rel, [sha], deadline)
+            got = sha.finish()[0].hex()
             with lock:
-                bad.append(f"{rel}: ETag {etag!r} is not an MD5 S3 computed (SSE-KMS or SSE-C?), unverifiable")
+                how[rel] = "sha256" if got == manifest_sha else "mismatch"
+                if got != manifest_sha:
+                    bad.append(f"{rel}: sha256 {got}, the import recorded {rec['sha256']}")  # type: ignore[index]
             return
-        etags, sha = _hash_file(settings.partial / rel, sizes if not use_sha else [], use_sha, deadline)
+        facts = object_facts(client, bucket, f"{prefix}/{rel}", multipart) if client is not None \
+            else ObjectFacts(error=no_client)
+        parts = int(m["parts"]) if m else 1
+        if facts.parts is not None and multipart and facts.parts != parts:
+            facts = dataclasses.replace(facts, parts=None, first_part=None)  # not this object's answer
+        part_sizes, known = part_size_candidates(size, parts, recorded=part_bytes, first_part=facts.first_part) \
+            if multipart else ([max(size, 1)], True)
+        # S3's first part gives the part size of an upload whose parts are all alike (every tool
+        # above); S3 allows parts of different sizes, which only a second mismatch can reveal.
+        by_first_part = multipart and parts > 1 and known and part_sizes == [facts.first_part] \
+            and not (part_bytes and math.ceil(size / part_bytes) == parts)
+        checksum = facts.sha256
+        composite = checksum is not None and "-" in checksum
+        use_checksum = checksum is not None and (not composite or known)
+        etag_md5 = facts.etag_is_md5
+        use_etag = (multipart or ETAG_MD5.match(etag) is not None) and etag_md5 is not False \
+            and settings.content_check != "sha256" and not use_checksum
+        if not use_checksum and not use_etag:
+            why = ("no sha256 (manifest or ChecksumSHA256) for WARMSTART_CONTENT_CHECK=sha256"
+                   if settings.content_check == "sha256" and (etag_md5 is not False)
+                   else f"ETag {etag!r} is not an MD5 S3 computed "
+                        f"({'SSE-C' if facts.customer_key else facts.sse or 'unknown form'}) and S3 holds no sha256 of it")
+            with lock:
+                unverifiable[rel] = why
+            return
+        digests = ([_PartDigests("sha256", part_sizes[0] if composite else None)] if use_checksum
+                   else [_PartDigests("md5", p if multipart else None) for p in part_sizes])
+        _hash_file(settings.partial / rel, digests, deadline)
         with lock:
-            if use_sha:
-                ok = sha == str(rec["sha256"]).lower()  # type: ignore[index]
-                how[rel] = "sha256" if ok else "mismatch"
-                if not ok:
-                    bad.append(f"{rel}: sha256 {sha}, the import recorded {rec['sha256']}")  # type: ignore[index]
-            elif etag in etags:
+            if use_checksum:
+                got = s3_checksum(digests[0].finish(), composite)
+                if got == checksum:
+                    how[rel] = "sha256"
+                else:
+                    bad.append(f"{rel}: sha256 {got}, S3's ChecksumSHA256 {checksum}")
+            elif etag in (s3_etag(d.finish(), multipart) for d in digests):
                 how[rel] = "etag"
-            else:
+            elif known and etag_md5 is not None and not by_first_part:
                 bad.append(f"{rel}: content does not match its ETag {etag}")
+            elif known:
+                # S3's facts unknown (an MD5-shaped ETag may be an SSE-KMS one), or the part size
+                # taken from the first part (parts may differ): refused the first time (a byte
+                # flipped on the way); the same mismatch on a fresh copy is the check's, not the
+                # bytes': unverifiable from then on, never a re-copy loop.
+                doubt = (f"whether S3 computed it from the bytes is unknown ({facts.error})" if etag_md5 is None
+                         else f"its parts may not all be the first part's {facts.first_part} bytes")
+                fact = [rel, size, etag]
+                if fact in seen_before:
+                    unverifiable[rel] = f"content does not match ETag {etag!r} on two fresh copies, and {doubt}"
+                else:
+                    suspects.append(fact)
+                    bad.append(f"{rel}: content does not match its ETag {etag} ({doubt})")
+            else:
+                unverifiable[rel] = (f"ETag {etag!r}: none of the part sizes S3 clients choose "
+                                     f"({', '.join(f'{p / MIB:g} MiB' for p in part_sizes) or 'none fits'}) "
+                                     f"gives it, and S3 did not answer the part size ({facts.error or 'no PartsCount'})")
 
     errors: list[BaseException] = []
 
@@ -734,9 +985,14 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         t.join()
     if errors:
         raise errors[0]
+    if suspects or seen_before:
+        try:
+            _write_file(settings.root / MISMATCH_MEMO, json.dumps(sorted(suspects)).encode())
+        except OSError:
+            pass  # then the next attempt refuses once more
     if bad:
         raise StageRefused(f"content mismatch: {'; '.join(sorted(bad)[:4])}")
-    return how
+    return how, unverifiable
 
 
 def _fsync_path(path: Path, directory: bool = False) -> None:
@@ -787,6 +1043,7 @@ def promote(settings: Settings, listing: Mapping[str, Mapping[str, Any]], total:
               "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "completed_epoch": time.time()}
     _write_file(settings.partial / MARKER, json.dumps(marker, sort_keys=True).encode())
     (settings.partial / SOURCE_SNAPSHOT).unlink(missing_ok=True)  # the marker says it all now
+    (settings.partial / UNVERIFIABLE_MEMO).unlink(missing_ok=True)
     for d in sorted({(settings.partial / f["key"]).parent for f in files} | {settings.partial}, reverse=True):
         _fsync_path(d, directory=True)
     if os.path.lexists(settings.final):  # an incomplete leftover (or a planted link): never a source
@@ -840,7 +1097,11 @@ def check_space(settings: Settings, listing: Mapping[str, Mapping[str, Any]]) ->
         except OSError:
             pass
     need = sum(m["size"] for m in listing.values()) - have
-    st = os.statvfs(settings.root)
+    try:
+        st = os.statvfs(settings.root)
+    except OSError as exc:  # EIO from a failing disk: no copy onto a disk whose space is unknown
+        raise StageRefused(f"disk: cannot read the free space of {settings.root} ({exc}); "
+                           "the copy is refused and its partial copy removed") from None
     free, size = st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
     keep = int(size * settings.min_free_share)
     if free - need < keep:
@@ -902,6 +1163,8 @@ def stage(settings: Settings | None = None, *, emit_line: bool = True) -> dict[s
                 _stage_locked(settings, deadline, record, start)
     except StageRefused as exc:
         record.update(result="refused", reason=str(exc))
+        if isinstance(exc, KeptRefusal) and exc.repeat:
+            emit_line = False  # logged once already (the same listing, the same policy)
     except TimeoutError as exc:
         record.update(result="deferred", reason=str(exc))
     except BaseException as exc:  # noqa: BLE001 - never fail the node's DaemonSet pod
@@ -933,7 +1196,7 @@ def _stage_locked(settings: Settings, deadline: Deadline, record: dict[str, Any]
         record["paused_s"] = round(copy(settings, deadline), 3)
         after = list_source(settings, deadline)
         total = verify(settings, before, after)
-        checked = check_content(settings, after, deadline)
+        checked = _check_by_policy(settings, after, deadline, record)
         promote(settings, after, total, time.monotonic() - start, checked)
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
@@ -942,6 +1205,8 @@ def _stage_locked(settings: Settings, deadline: Deadline, record: dict[str, Any]
             remove(settings.partial)
             raise StageRefused(f"disk full: {exc}") from None
         raise
+    except KeptRefusal:
+        raise  # nothing a new copy could change: the copy stays, to be checked as the policy allows
     except StageRefused:
         remove(settings.partial)  # a copy that does not match its source: start over
         raise
@@ -949,6 +1214,38 @@ def _stage_locked(settings: Settings, deadline: Deadline, record: dict[str, Any]
     # resumed; its listing snapshot makes the resume drop files of another revision.
     record.update(result="staged", bytes=total, files=len(after), removed=collect_garbage(settings),
                   checked=sorted(set(checked.values())))
+
+
+def _check_by_policy(settings: Settings, after: Mapping[str, Mapping[str, Any]], deadline: Deadline,
+                     record: dict[str, Any]) -> dict[str, str]:
+    """check_content under WARMSTART_CONTENT_CHECK: {key: how it was checked}. Files nothing can
+    vouch for are named once in the outcome line (`unverifiable`); `auto` keeps them on their
+    sizes and ETag agreement, `etag` and `sha256` refuse the copy but keep it (KeptRefusal), and
+    a repeated attempt over the same listing refuses at once from the memo, without a re-hash."""
+    memo_key = _memo_key(settings, after)
+    memo = parse_json(read_small(settings.partial / UNVERIFIABLE_MEMO, MAX_MARKER_BYTES))
+    if isinstance(memo, dict) and memo.get("key") == memo_key and isinstance(memo.get("reason"), str):
+        record["unverifiable"] = memo.get("files")
+        repeat = memo_key in _LOGGED_MEMOS
+        _LOGGED_MEMOS.add(memo_key)
+        raise KeptRefusal(memo["reason"], repeat=repeat)
+    checked, unverifiable = check_content(settings, after, deadline)
+    if not unverifiable:
+        return checked
+    names = sorted(unverifiable)
+    record["unverifiable"] = {k: unverifiable[k] for k in names[:16]} | (
+        {"...": f"{len(names) - 16} more"} if len(names) > 16 else {})
+    # The import's manifest cannot name its own sha256: it is never what a strict check refuses on.
+    if settings.content_check == "auto" or names == [IMPORT_MANIFEST]:
+        return checked | {k: "size" for k in names}
+    names = [n for n in names if n != IMPORT_MANIFEST]
+    reason = (f"unverifiable under WARMSTART_CONTENT_CHECK={settings.content_check}: {len(names)} file(s) "
+              f"cannot be checked that way ({names[0]}: {unverifiable[names[0]]}); the copy is kept; fix: "
+              "models[].nodeCacheContentCheck: auto (or size) for this bucket")
+    _write_file(settings.partial / UNVERIFIABLE_MEMO,
+                json.dumps({"key": memo_key, "reason": reason, "files": record["unverifiable"]}).encode())
+    _LOGGED_MEMOS.add(memo_key)
+    raise KeptRefusal(reason)
 
 
 class Terminated(BaseException):
