@@ -195,8 +195,9 @@ def engine_env(cache_dir: Path, home: Path) -> dict[str, str]:
     from warmstart.decisions import placement
     from warmstart.manifests import serving
 
-    m = SimpleNamespace(compile_cache=True, loader=SimpleNamespace(
-        chunk_bytes=1, request_timeout_ms=1, low_speed_limit_bytes_per_second=1))
+    # Only what vllm_env reads: a compile-cached model with no standby engines.
+    m = SimpleNamespace(compile_cache=True, standby=None, loader=SimpleNamespace(
+        chunk_bytes=1, request_timeout_ms=1, low_speed_limit_bytes_per_second=1, retry_window_seconds=1))
     env = {e["name"]: e["value"] for e in serving.vllm_env(m, "us-east-1")}  # type: ignore[arg-type]
     env = {k: v.replace(placement.COMPILE_CACHE_MOUNT, str(cache_dir)) for k, v in env.items()}
     return env | {"HOME": str(home), "TMPDIR": str(home / "tmp")}
