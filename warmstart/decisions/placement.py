@@ -19,6 +19,9 @@ GPU_TAINT_KEY = GPU_RESOURCE
 GPU_TAINT_EFFECT = "NoSchedule"
 
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# A pod annotated so keeps Karpenter (and Auto Mode) from consolidating or drifting its node
+# away while it runs (https://karpenter.sh/docs/concepts/disruption/#pod-level-controls).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 

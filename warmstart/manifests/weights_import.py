@@ -22,6 +22,7 @@ from typing import Any
 
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
+from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
 from ..podside import weights_import as script
 from . import pod_scripts
@@ -200,7 +201,11 @@ def job_spec(m: ServingPlan, namespace: Any, region: str, config_map: str = CONF
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             ]},
             "template": {
-                "metadata": {"labels": labels(m.name)},
+                # Its node is not consolidated while it copies: the non-GPU pools consolidate
+                # underused nodes, and a restarted import re-reads what it had not recorded yet
+                # (https://karpenter.sh/docs/concepts/disruption/#pod-level-controls; Auto Mode
+                # honours it too, https://docs.aws.amazon.com/eks/latest/userguide/auto-configure-nodes.html).
+                "metadata": {"labels": labels(m.name), "annotations": {DO_NOT_DISRUPT: "true"}},
                 "spec": {
                     "serviceAccountName": imp.service_account,
                     # It calls S3 (and the Hub), never the Kubernetes API; IRSA brings its own
