@@ -143,7 +143,7 @@ def test_karpenter_mode_import_jobs_run_on_the_general_purpose_pool_not_the_syst
     assert prod_imports.kind("NodePool") and "general-purpose" in {p["metadata"]["name"] for p in prod_imports.kind("NodePool")}
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod", "staging-llama-3-1-8b"])
+@pytest.mark.parametrize("stack", ["dev", "staging-llama-3-1-8b"])
 def test_no_import_jobs_node_is_consolidated_under_it(stack):
     """The non-GPU pools consolidate underused nodes; an import evicted mid-copy starts over from
     what it had recorded, so its pod keeps its node (Karpenter's pod-level disruption control)."""
