@@ -1,4 +1,4 @@
-"""The stager's content check per bucket encryption and upload tool (issue 32, items 1-3 and 6).
+"""The stager's content check per bucket encryption and upload tool.
 
 Each test runs the script as the pod runs it (a file, this interpreter, the real s5cmd, a real S3
 server on 127.0.0.1) and checks the outcome line, what is on the node and how often the source

@@ -1,4 +1,4 @@
-"""The first-token sidecar on SIGTERM (issue 32, item 7), run as the pod runs it (the file, this
+"""The first-token sidecar on SIGTERM, run as the pod runs it (the file, this
 interpreter, no --once): a pod deleted before vLLM was ready still leaves its record in S3 and
 one outcome line, and a SIGTERM after the upload ends the idle sidecar at once."""
 

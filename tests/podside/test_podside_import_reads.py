@@ -1,5 +1,5 @@
 """The weights import's small reads under the framings and stalls a proxy or gateway gives
-(issue 32, item 5): the script runs as the Job runs it, against SeaweedFS behind a fault proxy
+the script runs as the Job runs it, against SeaweedFS behind a fault proxy
 that forwards every request unchanged and re-frames or trickles only the response body."""
 
 from __future__ import annotations
