@@ -1,4 +1,4 @@
-"""The weights import's small reads under the framings and stalls a proxy or gateway gives
+"""The weights import's small reads under the framings and stalls a proxy or gateway gives:
 the script runs as the Job runs it, against SeaweedFS behind a fault proxy
 that forwards every request unchanged and re-frames or trickles only the response body."""
 
