@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from tests.podside.faults import FaultProxy
 from tests.podside.hub import HubStandIn
 from tests.podside.pods import PodFactory, pod_factory
 from tests.podside.servers import BUCKET, HealthServer, RcloneS3, S3Server
@@ -93,3 +94,10 @@ def hub_job(rclone_s3: S3Server, hub: HubStandIn, prefix: str, tmp_path: Path) -
            "WARMSTART_PART_BYTES": str(PART), "WARMSTART_RETRIES": "2", "HF_ENDPOINT": hub.url,
            "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     return Job(rclone_s3, env), files
+
+
+@pytest.fixture
+def proxy(seaweed_s3: S3Server) -> Iterator[FaultProxy]:
+    """A fault proxy in front of SeaweedFS, for the weights import's fault tests."""
+    with FaultProxy(seaweed_s3.endpoint) as p:
+        yield p

@@ -14,8 +14,8 @@ from typing import Iterator
 import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
-from tests.podside.servers import BUCKET, S3Server, SeaweedS3, find_binary
-from tests.support.weights_import import DST, SRC, WANTED, Job, assert_copied, objects, sha
+from tests.podside.servers import BUCKET, SeaweedS3, find_binary
+from tests.support.weights_import import DST, SRC, WANTED, assert_copied, objects, sha, through
 from warmstart.podside import weights_import as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers
@@ -34,16 +34,6 @@ def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     with _RoomySeaweed(tmp_path_factory.mktemp("seaweedfs-faults")) as server:
         yield server
 
-
-@pytest.fixture
-def proxy(seaweed_s3: S3Server) -> Iterator[FaultProxy]:
-    with FaultProxy(seaweed_s3.endpoint) as p:
-        yield p
-
-
-def through(job: Job, proxy: FaultProxy) -> Job:
-    """The same Job, its S3 traffic through the proxy."""
-    return Job(job.server, {**job.env, "AWS_ENDPOINT_URL": proxy.url})
 
 
 def test_access_denied_while_other_files_copy_exits_3_with_the_fix(s3_job, prefix, proxy):

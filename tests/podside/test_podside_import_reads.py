@@ -5,27 +5,16 @@ that forwards every request unchanged and re-frames or trickles only the respons
 from __future__ import annotations
 
 import time
-from typing import Iterator
 
 import pytest
 
 from tests.podside.faults import FaultProxy, Rule, get_of
-from tests.podside.servers import S3Server
-from tests.support.weights_import import DST, WANTED, Job, assert_copied
+from tests.support.weights_import import DST, WANTED, assert_copied, through
 from tests.podside.servers import BUCKET
 from warmstart.podside import weights_import as wi
 
 pytestmark = pytest.mark.servers
 
-
-@pytest.fixture
-def proxy(seaweed_s3: S3Server) -> Iterator[FaultProxy]:
-    with FaultProxy(seaweed_s3.endpoint) as p:
-        yield p
-
-
-def through(job: Job, proxy: FaultProxy) -> Job:
-    return Job(job.server, {**job.env, "AWS_ENDPOINT_URL": proxy.url})
 
 
 def test_chunked_json_bodies_are_read_and_a_complete_import_stays_complete(s3_job, prefix, proxy):

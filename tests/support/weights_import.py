@@ -105,6 +105,11 @@ class Job:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def through(job: Job, proxy: Any) -> Job:
+    """The same Job, its S3 traffic through a proxy (anything with a `url`, a FaultProxy)."""
+    return Job(job.server, {**job.env, "AWS_ENDPOINT_URL": proxy.url})
+
+
 def ensure_bucket(server: S3Server, bucket: str) -> None:
     client = server.client()
     if not any(b["Name"] == bucket for b in client.list_buckets().get("Buckets", [])):
