@@ -27,7 +27,7 @@ from warmstart.manifests import routing as router_objects
 from warmstart.manifests import standby as standby_objects
 from warmstart.plan import platform as facts
 
-from .enums import ClusterMode, NvmeCheckMode, mode_value
+from .enums import ClusterMode, NvmeCheckMode
 from .node_cache import WarmSpareArgs, register_warm_spares
 from .pod_scripts import PodScript
 from .serving import LoaderArgs, NonGpuPlacementArgs, ScraperPodsArgs, TolerationArgs
@@ -179,7 +179,6 @@ class ServingPlatform(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self, aliases=legacy,
                                        depends_on=list(opts.depends_on or []) if opts is not None else [])  # type: ignore[arg-type]
         given = checked(args["platform"], "ServingPlatformArgs.platform")
-        mode = mode_value(given["cluster_mode"])
         ns = given["namespace"]
         namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata={"name": ns, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
