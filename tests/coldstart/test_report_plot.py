@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.font_manager  # noqa: F401  (see below)
 import pytest
 
 from tests.coldstart.cases import CASES, parse
 from warmstart.coldstart import plot, report
 from warmstart.decisions import instances, phases
 
+# matplotlib builds its font list once per config dir by running `fc-list` (font_manager's
+# `_get_fontconfig_fonts`, https://github.com/matplotlib/matplotlib/blob/v3.11.2/lib/matplotlib/font_manager.py).
+# Imported here it is built at collection, so on a fresh machine the timeline test, which is not
+# marked `servers`, starts no process of its own.
 G6E = instances.lookup("g6e.2xlarge")
 
 
