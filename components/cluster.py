@@ -185,8 +185,9 @@ def plan(args: ClusterArgs, resource: pulumi.Resource | None = None,
     for i, pool in enumerate(args["gpu_pools"]):
         where = f"ClusterArgs.gpuPools[{i}]"
         spec = section_config(GpuPool, {k: v for k, v in pool.items() if k != "models"}, where)
-        pools.append((spec, [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"], m.get("replicas", 1),
-                                           m.get("compile_cache", True), key=at, staged_bytes=m.get("staged_bytes", 0))
+        pools.append((spec, [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"],
+                                           m.get("replicas", 1), m.get("compile_cache", True), key=at,
+                                           staged_bytes=m.get("staged_bytes", 0))
                              for at, m in models if m["pool"] == spec.name]))
     return plan_cluster_layer(
         section, pools, mode=mode_value(args["mode"]),  # type: ignore[arg-type]

@@ -173,7 +173,8 @@ class WarmstartStack(pulumi.ComponentResource):
             # The sizes the plan derived from what runs there (plan_cluster.plan_system_group).
             system_node_group_size=plan.cluster.system_node_group.size if plan.cluster.system_node_group else None,
             cpu_pool_cpu_limit=plan.cluster.cpu_pool.cpu_limit if plan.cluster.cpu_pool else None,
-            node_tags=stack_tags(plan), image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None)
+            node_tags=stack_tags(plan),
+            image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None)
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
         # 3. storage: the model and compile-cache buckets.
         cached = plan.aws.buckets.compile_cache_bucket is not None

@@ -42,7 +42,8 @@ class ModelStorageArgs(TypedDict):
     compile_cache_bucket: NotRequired[CompileCacheBucketSectionArgs]
     """The compile-cache bucket's settings, as the stack config's `compileCacheBucket` section."""
     s3_endpoint_id: NotRequired[pulumi.Input[str]]
-    """The S3 Gateway endpoint id the model bucket may be restricted to (`modelBucket.restrictToVpcEndpoint`)."""
+    """The S3 Gateway endpoint id the model bucket may be restricted to
+    (`modelBucket.restrictToVpcEndpoint`)."""
     account_id: NotRequired[str]
     """AWS account id; part of the derived names' hash, so two accounts' stacks never derive the
     same global bucket name."""
