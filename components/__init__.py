@@ -20,6 +20,11 @@ through warmstart's pure planners, and registers only resources:
 - `WarmstartStack`: all of them from one stack config (what `__main__.py` deploys);
 - `ModelStack`: one ServedModel on an existing WarmstartStack, through its exported PlatformArgs.
 
+Network, Cluster and ModelStorage take their sections of the stack config nested, as the
+`*SectionArgs` generated from the config models (components/section_args.py), as ServedModel
+takes a `models[]` entry (components/model_args.py): each field is declared once, in
+warmstart/config.py.
+
 All but the last two are also a source-based Pulumi component package (`PulumiPlugin.yaml`,
 `__main__.py` here), so `pulumi package add` makes them usable from TypeScript, Go, C# or YAML.
 Modules import each other relatively, so the package works under any name it is imported as
@@ -28,6 +33,9 @@ Modules import each other relatively, so the package works under any name it is 
 
 from .autoscaling import ModelAutoscaling, ModelAutoscalingArgs
 from .cluster import Cluster, ClusterArgs, GpuPoolArgs, PoolModelArgs, SystemNodeGroupArgs
+from .section_args import (CapacityBlockSectionArgs, CapacityReservationSectionArgs, ClusterSectionArgs,
+                           CompileCacheBucketSectionArgs, GpuPoolSectionArgs, ModelBucketSectionArgs, NetworkSectionArgs,
+                           PoolCapacitySectionArgs, SystemNodeGroupSectionArgs)
 from .identity import ModelImportRole, ModelImportRoleArgs, ModelRole, ModelRoleArgs
 from .model_stack import KUBECONFIG_OUTPUT, PLATFORM_OUTPUT, ModelStack, ModelStackArgs, is_model_stack, model_stack_config
 from .monitoring import Monitoring, MonitoringArgs
@@ -48,4 +56,7 @@ __all__ = [
     "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "PoolModelArgs", "RoutingPolicy",
     "ServedModel", "ServedModelArgs", "ServingPlatform", "ServingPlatformArgs", "SystemNodeGroupArgs", "TolerationArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
     "WeightsImportArgs", "is_model_stack", "model_stack_config", "stack_config",
+    "CapacityBlockSectionArgs", "CapacityReservationSectionArgs", "ClusterSectionArgs", "CompileCacheBucketSectionArgs",
+    "GpuPoolSectionArgs", "ModelBucketSectionArgs", "NetworkSectionArgs", "PoolCapacitySectionArgs",
+    "SystemNodeGroupSectionArgs",
 ]

@@ -22,7 +22,7 @@ only the check that the creating identity is in neither list asks AWS who runs i
 See docs/cluster-modes.md.
 """
 
-from typing import NotRequired, Optional, TypedDict
+from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_aws as aws
@@ -30,7 +30,7 @@ import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
-from warmstart.config import ClusterConfig, GpuPool, spec_from_args
+from warmstart.config import ClusterConfig, GpuPool, SystemNodeGroupConfig
 from warmstart.decisions import iam, image_cache, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigError
@@ -39,6 +39,9 @@ from warmstart.plan.cluster import ClusterPlan, plan_cluster_layer, pool_model_o
 from .enums import ClusterMode, mode_value
 from .gpu_pools import GpuPools, GpuPoolsArgs
 from .karpenter import Karpenter, KarpenterArgs
+from .section_args import (CapacityBlockSectionArgs, CapacityReservationSectionArgs, ClusterSectionArgs,
+                           GpuPoolSectionArgs, PoolCapacitySectionArgs, SystemNodeGroupSectionArgs)
+from .sections import nested_section, section_config, section_entry
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")
@@ -50,6 +53,8 @@ AUTO_MODE_CNI_CONFIGMAP = "amazon-vpc-cni"
 class PoolModelArgs(TypedDict):
     """A model that will run on a GPU pool: what the pool's limits and NVMe floor are sized for."""
 
+    pool: str
+    """The pool it runs on (a `gpuPools[].name`)."""
     name: str
     """The model's name."""
     instance_type: str
@@ -65,75 +70,21 @@ class PoolModelArgs(TypedDict):
     hold two versions of them."""
 
 
-class CapacityReservationArgs(TypedDict):
-    """One capacity-reservation selector term: `id` alone, or `tags` with an optional `owner_id`."""
-
-    id: NotRequired[str]
-    """The reservation's id (`cr-...`)."""
-    tags: NotRequired[dict[str, str]]
-    """Tags the reservations carry."""
-    owner_id: NotRequired[str]
-    """With `tags`: the account that owns the reservations."""
-
-
-class CapacityBlockArgs(TypedDict):
-    """The reservations are EC2 Capacity Blocks for ML."""
-
-    ends_at: NotRequired[str]
-    """When the block ends (ISO 8601 with a zone)."""
-
-
-class PoolCapacityArgs(TypedDict):
-    """Where a pool's nodes come from, first choice first."""
-
-    types: list[str]
-    """`reserved`, `spot`, `onDemand`, in that order (the engines' own)."""
-    reservations: NotRequired[list[CapacityReservationArgs]]
-    """With `reserved`: the ODCRs or Capacity Blocks to launch into."""
-    capacity_block: NotRequired[CapacityBlockArgs]
-    """Set when the reservations are Capacity Blocks."""
-    reserved_nodes: NotRequired[int]
-    """Nodes the reservations hold (for costs and predictions only)."""
-    spot_hourly_price_usd: NotRequired[float]
-    """Expected spot price of a node per hour (for costs only)."""
-
-
-class GpuPoolArgs(TypedDict):
-    """A set of GPU nodes: one NodePool and its node class."""
-
-    name: str
-    """Pool name; also the NodePool and node class name."""
-    instance_types: list[str]
-    """EC2 instance types the pool may launch (each must be in warmstart's GPU table, with NVMe)."""
-    capacity_types: NotRequired[list[str]]
-    """`on-demand` and/or `spot` (default on-demand); superseded by `capacity`."""
-    capacity: NotRequired[PoolCapacityArgs]
-    """Reservations, spot and on-demand, first choice first (default on-demand)."""
-    max_gpus: NotRequired[int]
-    """NodePool GPU limit. Default: every model of `models` at its replicas plus one surging pod,
-    at least one node of the largest type."""
-    ephemeral_storage_gib: NotRequired[int]
-    """Auto Mode only: the NodeClass `ephemeralStorage.size`, which must stay below the NVMe or
-    Auto Mode puts ephemeral storage on EBS (default 80, or less for a small NVMe)."""
-    warm_nodes: NotRequired[int]
-    """Spare nodes the pool keeps for placeholder pods (counted in the derived GPU limit; default 0)."""
-    hourly_price_usd: NotRequired[float]
-    """Your price of one node of the pool per hour, for the cost of `warmNodes`."""
-    models: NotRequired[list[PoolModelArgs]]
-    """The models that will run on the pool (sizing only; they are deployed by VllmModel)."""
-
-
-class SystemNodeGroupArgs(TypedDict):
-    """Karpenter mode: the managed node group for the controller and add-ons."""
-
-    instance_types: NotRequired[list[str]]
-    """On-demand x86_64 instance types (default m7i.large)."""
-    size: NotRequired[int]
-    """Nodes, at least 2 (default 2)."""
+# The pool sections' Args as they were named before they were generated from the config
+# (components/section_args.py); Python programs that import these names keep working. A
+# `GpuPoolArgs` no longer holds its `models`: they are `ClusterArgs.pool_models`, each naming its
+# pool (a pool's `models` is still read, with a deprecation warning).
+GpuPoolArgs = GpuPoolSectionArgs
+PoolCapacityArgs = PoolCapacitySectionArgs
+CapacityReservationArgs = CapacityReservationSectionArgs
+CapacityBlockArgs = CapacityBlockSectionArgs
+SystemNodeGroupArgs = SystemNodeGroupSectionArgs
 
 
 class ClusterArgs(TypedDict):
-    """Inputs of the Cluster component."""
+    """Inputs of the Cluster component: the cluster's settings and GPU pools, as the stack
+    config's `cluster` and `gpuPools` sections, beside what is wired in (the network, the names,
+    the sizes a stack's plan derived)."""
 
     cluster_name: str
     """EKS cluster name."""
@@ -145,62 +96,103 @@ class ClusterArgs(TypedDict):
     """The VPC (e.g. the Network component's `vpcId`)."""
     private_subnet_ids: pulumi.Input[list[str]]
     """Private subnets: control-plane ENIs, system nodes, GPU nodes."""
-    gpu_pools: list[GpuPoolArgs]
-    """GPU node pools."""
+    gpu_pools: list[GpuPoolSectionArgs]
+    """GPU node pools, as the stack config's `gpuPools`."""
+    cluster: NotRequired[ClusterSectionArgs]
+    """The cluster's settings (access, logs, the Service range, the endpoint, the Karpenter-mode
+    system node group), as the stack config's `cluster` section (default: every key at its
+    default). Its keys were once given flat at the top of these Args; that still works for a
+    Python caller, with a deprecation warning. Its `serviceCidr` unset: EKS picks 10.100.0.0/16
+    or 172.20.0.0/16; give it (the warmstart stack does) when NetworkPolicies must name the API
+    server's ClusterIP."""
+    pool_models: NotRequired[list[PoolModelArgs]]
+    """The models that will run on the pools, each naming its pool (sizing only; they are
+    deployed by VllmModel). Default: none, so a pool's derived GPU limit is one node of its
+    largest type."""
     public_subnet_ids: NotRequired[pulumi.Input[list[str]]]
     """Public subnets for internet-facing load balancers (may be empty)."""
     name_prefix: NotRequired[str]
     """Prefix of the IAM role names (default: the cluster name)."""
     kubernetes_version: NotRequired[str]
     """EKS Kubernetes version."""
-    admins: NotRequired[list[str]]
-    """IAM role or user ARNs (exact) given cluster-admin access through EKS access entries. Not
-    the identity that creates the cluster: EKS makes it admin already."""
-    viewers: NotRequired[list[str]]
-    """IAM role or user ARNs (exact) given read-only access to the whole cluster, Secrets
-    included (AmazonEKSAdminViewPolicy, cluster scope): what a CI role running `pulumi refresh`
-    and `preview` needs. None of them may be in `admins`, nor create the cluster."""
-    log_types: NotRequired[list[str]]
-    """Control-plane log types sent to CloudWatch Logs (default api, audit, authenticator)."""
-    log_retention_days: NotRequired[int]
-    """Days CloudWatch keeps the control-plane logs (default 90)."""
-    service_cidr: NotRequired[str]
-    """The Kubernetes Service range (`serviceIpv4Cidr`, create-only: another value replaces the
-    cluster). Default: unset, EKS picks 10.100.0.0/16 or 172.20.0.0/16; give it (the warmstart
-    stack does) when NetworkPolicies must name the API server's ClusterIP."""
-    system_node_group: NotRequired[SystemNodeGroupArgs]
-    """Karpenter mode: the system node group, for the controller and CoreDNS (ignored in Auto Mode)."""
+    system_node_group_size: NotRequired[int]
+    """Karpenter mode: the system node group's size where `cluster.systemNodeGroup.size` is unset,
+    as a stack's plan derived it from everything that runs there. Default: the fewest nodes (at
+    least 2) that hold the Karpenter controller and CoreDNS."""
     cpu_pool_cpu_limit: NotRequired[int]
     """Karpenter mode: `limits.cpu` of the `general-purpose` NodePool that every non-GPU pod
     (routers, weights imports, KEDA) runs on (default: room for 16 routed, imported model stacks
     plus a node; the warmstart stack adds its own pods)."""
-    endpoint_public_access: NotRequired[bool]
-    """The API server's public endpoint (default true, as EKS's); the private endpoint is always
-    on. false: private only, so the program deploying into the cluster must run inside the VPC."""
-    public_access_cidrs: NotRequired[list[str]]
-    """Public IPv4 blocks that may reach the public endpoint (default 0.0.0.0/0, as EKS's)."""
-    tags: NotRequired[dict[str, str]]
-    """Tags of the instances Karpenter launches (provider default tags do not reach them)."""
+    node_tags: NotRequired[dict[str, str]]
+    """Tags of the instances Karpenter or Auto Mode launches for the GPU pools (provider default
+    tags do not reach them); the warmstart stack gives the tags it puts on every resource. Once
+    `tags`, a name still read with a deprecation warning (it is not the stack config's own
+    `tags`, which are only part of these)."""
     image_cache_account: NotRequired[str]
     """The account whose ECR pull-through cache of Docker Hub (repository prefix `docker-hub`,
     e.g. the ServingPlatform component's) serves the nodes' images: every node role may then
     import an image there on its first pull. Default: none."""
 
 
-def plan(args: ClusterArgs) -> ClusterPlan:
-    """The cluster's decisions from its Args alone (pure planners; ConfigErrors keyed `ClusterArgs.*`)."""
+def cluster_config(args: ClusterArgs, resource: pulumi.Resource | None = None) -> tuple[ClusterConfig, str]:
+    """The `cluster` section of the Args as the config model, and the key of its errors; with
+    `system_node_group_size` as the group's size where the section leaves it unset."""
+    section, key = nested_section(ClusterConfig, args, "cluster", "ClusterArgs", resource)
+    size, group = args.get("system_node_group_size"), section.system_node_group
+    if size is not None and group is not None and group.size is None:
+        section = section.model_copy(update={"system_node_group": section_config(
+            SystemNodeGroupConfig, section_entry(group) | {"size": size}, f"{key}.systemNodeGroup")})
+    return section, key
+
+
+def node_tags(args: ClusterArgs, resource: pulumi.Resource | None = None) -> dict[str, str]:
+    """`node_tags`, or the deprecated `tags` it was called before."""
+    if "tags" not in args:
+        return dict(args.get("node_tags") or {})
+    if "node_tags" in args:
+        raise ConfigError("ClusterArgs.tags", "is the deprecated name of nodeTags, and nodeTags is given too",
+                          "give only nodeTags")
+    pulumi.log.warn("ClusterArgs: `tags` is deprecated; pass the nodes' tags as `nodeTags`", resource=resource)
+    return dict(args["tags"] or {})  # type: ignore[typeddict-item]
+
+
+def _pool_models(args: ClusterArgs, resource: pulumi.Resource | None) -> list[tuple[str, dict[str, Any]]]:
+    """Each model a pool is sized for with its key: `pool_models`, then the deprecated `models`
+    of each pool (given with their pool's name)."""
+    found = [(f"ClusterArgs.poolModels[{j}]", dict(m)) for j, m in enumerate(args.get("pool_models") or [])]
+    for i, pool in enumerate(args["gpu_pools"]):
+        legacy = pool.get("models")  # type: ignore[typeddict-item]
+        if legacy:
+            pulumi.log.warn(f"ClusterArgs.gpuPools[{i}].models is deprecated; pass the models as "
+                            "`poolModels`, each with its `pool`", resource=resource)
+            found += [(f"ClusterArgs.gpuPools[{i}].models[{j}]", {"pool": pool.get("name")} | dict(m))
+                      for j, m in enumerate(legacy)]
+    return found
+
+
+def plan(args: ClusterArgs, resource: pulumi.Resource | None = None,
+         config: tuple[ClusterConfig, str] | None = None) -> ClusterPlan:
+    """The cluster's decisions from its Args alone (pure planners; ConfigErrors keyed `ClusterArgs.*`);
+    `config`: what `cluster_config(args)` gave, when the caller has it already."""
+    section, key = config or cluster_config(args, resource)
+    models = _pool_models(args, resource)
+    names = [p.get("name") for p in args["gpu_pools"]]
+    for where, m in models:
+        if m.get("pool") not in names:
+            raise ConfigError(f"{where}.pool", "names no pool of gpuPools", f"use one of: {', '.join(map(str, names))}",
+                              m.get("pool"))
     pools = []
     for i, pool in enumerate(args["gpu_pools"]):
-        key = f"ClusterArgs.gpuPools[{i}]"
-        models = [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"], m.get("replicas", 1),
-                                m.get("compile_cache", True), key=f"{key}.models[{j}]",
-                                staged_bytes=m.get("staged_bytes", 0))
-                  for j, m in enumerate(pool.get("models") or [])]
-        pools.append((spec_from_args(GpuPool, pool, f"{key}."), models))
+        where = f"ClusterArgs.gpuPools[{i}]"
+        spec = section_config(GpuPool, {k: v for k, v in pool.items() if k != "models"}, where)
+        pools.append((spec, [pool_model_of(m["name"], m["instance_type"], m["tensor_parallel_size"],
+                                           m.get("replicas", 1), m.get("compile_cache", True), key=at,
+                                           staged_bytes=m.get("staged_bytes", 0))
+                             for at, m in models if m["pool"] == spec.name]))
     return plan_cluster_layer(
-        spec_from_args(ClusterConfig, args, "ClusterArgs."), pools, mode=mode_value(args["mode"]),  # type: ignore[arg-type]
+        section, pools, mode=mode_value(args["mode"]),  # type: ignore[arg-type]
         name=args["cluster_name"], kubernetes_version=args.get("kubernetes_version") or versions.DEFAULT_KUBERNETES_VERSION,
-        region=args["region"], key="ClusterArgs", pools_key="ClusterArgs.gpuPools",
+        region=args["region"], key=key, pools_key="ClusterArgs.gpuPools",
         cpu_limit=args.get("cpu_pool_cpu_limit"))
 
 
@@ -227,9 +219,12 @@ class Cluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ClusterArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:Cluster", name, None, opts)
-        # Every decision is made here, from the Args alone, by the pure planners.
-        self.plan: ClusterPlan = plan(args)
+        # Every decision is made here, from the Args alone, by the pure planners; the sections are
+        # read through the config models, so their defaults and rules are the stack config's.
+        self.config, self._key = cluster_config(args, self)
+        self.plan: ClusterPlan = plan(args, self, (self.config, self._key))
         p = self.plan
+        service_cidr = self.config.service_cidr
         # Before anything is registered: an `up` it refuses must not have started the cluster.
         self._check_creator_not_listed()
         name_prefix = args.get("name_prefix") or p.name
@@ -247,7 +242,7 @@ class Cluster(pulumi.ComponentResource):
             f"{name}-eks",
             name=p.name,
             version=p.kubernetes_version,
-            kubernetes_service_ip_address_range=args.get("service_cidr"),
+            kubernetes_service_ip_address_range=service_cidr,
             vpc_id=args["vpc_id"],
             private_subnet_ids=private_subnet_ids,
             public_subnet_ids=args.get("public_subnet_ids", []),
@@ -284,7 +279,7 @@ class Cluster(pulumi.ComponentResource):
         self.oidc_issuer = self.eks.oidc_issuer
         self.security_group_id = self.eks.cluster_security_group_id
         self.cluster_name = pulumi.Output.from_input(p.name)
-        self.service_cidr = args.get("service_cidr")
+        self.service_cidr = service_cidr
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
 
@@ -335,7 +330,7 @@ class Cluster(pulumi.ComponentResource):
 
         self.gpu_pools = GpuPools(f"{name}-gpu", GpuPoolsArgs(
             plan=p, node_role_name=self.gpu_node_role.name, subnet_selector_terms=subnets,
-            security_group_selector_terms=groups, tags=args.get("tags") or {}),
+            security_group_selector_terms=groups, tags=node_tags(args, self)),
             opts=pulumi.ResourceOptions.merge(k8s_child, pulumi.ResourceOptions(depends_on=pool_deps)))
         self.gpu_node_role_name = self.gpu_node_role.name
         # Every role whose nodes pull images: the GPU nodes', and the non-GPU nodes' (Auto Mode's
@@ -394,7 +389,7 @@ class Cluster(pulumi.ComponentResource):
             if deployer not in arns:
                 continue
             error = ConfigError(
-                f"ClusterArgs.{field}", f"lists the identity that is creating cluster {p.name}: EKS gives "
+                f"{self._key}.{field}", f"lists the identity that is creating cluster {p.name}: EKS gives "
                 "the cluster's creator a cluster-admin access entry of its own "
                 "(bootstrapClusterCreatorAdminPermissions), so a second one fails with 409 \"already in use\"",
                 f"remove it from cluster.{field} (it is admin as the creator), or create the cluster as another "

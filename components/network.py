@@ -12,43 +12,29 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_aws as aws
 
-from warmstart.config import NetworkConfig, spec_from_args
+from warmstart.config import NetworkConfig
 from warmstart.decisions import naming
 from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
 from warmstart.plan.aws import NetworkPlan, plan_network
+
+from .section_args import NetworkSectionArgs
+from .sections import nested_section
 
 ANYWHERE = "0.0.0.0/0"
 
 
 class NetworkArgs(TypedDict):
     """Inputs of the Network component: a VPC warmstart creates (the default), or an existing one
-    by `vpcId`; either way with the S3 Gateway endpoint on every private route table."""
+    by `network.vpcId`; either way with the S3 Gateway endpoint on every private route table."""
 
     name_prefix: str
     """Prefix of every Name tag."""
     region: str
     """AWS region (the S3 endpoint service is regional)."""
-    vpc_id: NotRequired[Optional[str]]
-    """Use this existing VPC instead of creating one; then `privateSubnetIds` and
-    `privateRouteTableIds` are required."""
-    private_subnet_ids: NotRequired[list[str]]
-    """Existing VPC only: its private subnets (at least two, in different AZs)."""
-    private_route_table_ids: NotRequired[list[str]]
-    """Existing VPC only: every route table of `privateSubnetIds`; the S3 endpoint is attached to each."""
-    public_subnet_ids: NotRequired[list[str]]
-    """Existing VPC only: public subnets for internet-facing load balancers."""
-    cidr: NotRequired[str]
-    """Created VPC only: its IPv4 CIDR, /16 to /22 (default 10.0.0.0/16)."""
-    availability_zones: NotRequired[list[str]]
-    """Created VPC only: AZ names to use (default: the region's first `azCount` available AZs)."""
-    az_count: NotRequired[int]
-    """Created VPC only: number of AZs when `availabilityZones` is not given (default 3)."""
-    single_nat_gateway: NotRequired[bool]
-    """Created VPC only: one NAT gateway for all AZs instead of one per AZ (default false)."""
-    s3_gateway_endpoint: NotRequired[bool]
-    """Create the S3 Gateway endpoint, so model and cache traffic bypasses NAT (default true)."""
-    allow_s3_via_nat: NotRequired[bool]
-    """Explicit opt-out needed for `s3GatewayEndpoint: false` (default false)."""
+    network: NotRequired[NetworkSectionArgs]
+    """The network itself, as the stack config's `network` section (default: a created VPC with
+    every key at its default). Its keys were once given flat at the top of these Args; that still
+    works for a Python caller, with a deprecation warning."""
     karpenter_discovery_cluster: NotRequired[Optional[str]]
     """Karpenter mode: the EKS cluster name to tag the private subnets with
     (`karpenter.sh/discovery`), so its EC2NodeClasses find them."""
@@ -85,14 +71,15 @@ class Network(pulumi.ComponentResource):
     known while the program runs, in a preview as in an `up`)."""
     s3_endpoint_id: pulumi.Output[Optional[str]]
     """The S3 Gateway endpoint's id (`vpce-...`, the `aws:SourceVpce` value); unset when
-    `s3GatewayEndpoint` is false."""
+    `network.s3GatewayEndpoint` is false."""
 
     def __init__(self, name: str, args: NetworkArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:Network", name, None, opts)
-        # Every decision is made here, from the Args alone, by the pure planner.
+        # Every decision is made here, from the Args alone, by the pure planner; the section is
+        # read through the config model, so its defaults and rules are the stack config's.
+        network, key = nested_section(NetworkConfig, args, "network", "NetworkArgs", self)
         self.plan: NetworkPlan = plan_network(
-            spec_from_args(NetworkConfig, args, "NetworkArgs."), region=args["region"],
-            karpenter_discovery=args.get("karpenter_discovery_cluster"), key="NetworkArgs")
+            network, region=args["region"], karpenter_discovery=args.get("karpenter_discovery_cluster"), key=key)
         p = self.plan
         region, name_prefix = args["region"], args["name_prefix"]
         if p.create:

@@ -1,11 +1,13 @@
 """The whole warmstart stack as one component: the other components, composed.
 
 `WarmstartStack` validates the stack config as a whole first (`warmstart.plan.stack.plan_stack`:
-every broken rule of every layer, keyed by its config key), then maps the config onto each
-component's Args; each component decides inside, from its Args, through the same pure
-planners. The stack registers no cloud or Kubernetes resource of its own (a test holds it to
-that): only its AWS provider and the components, in the order of the layers: Network, Cluster,
-ModelStorage, Monitoring, the ServingPlatform, and one ServedModel per model on it.
+every broken rule of every layer, keyed by its config key), then hands each component its
+sections of the config as they are (the components' section Args are generated from the config
+models, components/section_args.py) beside what is wired in; each component decides inside,
+from its Args, through the same pure planners. The stack registers no cloud or Kubernetes
+resource of its own (a test holds it to that): only its AWS provider and the components, in the
+order of the layers: Network, Cluster, ModelStorage, Monitoring, the ServingPlatform, and one
+ServedModel per model on it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .monitoring import Monitoring
 from .network import Network
 from .platform import PlatformArgs, ServingPlatform
 from .routing import ModelRouter
+from .sections import section_entry
 from .served_model import KEY as SERVED_MODEL_KEY
 from .served_model import ServedModel, _args
 from .serving import VllmModel
@@ -139,56 +142,46 @@ class WarmstartStack(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         aws_opts = pulumi.ResourceOptions(parent=self, providers=[self.aws_provider])
-        n = cfg.network
+        # Each component takes its section of the config nested, as the config gives it (only the
+        # keys the stack sets: the config model's defaults and rules apply to the rest), beside
+        # what is wired in from other components and what the plan derived.
         # 1. network: a VPC or an existing one, with the S3 Gateway endpoint.
-        # Only the keys the config sets: the component's own defaults and rules apply to the rest.
         self.network = Network(f"{name}-network", _args(
-            name_prefix=plan.name_prefix, region=cfg.region,
-            karpenter_discovery_cluster=plan.aws.network.karpenter_discovery, **n.model_dump(exclude_unset=True),
+            name_prefix=plan.name_prefix, region=cfg.region, network=section_entry(cfg.network),
+            karpenter_discovery_cluster=plan.aws.network.karpenter_discovery,
         ), opts=_aliased(aws_opts, "network"))
         # 2. cluster: EKS Auto Mode or Karpenter, GPU pools sized for the models on them.
-        c = cfg.cluster
-        pools = [_args(name=p.name, instance_types=p.instance_types,
-                       capacity_types=p.capacity_types if "capacity_types" in p.model_fields_set else None,
-                       capacity=p.capacity.model_dump(mode="json", exclude_none=True) if p.capacity else None,
-                       max_gpus=p.max_gpus, ephemeral_storage_gib=p.ephemeral_storage_gib,
-                       warm_nodes=p.warm_nodes or None, hourly_price_usd=p.hourly_price_usd,
-                       models=[_args(name=m.name, instance_type=m.instance.instance_type,
-                                     # A pool holds an autoscaled model at its maxReplicas.
-                                     tensor_parallel_size=m.tensor_parallel_size, replicas=m.max_replicas,
-                                     compile_cache=m.compile_cache,
-                                     staged_bytes=m.weights_bytes if m.staged else None)
-                               for m in plan.models if m.pool == p.name])
-                 for p in cfg.gpu_pools]
         # The Service range, explicit so the routers' policy can name the API server's ClusterIP:
         # the stack's, or the one EKS would pick for this VPC (decisions/network.py).
-        service_cidr = c.service_cidr or network_rules.default_service_cidr(self.network.vpc_cidrs)
+        service_cidr = cfg.cluster.service_cidr or network_rules.default_service_cidr(self.network.vpc_cidrs)
         why = network_rules.service_cidr_problem(service_cidr, self.network.vpc_cidrs)
         if why:
             raise ConfigError(f"{config.NAMESPACE}:cluster.serviceCidr", f"{service_cidr} {why}",
                               "set cluster.serviceCidr to a /16 outside every CIDR block of the VPC", service_cidr)
         cluster_args: ClusterArgs = _args(  # type: ignore[assignment]
-            cluster_name=plan.cluster.name, mode=cfg.cluster_mode, region=cfg.region, service_cidr=service_cidr,
+            cluster_name=plan.cluster.name, mode=cfg.cluster_mode, region=cfg.region,
             vpc_id=self.network.vpc_id, private_subnet_ids=self.network.private_subnet_ids,
-            public_subnet_ids=self.network.public_subnet_ids, gpu_pools=pools, name_prefix=plan.name_prefix,
-            kubernetes_version=cfg.kubernetes_version, admins=c.admins, viewers=c.viewers, log_types=c.log_types,
-            log_retention_days=c.log_retention_days, endpoint_public_access=c.endpoint_public_access,
-            public_access_cidrs=list(c.public_access_cidrs) if c.endpoint_public_access else None,
-            # The size the plan derived from what runs there (plan_cluster.plan_system_group).
-            system_node_group=_args(instance_types=list(plan.cluster.system_node_group.instance_types),
-                                    size=plan.cluster.system_node_group.size)
-            if plan.cluster.system_node_group else None,
+            public_subnet_ids=self.network.public_subnet_ids, name_prefix=plan.name_prefix,
+            kubernetes_version=cfg.kubernetes_version,
+            cluster=section_entry(cfg.cluster) | {"service_cidr": service_cidr},
+            gpu_pools=[section_entry(p) for p in cfg.gpu_pools],
+            pool_models=[_args(pool=m.pool, name=m.name, instance_type=m.instance.instance_type,
+                               # A pool holds an autoscaled model at its maxReplicas.
+                               tensor_parallel_size=m.tensor_parallel_size, replicas=m.max_replicas,
+                               compile_cache=m.compile_cache, staged_bytes=m.weights_bytes if m.staged else None)
+                         for m in plan.models],
+            # The sizes the plan derived from what runs there (plan_cluster.plan_system_group).
+            system_node_group_size=plan.cluster.system_node_group.size if plan.cluster.system_node_group else None,
             cpu_pool_cpu_limit=plan.cluster.cpu_pool.cpu_limit if plan.cluster.cpu_pool else None,
-            tags=stack_tags(plan), image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None)
+            node_tags=stack_tags(plan),
+            image_cache_account=cfg.account_id if cfg.image_cache.ecr_pull_through else None)
         self.cluster = Cluster(f"{name}-cluster", cluster_args, opts=_aliased(aws_opts, "cluster"))
         # 3. storage: the model and compile-cache buckets.
-        mb, cb = cfg.model_bucket, cfg.compile_cache_bucket
         cached = plan.aws.buckets.compile_cache_bucket is not None
         self.storage = ModelStorage(f"{name}-storage", _args(
             name_prefix=plan.name_prefix, region=cfg.region, stack=args.stack, account_id=cfg.account_id,
-            model_bucket=mb.model_dump(exclude_unset=True),
-            compile_cache=cached, compile_cache_bucket=_args(name=cb.name, expire_after_days=cb.expire_after_days),
-            s3_endpoint_id=self.network.s3_endpoint_id,
+            model_bucket=section_entry(cfg.model_bucket), compile_cache=cached,
+            compile_cache_bucket=section_entry(cfg.compile_cache_bucket), s3_endpoint_id=self.network.s3_endpoint_id,
         ), opts=_aliased(aws_opts, "storage"))
         # Every Kubernetes object goes through the cluster's provider, never an ambient kubeconfig.
         providers = [self.aws_provider, self.cluster.kubernetes_provider]

@@ -7,9 +7,12 @@ from typing import NotRequired, Optional, Sequence, TypedDict
 import pulumi
 import pulumi_aws as aws
 
-from warmstart.config import CompileCacheBucketConfig, ModelBucketConfig, spec_from_args
+from warmstart.config import CompileCacheBucketConfig, ModelBucketConfig
 from warmstart.decisions import iam
 from warmstart.plan.aws import BucketsPlan, plan_buckets
+
+from .section_args import CompileCacheBucketSectionArgs, ModelBucketSectionArgs
+from .sections import section_config
 
 # Weight uploads are multi-GiB multipart uploads; parts of an abandoned one are billed until
 # aborted.
@@ -18,34 +21,10 @@ ABORT_INCOMPLETE_UPLOADS_DAYS = 7
 CACHE_NONCURRENT_DAYS = 1
 
 
-class ModelBucketArgs(TypedDict):
-    """The bucket that holds the model weights."""
-
-    name: NotRequired[str]
-    """Bucket name. Default (created bucket): `<namePrefix>-models-<hash8>`."""
-    create: NotRequired[bool]
-    """Create the bucket with warmstart's baseline (default true); false: use the existing
-    bucket `name`, whose settings warmstart leaves alone."""
-    restrict_to_vpc_endpoint: NotRequired[bool]
-    """Deny object access and listings that do not come through `s3EndpointId`, except by
-    `admins`; the deploying identities keep HeadBucket and the bucket's configuration (default
-    false). Needs `create`."""
-    admins: NotRequired[list[str]]
-    """IAM role or user ARNs (`*` wildcards allowed) exempt from `restrictToVpcEndpoint`."""
-    deployers: NotRequired[list[str]]
-    """With `restrictToVpcEndpoint`: the roles that run preview, up or refresh, exempt from the
-    listing Deny only (default: the identity running the deployment)."""
-    delete_on_destroy: NotRequired[bool]
-    """Delete the bucket and its weights on `destroy` (default false: they are kept)."""
-
-
-class CompileCacheBucketArgs(TypedDict):
-    """The bucket that holds the torch.compile cache, one key prefix per model."""
-
-    name: NotRequired[str]
-    """Bucket name. Default: `<namePrefix>-compile-cache-<hash8>`."""
-    expire_after_days: NotRequired[int]
-    """Days after which a cache object is deleted (default 30): entries are cheap to rebuild."""
+# The bucket sections' Args as they were named before they were generated from the config
+# (components/section_args.py); Python programs that import these names keep working.
+ModelBucketArgs = ModelBucketSectionArgs
+CompileCacheBucketArgs = CompileCacheBucketSectionArgs
 
 
 class ModelStorageArgs(TypedDict):
@@ -55,14 +34,16 @@ class ModelStorageArgs(TypedDict):
     """Prefix of derived bucket names and Name tags."""
     region: str
     """AWS region (part of the derived names' hash, and the partition of ARNs)."""
-    model_bucket: NotRequired[ModelBucketArgs]
-    """The model bucket (default: created, with a derived name)."""
+    model_bucket: NotRequired[ModelBucketSectionArgs]
+    """The model bucket, as the stack config's `modelBucket` section (default: created, with a
+    derived name)."""
     compile_cache: NotRequired[bool]
     """Create the compile-cache bucket (default true)."""
-    compile_cache_bucket: NotRequired[CompileCacheBucketArgs]
-    """The compile-cache bucket's settings."""
+    compile_cache_bucket: NotRequired[CompileCacheBucketSectionArgs]
+    """The compile-cache bucket's settings, as the stack config's `compileCacheBucket` section."""
     s3_endpoint_id: NotRequired[pulumi.Input[str]]
-    """The S3 Gateway endpoint id the model bucket may be restricted to (`restrictToVpcEndpoint`)."""
+    """The S3 Gateway endpoint id the model bucket may be restricted to
+    (`modelBucket.restrictToVpcEndpoint`)."""
     account_id: NotRequired[str]
     """AWS account id; part of the derived names' hash, so two accounts' stacks never derive the
     same global bucket name."""
@@ -176,11 +157,12 @@ class ModelStorage(pulumi.ComponentResource):
         super().__init__("warmstart:index:ModelStorage", name, None, opts)
         prefix = args["name_prefix"]
         endpoint = args.get("s3_endpoint_id")
-        # Every decision is made here, from the Args alone, by the pure planner.
+        # Every decision is made here, from the Args alone, by the pure planner; the sections are
+        # read through the config models, so their defaults and rules are the stack config's.
         self.plan: BucketsPlan = plan_buckets(
-            spec_from_args(ModelBucketConfig, args.get("model_bucket") or {}, "ModelStorageArgs.modelBucket."),
-            spec_from_args(CompileCacheBucketConfig, args.get("compile_cache_bucket") or {},
-                           "ModelStorageArgs.compileCacheBucket."),
+            section_config(ModelBucketConfig, args.get("model_bucket") or {}, "ModelStorageArgs.modelBucket"),
+            section_config(CompileCacheBucketConfig, args.get("compile_cache_bucket") or {},
+                           "ModelStorageArgs.compileCacheBucket"),
             name_prefix=prefix, stack=args.get("stack") or pulumi.get_stack(), region=args["region"],
             account_id=args.get("account_id"), has_s3_endpoint=endpoint is not None,
             compile_cache=args.get("compile_cache", True), model_key="ModelStorageArgs.modelBucket",

@@ -403,7 +403,7 @@ def test_the_identity_creating_the_cluster_is_never_given_a_second_entry(stack_d
     doc["config"]["warmstart:cluster"] = {field: [CREATOR]}
     with pytest.raises(ConfigError) as err:
         render_doc(doc, tmp_path, stack="creator-user")
-    assert err.value.key == f"ClusterArgs.{field}" and err.value.value == CREATOR and "409" in err.value.rule
+    assert err.value.key == f"ClusterArgs.cluster.{field}" and err.value.value == CREATOR and "409" in err.value.rule
 
     role = "arn:aws:iam::123456789012:role/deployer"
     _as_caller(monkeypatch, "arn:aws:sts::123456789012:assumed-role/deployer/gha-42")
@@ -443,8 +443,8 @@ def test_a_preview_as_the_creator_only_warns(monkeypatch):
     pulumi.runtime.test(lambda: Cluster("unit", ClusterArgs(
         cluster_name="unit", mode="auto", region="us-east-1", vpc_id="vpc-0123456789abcdef0",
         private_subnet_ids=["subnet-0a"], gpu_pools=[GpuPoolArgs(name="l40s", instance_types=["g6e.2xlarge"])],
-        viewers=[CREATOR])) and None)()
-    assert len(warned) == 1 and "ClusterArgs.viewers" in warned[0] and "refused" in warned[0]
+        cluster={"viewers": [CREATOR]})) and None)()
+    assert len(warned) == 1 and "ClusterArgs.cluster.viewers" in warned[0] and "refused" in warned[0]
     assert [r.inputs["principalArn"] for r in cloud.resources
             if r.typ == ACCESS_ENTRY and r.inputs["type"] == "STANDARD"] == [CREATOR]
 

@@ -6,8 +6,9 @@
 - the generated parts of the docs: the README's sample of `warmstart render --stack dev` (its
   first command's output) and docs/config-reference.md, so a change to renders or to the config
   models is one refresh;
-- components/model_args.py, the TypedDicts of a `models[]` entry generated from
-  `warmstart.config.ModelConfig` (components/model_args_gen.py).
+- components/model_args.py and components/section_args.py, the TypedDicts of a `models[]`
+  entry and of the platform sections, generated from `warmstart.config`'s models
+  (components/model_args_gen.py).
 - `state/urns-<stack>.json`: the URN of every resource of each stack as it was before the
   components moved to `components/` (that is, what deployed stacks hold in their state), and
   `state/urns-<stack>@<version>.json` as each stack was at that warmstart version (0.3: before
@@ -71,7 +72,7 @@ def elapsed_free(text: str) -> str:
 
 def update() -> None:
     """Rewrite render/<stack>/ for every shipped stack, the README's render sample,
-    docs/config-reference.md and components/model_args.py."""
+    docs/config-reference.md and the generated Args (components/model_args.py, section_args.py)."""
     from components import model_args_gen
     from tests.conftest import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
@@ -90,4 +91,5 @@ def update() -> None:
     CONFIG_REFERENCE.write_text(replaced(CONFIG_REFERENCE.read_text(), REFERENCE_START, REFERENCE_END,
                                          config_reference()))
     print(f"wrote {CONFIG_REFERENCE}")
-    print(f"wrote {model_args_gen.write()}")
+    for path in model_args_gen.write():
+        print(f"wrote {path}")

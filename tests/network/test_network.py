@@ -14,10 +14,16 @@ VPC = "vpc-0000000a"
 SUBNETS = ["subnet-0000000a", "subnet-0000000b"]
 
 
-def _network(**args: Any) -> tuple[components.Network, list[mocks.Registered]]:
+def _network(karpenter_discovery_cluster: str | None = None, **section: Any
+             ) -> tuple[components.Network, list[mocks.Registered]]:
+    """The Network with `section` as its `network`."""
+    return _built({"name_prefix": "team", "region": "us-east-1", "network": section}
+                  | ({"karpenter_discovery_cluster": karpenter_discovery_cluster} if karpenter_discovery_cluster else {}))
+
+
+def _built(args: dict[str, Any]) -> tuple[components.Network, list[mocks.Registered]]:
     built: dict[str, Any] = {}
-    full = {"name_prefix": "team", "region": "us-east-1"} | args
-    resources = mocks.run(lambda: built.setdefault("n", components.Network("net", full)),
+    resources = mocks.run(lambda: built.setdefault("n", components.Network("net", args)),  # type: ignore[arg-type]
                           region="us-east-1", stack="alone")
     return built["n"], resources
 
@@ -54,4 +60,16 @@ def test_an_existing_vpc_creates_only_the_endpoint_and_the_discovery_tags():
 def test_an_existing_vpc_without_its_route_tables_names_the_arg():
     with pytest.raises(Exception) as err:
         _network(vpc_id=VPC, private_subnet_ids=SUBNETS)
-    assert "NetworkArgs.privateRouteTableIds" in str(err.value), str(err.value)
+    assert "NetworkArgs.network.privateRouteTableIds" in str(err.value), str(err.value)
+
+
+def test_the_sections_keys_given_flat_as_before_still_plan_the_same_with_a_warning(monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    nested, _ = _network(az_count=2, single_nat_gateway=True)
+    assert warned == []
+    flat, resources = _built({"name_prefix": "team", "region": "us-east-1", "az_count": 2, "single_nat_gateway": True})
+    assert flat.plan == nested.plan and _count(resources, "aws:ec2/natGateway:NatGateway") == 1
+    assert len(warned) == 1 and "NetworkArgs: azCount, singleNatGateway" in warned[0]
