@@ -5,11 +5,11 @@ Its Args nest the model as a stack's `models[]` entry (`model`, typed by the gen
 everything through the pure planner a stack's models are planned by
 (`warmstart.plan.model.plan_model`: tensor parallel degree, streamer concurrency, distributed
 loading, pod size, start-up budget), the entry read back through the config model
-(`components.model_entry.model_spec`), so no model key is mapped by hand, and registers the objects `warmstart.manifests` builds:
-ServiceAccount (with its IRSA role), Deployment, Service and PodDisruptionBudget, the start-up
-NVMe check, the compile-cache restore/publish wiring when a cache bucket is given, and, with a
-weights import, the Job that copies the weights into `source` first (its own ServiceAccount,
-the Hugging Face token Secret, the script's ConfigMap).
+(`components.model_entry.model_spec`), so no model key is mapped by hand. It registers the
+objects `warmstart.manifests` builds: ServiceAccount (with its IRSA role), Deployment, Service
+and PodDisruptionBudget, the start-up NVMe check, the compile-cache restore/publish wiring when
+a cache bucket is given, and, with a weights import, the Job that copies the weights into
+`source` first (its own ServiceAccount, the Hugging Face token Secret, the script's ConfigMap).
 """
 
 import math
@@ -148,7 +148,8 @@ class VllmModelArgs(TypedDict):
     node of `instanceType`), and `nodeCache` defaults to `off` (staging needs `nodeCacheRoleArn`
     and node-feature-discovery in the cluster). `routing` and `autoscaling` are recorded in
     `plan` for the ModelRouter and ModelAutoscaling a program adds (VllmModel creates neither);
-    with `autoscaling`, `replicas` is the count of the first create only. Required, unless the
+    with `autoscaling`, `replicas` is the count of the first create only. `standby` runs the pods
+    for standby engines (the ModelStandby component wakes and sleeps them). Required, unless the
     deprecated flat model keys below are given instead."""
     region: str
     """AWS region of the weights bucket (the streamer's S3 client needs it explicitly)."""
@@ -179,7 +180,7 @@ class VllmModelArgs(TypedDict):
     against `weightsGib` and writes a manifest; the Deployment waits for it, and an unchanged
     `up` copies nothing."""
     hugging_face_token: NotRequired[pulumi.Input[str]]
-    """Hugging Face token (pass a secret) for a gated or private `weightsImport.huggingFace`
+    """Hugging Face token (pass a secret) for a gated or private `model.weightsImport.huggingFace`
     repository; it reaches only the import Job, through a Kubernetes Secret."""
     network_policies: NotRequired[bool]
     """Create the model's NetworkPolicies (default true): the vLLM port only from the router or
@@ -302,8 +303,8 @@ def model_entry(args: VllmModelArgs) -> ModelEntry:
         given = sorted(k for k, v in args.items() if k in FLAT_MODEL_KEYS and v is not None)
         raise ConfigError(f"{KEY}.{camel_case(given[0])}", "the deprecated flat model keys are read only without "
                           f"`model`, and both are given ({', '.join(camel_case(k) for k in given)})",
-                          "move them into model: " + ", ".join(f"{camel_case(k)} -> model.{camel_case(FLAT_MODEL_KEYS[k])}"
-                                                              for k in given))
+                          "move them into model: " + ", ".join(
+                              f"{camel_case(k)} -> model.{camel_case(FLAT_MODEL_KEYS[k])}" for k in given))
     if entry is None and not flat:
         raise ConfigError(f"{KEY}.model", "is required: the model VllmModel serves",
                           "give model: {name, source, weightsGib, instanceType, ...} (a stack's models[] entry)")

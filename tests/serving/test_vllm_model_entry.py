@@ -216,7 +216,8 @@ def test_the_flat_keys_plan_what_the_same_values_nested_plan(path, info):
 
 def _deployment(args: dict) -> dict:
     built: dict = {}
-    resources = mocks.run(lambda: built.setdefault("m", components.VllmModel("llama", args | {"kubeconfig": KUBECONFIG})),  # type: ignore[arg-type]
+    args = args | {"kubeconfig": KUBECONFIG}
+    resources = mocks.run(lambda: built.setdefault("m", components.VllmModel("llama", args)),  # type: ignore[arg-type]
                           region="us-east-1", stack="alone")
     (dep,) = [r.inputs for r in resources if r.typ == "kubernetes:apps/v1:Deployment"]
     return dep
