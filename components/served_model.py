@@ -140,10 +140,9 @@ class ServedModel(pulumi.ComponentResource):
         scraped_cidrs = list(p.vpc_cidrs) if p.managed_scraper else None
         token = args.get("hugging_face_token")
         # The serving objects are built from this model's plan (made once, above); the Args
-        # carry what names it and the wiring.
+        # carry the model entry as given and the wiring.
         model_args: VllmModelArgs = _args(  # type: ignore[assignment]
-            model_name=m.name, source=m.source, weights_gib=self.config.weights_gib,
-            instance_type=m.instance.instance_type, region=p.region, namespace=p.namespace, cluster_mode=p.cluster_mode,
+            model=args["model"], region=p.region, namespace=p.namespace, cluster_mode=p.cluster_mode,
             compile_cache_bucket=bucket, nvme_check=p.nvme_check, role_arn=self.role.role_arn,
             ship_pod_scripts=not p.pod_scripts,
             node_cache_role_arn=self.staging_role.role_arn if self.staging_role else None,
@@ -156,7 +155,7 @@ class ServedModel(pulumi.ComponentResource):
             autoscaled=True if m.autoscaling is not None else None,
             non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None)
         self.model = VllmModel(f"{prefix}-{m.name}", model_args, opts=child("model", depends_on=after, **kube),
-                               router=[self.router] if self.router is not None else [], plan=m.serving)
+                               router=[self.router] if self.router is not None else [], plan=m)
         self.autoscaler = None
         a = m.autoscaling
         if a is not None:

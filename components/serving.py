@@ -1,25 +1,31 @@
 """One model served by vLLM on an EKS cluster, tuned for a fast cold start.
 
-From its Args alone the component decides everything through the pure planner
+Its Args nest the model as a stack's `models[]` entry (`model`, typed by the generated
+`ModelEntryArgs`), beside what places and wires it. From them alone the component decides
+everything through the pure planner a stack's models are planned by
 (`warmstart.plan.model.plan_model`: tensor parallel degree, streamer concurrency, distributed
-loading, pod size, start-up budget) and registers the objects `warmstart.manifests` builds:
-ServiceAccount (with its IRSA role), Deployment, Service and PodDisruptionBudget, the start-up
-NVMe check, the compile-cache restore/publish wiring when a cache bucket is given, and, with a
-weights import, the Job that copies the weights into `source` first (its own ServiceAccount,
-the Hugging Face token Secret, the script's ConfigMap).
+loading, pod size, start-up budget), the entry read back through the config model
+(`components.model_entry.model_spec`), so no model key is mapped by hand. It registers the
+objects `warmstart.manifests` builds: ServiceAccount (with its IRSA role), Deployment, Service
+and PodDisruptionBudget, the start-up NVMe check, the compile-cache restore/publish wiring when
+a cache bucket is given, and, with a weights import, the Job that copies the weights into
+`source` first (its own ServiceAccount, the Hugging Face token Secret, the script's ConfigMap).
 """
 
 import math
-from collections.abc import Sequence
-from typing import NotRequired, Optional, TypedDict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pulumi.provider.experimental.util import camel_case
 
 from warmstart import versions
 from warmstart.decisions import placement
-from warmstart.config import LoaderTuning, ModelSpec, spec_from_args
-from warmstart.errors import ConfigError
+from warmstart.config import LoaderTuning
+from warmstart.errors import ConfigError, rekeyed
 from warmstart.manifests import compile_cache, first_token, metrics_proxy, network_policy, nvme_check
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
@@ -34,8 +40,15 @@ from warmstart.manifests.serving import (
     service_account_spec,
     service_spec,
 )
-from warmstart.plan.model import ServingPlan, check_compile_cache_host_path, compile_cache_host_path, plan_model
+from warmstart.plan.model import (
+    ModelPlan,
+    ServingPlan,
+    check_compile_cache_host_path,
+    compile_cache_host_path,
+    plan_model,
+)
 
+from .model_entry import ModelEntryArgs, model_spec
 from .node_cache import ModelNodeCache
 from .pod_scripts import PodScript
 from .enums import ClusterMode, NvmeCheckMode, mode_value
@@ -60,7 +73,8 @@ class LoaderArgs(TypedDict):
 
 
 class HuggingFaceSourceArgs(TypedDict):
-    """A Hugging Face Hub repository at a pinned commit."""
+    """A Hugging Face Hub repository at a pinned commit (deprecated, with the flat `weightsImport`
+    of VllmModelArgs: `model.weightsImport.huggingFace` is a ModelEntryHuggingFaceArgs)."""
 
     repo: str
     """Repository id, e.g. `meta-llama/Llama-3.1-8B-Instruct`."""
@@ -69,7 +83,8 @@ class HuggingFaceSourceArgs(TypedDict):
 
 
 class WeightsImportArgs(TypedDict):
-    """Where the weights are copied from into `source` before the pods start; exactly one of the two."""
+    """Where the weights are copied from into `source` before the pods start; exactly one of the two
+    (deprecated, with the flat `weightsImport`: `model.weightsImport` is a ModelEntryWeightsImportArgs)."""
 
     hugging_face: NotRequired[HuggingFaceSourceArgs]
     """From the Hugging Face Hub (a gated repository needs `huggingFaceToken`)."""
@@ -78,7 +93,8 @@ class WeightsImportArgs(TypedDict):
 
 
 class StandbyArgs(TypedDict):
-    """Engines kept started and asleep beside the awake ones (vLLM sleep mode, docs/scale-out.md)."""
+    """Engines kept started and asleep beside the awake ones (vLLM sleep mode, docs/scale-out.md;
+    deprecated, with the flat `standby`: `model.standby` is a ModelEntryStandbyArgs)."""
 
     count: NotRequired[int]
     """Engines kept asleep (default 1)."""
@@ -121,43 +137,26 @@ class NonGpuPlacementArgs(TypedDict):
 
 
 class VllmModelArgs(TypedDict):
-    """Inputs of the VllmModel component."""
+    """Inputs of the VllmModel component: the model (`model`, a stack's `models[]` entry) and
+    what places it in a cluster and wires it to other resources."""
 
-    model_name: str
-    """Name of the Deployment, Service and ServiceAccount (a DNS label, at most 40 characters)."""
-    source: str
-    """`s3://bucket/prefix` holding the safetensors shards and the config and tokenizer files."""
-    weights_gib: float
-    """Total size of the safetensors weights in GiB (2^30 bytes): the tuning depends on it."""
-    instance_type: str
-    """EC2 GPU instance type the pods run on (its GPUs decide the tensor-parallel degree)."""
+    model: NotRequired[ModelEntryArgs]
+    """The model: one entry of a stack config's `models` (the same keys, the same rules), with
+    what a model without a platform changes: `source` is `s3://bucket/prefix` in full (no model
+    bucket resolves a key prefix), `instanceType` is required (no pool's types to choose from),
+    `pool` is the Karpenter / Auto Mode NodePool the pods must land on (leave it out for any
+    node of `instanceType`), and `nodeCache` defaults to `off` (staging needs `nodeCacheRoleArn`
+    and node-feature-discovery in the cluster). `routing` and `autoscaling` are recorded in
+    `plan` for the ModelRouter and ModelAutoscaling a program adds (VllmModel creates neither);
+    with `autoscaling`, `replicas` is the count of the first create only. `standby` runs the pods
+    for standby engines (the ModelStandby component wakes and sleeps them). Required, unless the
+    deprecated flat model keys below are given instead."""
     region: str
     """AWS region of the weights bucket (the streamer's S3 client needs it explicitly)."""
     namespace: NotRequired[str]
     """Existing namespace of the objects (default `default`)."""
-    tensor_parallel_size: NotRequired[Optional[int]]
-    """GPUs per replica; omit for auto: the fewest of 1, 2, 4, 8 that hold the weights and leave
-    15 % of each GPU for KV cache."""
-    replicas: NotRequired[int]
-    """Serving pods (default 1)."""
-    image: NotRequired[str]
-    """vLLM image, an explicit tag or `@sha256:` digest (default: warmstart's pinned vLLM)."""
-    max_model_len: NotRequired[int]
-    """`--max-model-len` (default: the model's)."""
-    gpu_memory_utilization: NotRequired[float]
-    """`--gpu-memory-utilization` (default 0.9); also the basis of the tensor-parallel rule."""
-    eager: NotRequired[bool]
-    """Run with `--enforce-eager`: no torch.compile or CUDA graphs (default false)."""
-    extra_args: NotRequired[list[str]]
-    """Extra `vllm serve` arguments, after the ones warmstart derives."""
-    loader: NotRequired[LoaderArgs]
-    """Streamer tuning overrides."""
     cluster_mode: NotRequired[ClusterMode]
     """How the cluster runs its GPU nodes, which decides where their NVMe is mounted (default auto)."""
-    node_pool: NotRequired[str]
-    """Karpenter / Auto Mode NodePool the pods must land on (default: any node of `instanceType`)."""
-    compile_cache: NotRequired[bool]
-    """Keep the torch.compile cache on the node's NVMe (default: on unless eager)."""
     compile_cache_host_path: NotRequired[str]
     """Node directory of the cache, under the mode's NVMe mount (default
     `/mnt/.ephemeral/compile-cache` or `/mnt/k8s-disks/0/compile-cache`)."""
@@ -174,16 +173,14 @@ class VllmModelArgs(TypedDict):
     ship_pod_scripts: NotRequired[bool]
     """Create this model's ConfigMaps for the pod-side scripts (default true). False when one
     `PodScript` per namespace already ships them, as the warmstart stack does."""
-    weights_import: NotRequired[WeightsImportArgs]
-    """Copy the weights into `source` first: a Job on non-GPU nodes (Auto Mode's general-purpose
-    pool; with `clusterMode: karpenter`, nodes labelled `warmstart.io/node-group: system`) copies,
-    verifies them against `weightsGib` and writes a manifest; the Deployment waits for it, and an
-    unchanged `up` copies nothing. Needs `importRoleArn`."""
     import_role_arn: NotRequired[pulumi.Input[str]]
     """IAM role of the import Job's own ServiceAccount `<model>-import` (e.g. the ModelImportRole
-    component's `roleArn`), the only one that may write the model's prefix."""
+    component's `roleArn`), the only one that may write the model's prefix. Needed with
+    `model.weightsImport`: a Job on non-GPU nodes copies the weights into `source`, verifies them
+    against `weightsGib` and writes a manifest; the Deployment waits for it, and an unchanged
+    `up` copies nothing."""
     hugging_face_token: NotRequired[pulumi.Input[str]]
-    """Hugging Face token (pass a secret) for a gated or private `weightsImport.huggingFace`
+    """Hugging Face token (pass a secret) for a gated or private `model.weightsImport.huggingFace`
     repository; it reaches only the import Job, through a Kubernetes Secret."""
     network_policies: NotRequired[bool]
     """Create the model's NetworkPolicies (default true): the vLLM port only from the router or
@@ -203,34 +200,115 @@ class VllmModelArgs(TypedDict):
     metrics_scrapers: NotRequired[list[ScraperPodsArgs]]
     """Pods of a Prometheus in the cluster that read `/metrics`, by namespace and labels; like
     `metricsScraperCidrs`, admitted to the metrics-only port alone."""
-    node_cache: NotRequired[str]
-    """`auto`, `on` or `off` (default off): stage the weights on the NVMe of `nodePool`'s nodes (a
-    DaemonSet running the model's image, which also pre-pulls it), prefer the nodes that hold
-    them, and fall back to S3 elsewhere (see docs/node-cache.md). `auto` stages where the plan
-    predicts a load from NVMe much faster than tuned streaming. Needs `nodePool`,
-    `nodeCacheRoleArn` and node-feature-discovery in the cluster (its NodeFeature API labels
-    the nodes)."""
-    node_cache_content_check: NotRequired[str]
-    """How the staging pods check a copy's bytes: `auto` (default), `etag`, `sha256` or `size` (the
-    stack key `models[].nodeCacheContentCheck`, see docs/node-cache.md)."""
     prepull_image: NotRequired[bool]
-    """With `nodePool` and weights not staged: an idle pod of the model's image on every node of
+    """With `pool` and weights not staged: an idle pod of the model's image on every node of
     the pool (a DaemonSet the Deployment waits for), so the image is on each node before a pod
     needs it (default true)."""
     node_cache_role_arn: NotRequired[pulumi.Input[str]]
-    """IAM role of the staging pods' ServiceAccount `<model>-weights`: read-only on `source`, its
-    IRSA trust pinned to that one ServiceAccount (e.g. a ModelRole with `serviceAccount:
-    <model>-weights`)."""
+    """IAM role of the staging pods' ServiceAccount `<model>-weights` (with `nodeCache` on or
+    auto; see docs/node-cache.md): read-only on `source`, its IRSA trust pinned to that one
+    ServiceAccount (e.g. a ModelRole with `serviceAccount: <model>-weights`)."""
     autoscaled: NotRequired[bool]
     """An autoscaler (KEDA, the ModelAutoscaling component) owns the replica count: `replicas`
-    is the count of the first create only, and `up` and the drift check never reset it."""
+    is the count of the first create only, and `up` and the drift check never reset it (implied
+    by `model.autoscaling`)."""
     non_gpu_placement: NotRequired[NonGpuPlacementArgs]
     """The non-GPU nodes the weights-import Job runs on (a node selector and tolerations; a
     platform's `nonGpuPlacement`). Default: anywhere off the GPU nodes."""
+
+    # Deprecated: the model's keys flat, before `model` (each folded into it, read only without it).
+    model_name: NotRequired[str]
+    """Deprecated: `model.name`."""
+    source: NotRequired[str]
+    """Deprecated: `model.source`."""
+    weights_gib: NotRequired[float]
+    """Deprecated: `model.weightsGib`."""
+    instance_type: NotRequired[str]
+    """Deprecated: `model.instanceType`."""
+    tensor_parallel_size: NotRequired[Optional[int]]
+    """Deprecated: `model.tensorParallelSize` (omitted there for auto)."""
+    replicas: NotRequired[int]
+    """Deprecated: `model.replicas`."""
+    image: NotRequired[str]
+    """Deprecated: `model.image`."""
+    max_model_len: NotRequired[int]
+    """Deprecated: `model.maxModelLen`."""
+    gpu_memory_utilization: NotRequired[float]
+    """Deprecated: `model.gpuMemoryUtilization`."""
+    eager: NotRequired[bool]
+    """Deprecated: `model.eager`."""
+    extra_args: NotRequired[list[str]]
+    """Deprecated: `model.extraArgs`."""
+    loader: NotRequired[LoaderArgs]
+    """Deprecated: `model.loader`."""
+    node_pool: NotRequired[str]
+    """Deprecated: `model.pool`."""
+    compile_cache: NotRequired[bool]
+    """Deprecated: `model.compileCache`."""
+    weights_import: NotRequired[WeightsImportArgs]
+    """Deprecated: `model.weightsImport`."""
+    node_cache: NotRequired[str]
+    """Deprecated: `model.nodeCache`."""
+    node_cache_content_check: NotRequired[str]
+    """Deprecated: `model.nodeCacheContentCheck`."""
     standby: NotRequired[StandbyArgs]
-    """Run the pods for standby engines: `--enable-sleep-mode`, `VLLM_SERVER_DEV_MODE=1` and a
-    readiness that fails while asleep (needs `autoscaled`; the ModelStandby component is the
-    actuator that wakes and sleeps them)."""
+    """Deprecated: `model.standby`."""
+
+
+KEY = "VllmModelArgs"
+MODEL_KEY = f"{KEY}.model"
+# The deprecated flat model keys, each with the key of `model` it is folded into. Frozen: a new
+# model key is a key of `model` only (ModelEntryArgs, generated from the config model).
+FLAT_MODEL_KEYS: dict[str, str] = {
+    "model_name": "name", "node_pool": "pool",
+    **{k: k for k in ("source", "weights_gib", "instance_type", "tensor_parallel_size", "replicas", "image",
+                      "max_model_len", "gpu_memory_utilization", "eager", "extra_args", "loader", "compile_cache",
+                      "weights_import", "node_cache", "node_cache_content_check", "standby")}}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """The model entry of a VllmModel's Args, as given (`model`) or folded from the deprecated
+    flat keys, and the keys its errors are reported under (the ones the program wrote)."""
+
+    values: Mapping[str, Any]
+    flat: bool
+
+    def key(self, field: str) -> str:
+        """The Args key of one of the entry's fields (snake_case) as the program wrote it."""
+        if self.flat:
+            return f"{KEY}.{camel_case(next(k for k, v in FLAT_MODEL_KEYS.items() if v == field))}"
+        return f"{MODEL_KEY}.{camel_case(field)}"
+
+    @contextmanager
+    def as_written(self) -> Iterator[None]:
+        """Errors keyed `VllmModelArgs.model.<key>` re-keyed as the program wrote them (flat)."""
+        if not self.flat:
+            yield
+            return
+        with rekeyed(MODEL_KEY, KEY, {camel_case(v): camel_case(k) for k, v in FLAT_MODEL_KEYS.items()}):
+            yield
+
+
+def model_entry(args: VllmModelArgs) -> ModelEntry:
+    """The model entry of `args`: `model`, or the deprecated flat keys folded into one
+    (ConfigError for both at once, for neither, or for a key VllmModelArgs does not have)."""
+    unknown = sorted(set(args) - set(VllmModelArgs.__annotations__))
+    if unknown:
+        raise ConfigError(f"{KEY}.{camel_case(unknown[0])}", f"is no key of {KEY} (unknown: {', '.join(unknown)})",
+                          "remove it, or give the model's keys in `model` (ModelEntryArgs)")
+    flat = {FLAT_MODEL_KEYS[k]: v for k, v in args.items() if k in FLAT_MODEL_KEYS and v is not None}
+    entry = args.get("model")
+    if entry is not None and flat:
+        given = sorted(k for k, v in args.items() if k in FLAT_MODEL_KEYS and v is not None)
+        raise ConfigError(f"{KEY}.{camel_case(given[0])}", "the deprecated flat model keys are read only without "
+                          f"`model`, and both are given ({', '.join(camel_case(k) for k in given)})",
+                          "move them into model: " + ", ".join(
+                              f"{camel_case(k)} -> model.{camel_case(FLAT_MODEL_KEYS[k])}" for k in given))
+    if entry is None and not flat:
+        raise ConfigError(f"{KEY}.model", "is required: the model VllmModel serves",
+                          "give model: {name, source, weightsGib, instanceType, ...} (a stack's models[] entry)")
+    return ModelEntry(dict(entry) if entry is not None else flat, flat=entry is None)
 
 
 def non_gpu_placement(given: NonGpuPlacementArgs | None, key: str) -> placement.NonGpuPlacement:
@@ -242,36 +320,39 @@ def non_gpu_placement(given: NonGpuPlacementArgs | None, key: str) -> placement.
                           "value, effect}]}") from None
 
 
-def plan_serving(args: VllmModelArgs) -> ServingPlan:
-    """The model's serving decisions from its Args alone (ConfigErrors keyed `VllmModelArgs.*`);
-    its router and autoscaling are other components'."""
+def plan_serving(args: VllmModelArgs) -> ModelPlan:
+    """The model's decisions from its Args alone (ConfigErrors keyed `VllmModelArgs.*` as the
+    program wrote them): the entry is read back through the config model
+    (`components.model_entry.model_spec`) and planned whole by `plan_model`, the planner of a
+    stack's models; its router and autoscaling objects are other components'."""
+    entry = model_entry(args)
     mode = mode_value(args.get("cluster_mode", ClusterMode.AUTO))
-    tp = args.get("tensor_parallel_size")
-    spec = spec_from_args(ModelSpec, {
-        "name": args["model_name"], "source": args["source"], "weights_gib": args["weights_gib"],
-        "instance_type": args["instance_type"], "tensor_parallel_size": "auto" if tp is None else tp,
-        "replicas": args.get("replicas"), "image": args.get("image"), "max_model_len": args.get("max_model_len"),
-        "gpu_memory_utilization": args.get("gpu_memory_utilization"), "eager": args.get("eager"),
-        "extra_args": args.get("extra_args"), "weights_import": args.get("weights_import"),
-        "standby": args.get("standby"),
-        "node_cache_content_check": args.get("node_cache_content_check"),
-    }, "VllmModelArgs.")
     host_path = args.get("compile_cache_host_path")
-    check_compile_cache_host_path(host_path, mode, "VllmModelArgs.compileCacheHostPath")  # type: ignore[arg-type]
-    return plan_model(
-        spec, key="VllmModelArgs", instance_type=args["instance_type"], pool=args.get("node_pool"),
-        loader=spec_from_args(LoaderTuning, args.get("loader") or {}, "VllmModelArgs.loader."),
-        compile_cache=args.get("compile_cache", not spec.eager),
-        compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
-        cluster_mode=mode, import_key="VllmModelArgs.weightsImport",  # type: ignore[arg-type]
-        node_cache=args.get("node_cache", "off"), autoscaled=bool(args.get("autoscaled")),  # type: ignore[arg-type]
-        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "VllmModelArgs.nonGpuPlacement")).serving
+    with entry.as_written():
+        spec, pool = model_spec(entry.values, MODEL_KEY)
+        if spec.instance_type is None:
+            raise ConfigError(f"{MODEL_KEY}.instanceType", "is required: a model without a platform has no pool "
+                              "whose instance types to choose from, and the type decides the tensor-parallel "
+                              "degree and the pod's size", "give the GPU instance type of the nodes, e.g. g6e.xlarge")
+        check_compile_cache_host_path(host_path, mode, f"{KEY}.compileCacheHostPath")  # type: ignore[arg-type]
+        return plan_model(
+            spec, key=MODEL_KEY, instance_type=spec.instance_type, pool=pool,
+            loader=spec.loader or LoaderTuning(),
+            compile_cache=not spec.eager if spec.compile_cache is None else spec.compile_cache,
+            compile_cache_host_path=compile_cache_host_path(mode, host_path),  # type: ignore[arg-type]
+            cluster_mode=mode, import_key=f"{MODEL_KEY}.weightsImport",  # type: ignore[arg-type]
+            # Staging needs a staging role and node-feature-discovery, which a cluster of one's own
+            # may not have: off unless asked for (a stack's platform has both; its default is auto).
+            node_cache=spec.node_cache if "node_cache" in spec.model_fields_set else "off",
+            autoscaled=bool(args.get("autoscaled")),
+            non_gpu=non_gpu_placement(args.get("non_gpu_placement"), f"{KEY}.nonGpuPlacement"))
 
 
 class VllmModel(pulumi.ComponentResource):
     """One model served by vLLM on EKS, tuned for a fast cold start: Run:ai streamer concurrency
     and distributed loading, the compile cache on NVMe (pre-warmed from S3 with a bucket), and
-    probes that never kill a loading pod. Python programs also get `plan`, every decision."""
+    probes that never kill a loading pod. Python programs also get `plan`, every decision
+    (a `ModelPlan`: also the entry's routing and autoscaling, for the components that act on them)."""
 
     service_name: pulumi.Output[str]
     """In-cluster Service name."""
@@ -279,7 +360,7 @@ class VllmModel(pulumi.ComponentResource):
     """OpenAI-compatible API base URL inside the cluster: `http://<service>.<namespace>.svc:8000/v1`."""
 
     def __init__(self, name: str, args: VllmModelArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
-                 router: Sequence[pulumi.Resource] = (), plan: ServingPlan | None = None) -> None:
+                 router: Sequence[pulumi.Resource] = (), plan: ModelPlan | ServingPlan | None = None) -> None:
         """`router` (Python programs): the model's router resources (ModelRouter), with
         `routerPodLabels` given; the Service switches to the routers only once they are up, so
         turning routing on never leaves the endpoint without a backend. The NetworkPolicy comes
@@ -287,13 +368,16 @@ class VllmModel(pulumi.ComponentResource):
         for a running model, clients that call its Service are refused until the routers are
         Ready (seconds, as the vLLM pods are already Ready).
 
-        `plan` (Python programs): the model's serving plan, made already from a model entry
-        (ServedModel plans it on its platform, the one planning of that model); the model
-        fields of `args` are then not read again, its wiring is."""
+        `plan` (Python programs): the model's plan, made already from its model entry
+        (ServedModel plans it on its platform, the one planning of that model); `args.model`
+        is then not read again, the wiring is."""
         super().__init__("warmstart:index:VllmModel", name, None, opts)
         # Every decision is made from the Args alone, by the pure planner, unless made already.
+        self._entry = model_entry(args)
         self.plan: ServingPlan = plan if plan is not None else plan_serving(args)
         m = self.plan
+        # An autoscaler owns the replica count: one the entry declares, or one wired beside it.
+        autoscaled = bool(args.get("autoscaled")) or (isinstance(m, ModelPlan) and m.autoscaling is not None)
         ns = args.get("namespace") or DEFAULT_NAMESPACE
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
@@ -369,7 +453,7 @@ class VllmModel(pulumi.ComponentResource):
                 depends_on=before_pods,
                 # KEDA scales the Deployment through its scale subresource; a re-applied count would
                 # undo it on every `up` (https://keda.sh/docs/2.20/concepts/scaling-deployments/).
-                ignore_changes=["spec.replicas"] if args.get("autoscaled") else None,
+                ignore_changes=["spec.replicas"] if autoscaled else None,
                 custom_timeouts=pulumi.CustomTimeouts(create=f"{timeout}s", update=f"{timeout}s"))))
         routed = args.get("router_pod_labels")
         after_router = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(router)))
@@ -389,8 +473,10 @@ class VllmModel(pulumi.ComponentResource):
         """The staging DaemonSet of the model's pool (and its ServiceAccount, RBAC, scripts)."""
         m = self.plan
         if m.pool is None:
-            raise ConfigError("VllmModelArgs.nodePool", "the node cache stages the weights on one NodePool's "
-                              "nodes, and no nodePool is given", "set nodePool, or nodeCache: off")
+            pool, cache = self._entry.key("pool"), self._entry.key("node_cache")
+            raise ConfigError(pool, "the node cache stages the weights on one NodePool's nodes, and no "
+                              f"{pool.removeprefix(KEY + '.')} is given",
+                              f"set {pool.removeprefix(KEY + '.')}, or {cache.removeprefix(KEY + '.')}: off")
         if args.get("node_cache_role_arn") is None:
             raise ConfigError("VllmModelArgs.nodeCacheRoleArn", "the staging pods read the weights with their own "
                               "IAM role (one IRSA trust per ServiceAccount)", "pass a ModelRole's roleArn with "
@@ -478,6 +564,5 @@ class VllmModel(pulumi.ComponentResource):
 # The component's planner, by the name Python programs have used.
 plan = plan_serving
 
-__all__ = ["HuggingFaceSourceArgs", "LoaderArgs", "StandbyArgs", "VllmModel", "VllmModelArgs", "WeightsImportArgs", "plan",
-           "plan_serving",
-           "versions"]
+__all__ = ["FLAT_MODEL_KEYS", "HuggingFaceSourceArgs", "LoaderArgs", "ModelEntryArgs", "StandbyArgs", "VllmModel",
+           "VllmModelArgs", "WeightsImportArgs", "model_entry", "plan", "plan_serving", "versions"]

@@ -105,8 +105,9 @@ def _stack(stack: str):
 @pytest.mark.parametrize("stack", STACK_NAMES)
 def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack):
     plan, s = _stack(stack)
-    # Routing and autoscaling are the ModelRouter's and ModelAutoscaling's decisions, not VllmModel's.
-    assert {name: m.plan for name, m in s.models.items()} == {m.name: m.serving for m in plan.models}
+    # Each VllmModel holds its ServedModel's plan (routing and autoscaling are only recorded in it:
+    # the ModelRouter and ModelAutoscaling act on them).
+    assert {name: m.plan for name, m in s.models.items()} == {m.name: m for m in plan.models}
     # Each ServedModel planned, from its model entry and PlatformArgs alone, what the stack planned.
     assert {name: sm.plan for name, sm in s.served.items()} == {m.name: m for m in plan.models}
     assert {name: r.plan.policy for name, r in s.routers.items()} == {
@@ -124,7 +125,8 @@ def test_each_component_plans_from_its_args_exactly_what_the_stack_planned(stack
 
 
 def _flat_args(spec, m, cfg) -> dict:
-    """The VllmModel Args a program writes for a planned model (its model fields flat)."""
+    """The VllmModel Args a program wrote for a planned model before `model` (its model fields
+    flat, the deprecated alias)."""
     values = dict(model_name=m.name, source=m.source, weights_gib=spec.weights_gib,
                   instance_type=m.instance.instance_type, region=cfg.region, namespace=cfg.namespace,
                   tensor_parallel_size=None if spec.tensor_parallel_size == "auto" else spec.tensor_parallel_size,
@@ -141,15 +143,30 @@ def _flat_args(spec, m, cfg) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def _nested_args(spec, m, cfg) -> dict:
+    """The VllmModel Args a program writes for a planned model: its stack entry as `model`, with
+    what the stack resolved for it (full source, instance type, cached image, the stack's loader
+    and compile cache), beside the wiring."""
+    entry = spec.model_dump(exclude_unset=True, exclude_none=True) | {
+        "source": m.source, "instance_type": m.instance.instance_type, "image": m.image,
+        "loader": m.loader.model_dump(), "compile_cache": m.compile_cache,
+        "node_cache": m.load.mode if m.load else "off"}
+    return dict(model=entry, region=cfg.region, namespace=cfg.namespace, cluster_mode=cfg.cluster_mode,
+                compile_cache_host_path=m.compile_cache_host_path,
+                non_gpu_placement=placement.own_platform_placement().args())
+
+
 @pytest.mark.parametrize("stack", STACK_NAMES)
-def test_vllm_model_alone_plans_from_flat_args_what_the_served_model_planned(stack):
-    """VllmModel used alone (flat Args, no plan handed in) decides exactly what a ServedModel
-    decided for the same model: one planner, whichever way in."""
+def test_vllm_model_alone_plans_from_its_args_what_the_served_model_planned(stack):
+    """VllmModel used alone (no plan handed in) decides exactly what a ServedModel decided for
+    the same model: one planner, whichever way in. The nested entry gives the whole plan (its
+    routing and autoscaling too); the deprecated flat keys, which have neither, its serving part."""
     from components.serving import plan_serving
 
     _, plan = render.load_plan(STACKS_DIR, stack)
     for spec, m in zip(plan.config.models, plan.models):
-        assert plan_serving(_flat_args(spec, m, plan.config)) == m.serving, m.name
+        assert plan_serving(_nested_args(spec, m, plan.config)) == m, m.name
+        assert plan_serving(_flat_args(spec, m, plan.config)).serving == m.serving, m.name
 
 
 # --------------------------------------------------------------------------------------
@@ -261,7 +278,8 @@ def test_another_languages_inputs_reach_the_component_as_its_args():
     provider = ComponentProvider(HOSTED, "warmstart")
     inputs = {"modelName": "llama", "source": "s3://team-models/meta-llama/Llama-3.1-70B", "weightsGib": 140,
               "instanceType": "p5.48xlarge", "region": "us-east-1", "namespace": "ml", "clusterMode": "karpenter",
-              "nvmeCheck": "fail", "loader": {"chunkBytes": 2 * 2**30}, "kubeconfig": KUBECONFIG}
+              "nvmeCheck": "fail", "loader": {"chunkBytes": 2 * 2**30}, "kubeconfig": KUBECONFIG,
+              "nodePool": "h100"}
     args = provider.map_inputs(inputs, provider._component_defs["VllmModel"])
     assert args["weights_gib"] == 140 and args["cluster_mode"] is components.ClusterMode.KARPENTER
     assert args["loader"] == {"chunk_bytes": 2 * 2**30}
@@ -269,6 +287,17 @@ def test_another_languages_inputs_reach_the_component_as_its_args():
     mocks.run(lambda: built.setdefault("m", components.VllmModel("llama", args)), region="us-east-1", stack="sdk")
     m = built["m"].plan
     assert m.compile_cache_host_path.startswith("/mnt/k8s-disks/0/") and m.concurrency == 70
-    with pytest.raises(Exception, match="weightsGib"):
-        provider.map_inputs({k: v for k, v in inputs.items() if k != "weightsGib"},
-                            provider._component_defs["VllmModel"])
+    # The same model nested, as `model` (ModelEntryArgs, whose schema requires `pool`), plans the same.
+    flat = ("modelName", "source", "weightsGib", "instanceType", "loader", "nodePool")
+    nested = {k: v for k, v in inputs.items() if k not in flat} | {"model": {
+        "name": "llama", "source": inputs["source"], "weightsGib": 140, "instanceType": "p5.48xlarge",
+        "loader": {"chunkBytes": 2 * 2**30}, "pool": "h100"}}
+    args = provider.map_inputs(nested, provider._component_defs["VllmModel"])
+    assert args["model"]["weights_gib"] == 140 and args["model"]["loader"] == {"chunk_bytes": 2 * 2**30}
+    mocks.run(lambda: built.update(n=components.VllmModel("llama", args)), region="us-east-1", stack="sdk")
+    assert built["n"].plan == m
+    # A model key left out is the component's error, keyed as written.
+    args = provider.map_inputs({k: v for k, v in inputs.items() if k != "weightsGib"},
+                               provider._component_defs["VllmModel"])
+    with pytest.raises(ConfigErrors, match=r"VllmModelArgs\.weightsGib"):
+        mocks.run(lambda: components.VllmModel("llama", args), region="us-east-1", stack="sdk")

@@ -11,10 +11,14 @@ from warmstart_components import ClusterMode, VllmModel, VllmModelArgs
 
 cfg = pulumi.Config()
 model = VllmModel("qwen", VllmModelArgs(
-    model_name="qwen-67b",
-    source=cfg.require("source"),
-    weights_gib=cfg.require_float("weightsGiB"),
-    instance_type=cfg.require("instanceType"),
+    # The model as a stack's `models[]` entry writes it (ModelEntryArgs); no `pool`: any node
+    # of the instance type.
+    model={
+        "name": "qwen-67b",
+        "source": cfg.require("source"),
+        "weights_gib": cfg.require_float("weightsGiB"),
+        "instance_type": cfg.require("instanceType"),
+    },
     region=cfg.require("region"),
     namespace=cfg.get("namespace") or "default",
     cluster_mode=ClusterMode(cfg.get("clusterMode") or "auto"),
