@@ -1,5 +1,6 @@
 """`python -m tests.golden`: after a deliberate change, refresh the shipped stacks' golden
-renders, the README's render sample, docs/config-reference.md and components/model_args.py."""
+renders, the README's render sample, docs/config-reference.md, components/model_args.py and
+(for an Unreleased CHANGELOG.md entry) components/schema.lock."""
 
 from tests.golden import update
 
