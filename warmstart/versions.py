@@ -25,6 +25,25 @@ def major(version: str) -> int:
         raise ValueError(f"{version!r} is not a semantic version (MAJOR.MINOR.PATCH)")
     return int(head)
 
+
+def platform_version_problem(exported: object) -> str | None:
+    """Why this warmstart cannot read a platform contract exported by warmstart `exported` (the
+    document's `warmstartVersion`; None: exported by 0.x, which wrote none): another major
+    version, whose contract may mean something else (semver: a major version is the one that may
+    break). None: the same major version."""
+    own = major(WARMSTART_VERSION)
+    if exported is None:
+        return (f"was exported by warmstart 0.x (its document carries no warmstartVersion), and this is "
+                f"warmstart {WARMSTART_VERSION}")
+    try:
+        theirs = major(str(exported))
+    except ValueError:
+        return f"carries warmstartVersion {exported!r}, which is not a semantic version"
+    if theirs != own:
+        return (f"was exported by warmstart {exported} (major version {theirs}), and this is warmstart "
+                f"{WARMSTART_VERSION} (major version {own})")
+    return None
+
 # vLLM >= 0.11.1 is needed for `distributed` in --model-loader-extra-config (added by
 # https://github.com/vllm-project/vllm/pull/27230). Stacks should pin their image by digest.
 VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
