@@ -753,8 +753,8 @@ class NodeFeatureDiscoveryConfig(_Strict):
     create: bool = True
     """Install node-feature-discovery (its pinned chart: the master and its garbage collector)
     when a model is staged or `modelStacks.nodeCache` is set. `false`: one of your own already
-    runs; staging still needs it, serving the NodeFeature API (`master.enableNodeFeatureApi`, on
-    by default since v0.14) and allowing the `weights.warmstart.io` label namespace
+    runs; staging still needs it, serving the NodeFeature API (its `NodeFeatureAPI` feature gate,
+    on by default since v0.14) and allowing the `weights.warmstart.io` label namespace
     (`master.extraLabelNs`), or no node is ever labelled and pods fall back to S3."""
 
 
