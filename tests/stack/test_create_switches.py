@@ -79,3 +79,5 @@ def test_the_users_keda_elsewhere_is_the_query_roles_subject(tmp_path):
     assert [v for k, v in stmt["Condition"]["StringEquals"].items() if k.endswith(":sub")] == [
         "system:serviceaccount:autoscaling:keda-op"]
     assert "autoscaling/keda-op" in render.table(off.stack_plan)
+    # The stack exports the role that KEDA's operator is annotated with.
+    assert off.outputs["kedaOperatorRoleArn"].endswith(f":role/{role.inputs['name']}")
