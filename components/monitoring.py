@@ -220,11 +220,13 @@ def keda_settings(given: Optional[MonitoringKedaArgs]) -> dict:
     if unknown:
         raise ConfigError(f"MonitoringArgs.keda.{naming_camel(unknown[0])}", "is not a key of MonitoringKedaArgs",
                           "use create, namespace or operatorServiceAccount", unknown[0])
-    for key, pattern, most in (("namespace", DNS_LABEL, 63), ("operator_service_account", DNS_SUBDOMAIN, 253)):
+    for key, pattern, most, chars, example in (
+            ("namespace", DNS_LABEL, 63, "lowercase letters, digits and '-'", "keda"),
+            ("operator_service_account", DNS_SUBDOMAIN, 253, "lowercase letters, digits, '-' and '.'", "keda-operator")):
         value = out[key]
         if not isinstance(value, str) or not re.match(pattern, value) or len(value) > most:
             raise ConfigError(f"MonitoringArgs.keda.{naming_camel(key)}", f"must be a Kubernetes name (at most {most} "
-                              "lowercase letters, digits and '-')", "e.g. keda", value)
+                              f"{chars})", f"e.g. {example}", value)
     if not isinstance(out["create"], bool):
         raise ConfigError("MonitoringArgs.keda.create", "must be true or false", "give a boolean", out["create"])
     return out

@@ -59,6 +59,13 @@ def test_upgrading_names_every_type_that_changed_between_recorded_versions():
                          + ": name each changed component or type in its version's section")
 
 
+def test_a_placeholder_is_no_upgrade_note():
+    text = "## To 2.0.0\n\n- **VllmModel.** takes `model`.\n  <!-- lead: Network, Cluster -->\n## To 1.0.0\n\n- Network\n"
+    section = changelog.upgrade_section("2.0.0", text)
+    assert "VllmModel" in section and "Network" not in section and "Cluster" not in section
+    assert changelog.upgrade_section("3.0.0", text) == ""
+
+
 def test_the_legacy_aliases_are_listed_with_their_removal_version():
     text = changelog.UPGRADING.read_text()
     section = text[text.index("## Legacy type aliases"):text.index("## To ")]

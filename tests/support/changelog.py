@@ -138,7 +138,8 @@ def record(current: dict[str, str], text: str | None = None, path: Path = LOCK) 
 
 
 def upgrade_section(version: str, text: str | None = None) -> str:
-    """The `## To <version>` section of docs/upgrading.md ('' if none)."""
+    """The `## To <version>` section of docs/upgrading.md ('' if none), without its HTML comments
+    (a placeholder naming a component is no note on it)."""
     text = UPGRADING.read_text() if text is None else text
     m = re.search(rf"^## To {re.escape(version)}\s*$(?P<body>.*?)(?=^## |\Z)", text, re.M | re.S)
-    return m["body"] if m else ""
+    return re.sub(r"<!--.*?-->", "", m["body"], flags=re.S) if m else ""
