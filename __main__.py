@@ -20,5 +20,8 @@ else:
     pulumi.export("compileCacheBucket", stack.storage.compile_cache_bucket)
     pulumi.export("roleArns", {name: role.role_arn for name, role in stack.roles.items()})
     pulumi.export("services", {name: m.service_name for name, m in stack.models.items()})
+    if stack.monitoring is not None:
+        # What a KEDA of your own (monitoring.keda.create: false) annotates its operator with.
+        pulumi.export("kedaOperatorRoleArn", stack.monitoring.keda_operator_role_arn)
     # The versioned contract model stacks on this environment read (docs/model-stacks.md).
     pulumi.export(PLATFORM_OUTPUT, stack.platform_contract)

@@ -7,7 +7,6 @@ https://www.pulumi.com/docs/iac/guides/building-extending/packages/source-based-
 """
 
 import sys
-from importlib import metadata
 from pathlib import Path
 
 if __package__ in (None, ""):
@@ -24,16 +23,17 @@ else:
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
+from warmstart import versions  # noqa: E402
+
 PACKAGE = "warmstart"
 HOSTED = [ServedModel, ServingPlatform, Network, Cluster, ModelStorage, ModelRole, ModelImportRole, VllmModel,
           ModelRouter, Monitoring, ModelAutoscaling]
 
 
 def version() -> str:
-    try:
-        return metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        return "0.0.0"
+    """The package's version (warmstart/versions.py, the one place it is written), not the
+    installed metadata's, which an editable install keeps from the day it was installed."""
+    return versions.WARMSTART_VERSION
 
 
 if __name__ == "__main__":

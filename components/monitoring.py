@@ -16,6 +16,7 @@ EKS keeps one access entry per principal, so a second one from here would fail t
 component creates none (`scraperAccessEntry: true` is refused).
 """
 
+import re
 from typing import NotRequired, Optional, TypedDict
 
 import pulumi
@@ -23,6 +24,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
+from warmstart.config import DNS_LABEL, DNS_SUBDOMAIN
 from warmstart.decisions import autoscaling as decide
 from warmstart.decisions import iam
 from warmstart.errors import ConfigError
@@ -35,6 +37,19 @@ KEDA_POLICY_NAME = "amp-query"
 # `pulumi up` from removing it again (pulumi-aws `aws.amp.Scraper`, "Ignoring changes to
 # Prometheus Workspace destination").
 SCRAPER_WORKSPACE_TAG = "AMPAgentlessScraper"
+
+
+class MonitoringKedaArgs(TypedDict):
+    """KEDA: the component's own, or one that runs already."""
+
+    create: NotRequired[bool]
+    """Install KEDA's chart in `namespace` (default true). False: a KEDA of yours runs there; the
+    ScaledObjects need its CRDs, and on the AMP path the query role trusts its operator's
+    ServiceAccount, which you annotate with `kedaOperatorRoleArn`."""
+    namespace: NotRequired[str]
+    """KEDA's namespace (default `keda`)."""
+    operator_service_account: NotRequired[str]
+    """The KEDA operator's ServiceAccount, the query role's IRSA subject (default `keda-operator`)."""
 
 
 class MonitoringArgs(TypedDict):
@@ -76,6 +91,8 @@ class MonitoringArgs(TypedDict):
     resource options (or the ambient one)."""
     tags: NotRequired[dict[str, str]]
     """Tags on the workspace, the collector and the IAM role."""
+    keda: NotRequired[MonitoringKedaArgs]
+    """KEDA's namespace and operator, and whether the component installs it (default: it does, in `keda`)."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -107,6 +124,7 @@ class Monitoring(pulumi.ComponentResource):
             raise ConfigError("MonitoringArgs.namespaces", "names no namespace, so nothing would be scraped",
                               "list the namespaces of the models that autoscale")
         tags = dict(args.get("tags") or {})
+        keda = keda_settings(args.get("keda"))
         child = pulumi.ResourceOptions(parent=self)
         k8s_opts = child
         if args.get("kubeconfig") is not None:
@@ -130,11 +148,18 @@ class Monitoring(pulumi.ComponentResource):
                 raise ConfigError(f"MonitoringArgs.{naming_camel(missing[0])}", "the managed collector needs the "
                                   "cluster's ARN, subnets and security groups", "give them, or prometheusUrl for "
                                   "an existing endpoint")
-            role_arn = self._amp(name, args, namespaces, tags, child, k8s_opts)
+            role_arn = self._amp(name, args, namespaces, tags, child, k8s_opts, keda)
         self.keda_operator_role_arn = role_arn if role_arn is not None else pulumi.Output.from_input("")
 
+        self.keda: Optional[k8s.helm.v3.Release] = None
+        """The KEDA release: every ScaledObject must depend on it (it serves the CRDs); None when
+        KEDA is the user's (`keda.create: false`)."""
+        if not keda["create"]:
+            self.register_outputs({"serverAddress": self.server_address, "sigv4Region": self.sigv4_region,
+                                   "workspaceArn": self.workspace_arn, "kedaOperatorRoleArn": self.keda_operator_role_arn})
+            return
         ns = k8s.core.v1.Namespace(
-            f"{name}-keda-ns", metadata={"name": objects.KEDA_NAMESPACE, "labels": {
+            f"{name}-keda-ns", metadata={"name": keda["namespace"], "labels": {
                 # Every KEDA pod runs non-root, read-only, capabilities dropped, RuntimeDefault
                 # seccomp (the chart's values below), which is the restricted Pod Security level.
                 "pod-security.kubernetes.io/enforce": "restricted",
@@ -143,14 +168,14 @@ class Monitoring(pulumi.ComponentResource):
         self.keda = k8s.helm.v3.Release(
             f"{name}-keda", name="keda", chart=versions.KEDA_CHART, version=versions.KEDA_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KEDA_CHART_REPO),
-            namespace=objects.KEDA_NAMESPACE, values=objects.keda_values(mode, role_arn),
+            namespace=keda["namespace"],
+            values=objects.keda_values(mode, role_arn, service_account=keda["operator_service_account"]),
             opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[ns])))
-        """The KEDA release: every ScaledObject must depend on it (it serves the CRDs)."""
         self.register_outputs({"serverAddress": self.server_address, "sigv4Region": self.sigv4_region,
                                "workspaceArn": self.workspace_arn, "kedaOperatorRoleArn": self.keda_operator_role_arn})
 
     def _amp(self, name: str, args: MonitoringArgs, namespaces: list[str], tags: dict[str, str],
-             child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
+             child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions, keda: dict) -> pulumi.Output[str]:
         """Workspace, collector and the KEDA operator's role; returns the role's ARN, resolved once
         its policy is attached."""
         prefix, region = args["name_prefix"], args["region"]
@@ -165,16 +190,15 @@ class Monitoring(pulumi.ComponentResource):
             destination={"amp": {"workspace_arn": workspace.arn}},
             scrape_configuration=objects.scrape_configuration_yaml(namespaces, router=bool(args.get("router"))),
             tags=tags, opts=child)
-        # The KEDA operator's role: IRSA for exactly keda/keda-operator, query actions on this
-        # one workspace.
+        # The KEDA operator's role: IRSA for exactly its ServiceAccount (warmstart's KEDA's, or
+        # the user's), query actions on this one workspace.
         role_name = decide.keda_operator_role_name(prefix)
+        subject_ns, subject_sa = keda["namespace"], keda["operator_service_account"]
         trust = pulumi.Output.all(args["oidc_provider_arn"], args["oidc_issuer"]).apply(
-            lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), objects.KEDA_NAMESPACE,
-                                                        objects.KEDA_OPERATOR_SERVICE_ACCOUNT)))
+            lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), subject_ns, subject_sa)))
         role = aws.iam.Role(
             f"{name}-keda-operator", name=role_name, assume_role_policy=trust,
-            description=f"warmstart: {objects.KEDA_NAMESPACE}/{objects.KEDA_OPERATOR_SERVICE_ACCOUNT} queries "
-                        f"the {prefix}-metrics workspace",
+            description=f"warmstart: {subject_ns}/{subject_sa} queries the {prefix}-metrics workspace",
             tags=tags | {"Name": role_name}, opts=child)
         policy = aws.iam.RolePolicy(
             f"{name}-keda-operator-amp", role=role.name, name=KEDA_POLICY_NAME,
@@ -185,6 +209,27 @@ class Monitoring(pulumi.ComponentResource):
         self.workspace = workspace
         self.scraper = scraper
         return pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
+
+
+def keda_settings(given: Optional[MonitoringKedaArgs]) -> dict:
+    """`MonitoringArgs.keda` with its defaults, the namespace and ServiceAccount checked as
+    Kubernetes names (ConfigError naming the key)."""
+    out = {"create": True, "namespace": objects.KEDA_NAMESPACE,
+           "operator_service_account": objects.KEDA_OPERATOR_SERVICE_ACCOUNT} | dict(given or {})
+    unknown = sorted(set(out) - {"create", "namespace", "operator_service_account"})
+    if unknown:
+        raise ConfigError(f"MonitoringArgs.keda.{naming_camel(unknown[0])}", "is not a key of MonitoringKedaArgs",
+                          "use create, namespace or operatorServiceAccount", unknown[0])
+    for key, pattern, most, chars, example in (
+            ("namespace", DNS_LABEL, 63, "lowercase letters, digits and '-'", "keda"),
+            ("operator_service_account", DNS_SUBDOMAIN, 253, "lowercase letters, digits, '-' and '.'", "keda-operator")):
+        value = out[key]
+        if not isinstance(value, str) or not re.match(pattern, value) or len(value) > most:
+            raise ConfigError(f"MonitoringArgs.keda.{naming_camel(key)}", f"must be a Kubernetes name (at most {most} "
+                              f"{chars})", f"e.g. {example}", value)
+    if not isinstance(out["create"], bool):
+        raise ConfigError("MonitoringArgs.keda.create", "must be true or false", "give a boolean", out["create"])
+    return out
 
 
 def naming_camel(snake: str) -> str:

@@ -160,6 +160,13 @@ class ServingPlatformArgs(TypedDict):
     docker_hub_credential_arn: NotRequired[pulumi.Input[str]]
     """A Secrets Manager secret (`ecr-pullthroughcache/...`) with Docker Hub credentials: with
     `imageCacheAccount`, the account's ECR pull-through cache of Docker Hub is created."""
+    create_namespace: NotRequired[bool]
+    """Create the platform's `namespace` (default true). False: it is yours and exists already;
+    everything is deployed into it all the same."""
+    create_node_feature_discovery: NotRequired[bool]
+    """Install node-feature-discovery when the platform stages weights (`nodeCache`; default
+    true). False: one of yours runs already, serving the NodeFeature API and allowing the
+    `weights.warmstart.io` label namespace; the platform still says it has one."""
 
 
 class ServingPlatform(pulumi.ComponentResource):
@@ -180,11 +187,12 @@ class ServingPlatform(pulumi.ComponentResource):
                                        depends_on=list(opts.depends_on or []) if opts is not None else [])  # type: ignore[arg-type]
         given = checked(args["platform"], "ServingPlatformArgs.platform")
         ns = given["namespace"]
-        namespace = k8s.core.v1.Namespace(
+        # A namespace of the user's own (createNamespace: false) is only deployed into.
+        namespace: list[pulumi.Resource] = [k8s.core.v1.Namespace(
             f"{name}-namespace", metadata={"name": ns, "labels": {"app.kubernetes.io/part-of": "warmstart"}},
-            opts=child)
-        scripts_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[namespace]))
-        ready: list[pulumi.Resource] = [namespace]
+            opts=child)] if args.get("create_namespace", True) else []
+        scripts_opts = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=namespace))
+        ready: list[pulumi.Resource] = list(namespace)
         for suffix, config_map, key in POD_SCRIPTS:
             old = LEGACY_SCRIPT_NAMES.get(suffix)
             renamed = [pulumi.Alias(name=f"{name}-{old}", parent=parent)] if old and parent is not None else []
@@ -199,7 +207,7 @@ class ServingPlatform(pulumi.ComponentResource):
                     f"{name}-{pc['metadata']['name']}", metadata=pc["metadata"], value=pc["value"],
                     global_default=pc["globalDefault"], preemption_policy=pc["preemptionPolicy"],
                     description=pc["description"], opts=child))
-        if stages:
+        if stages and args.get("create_node_feature_discovery", True):
             # Only the master and its garbage collector, on non-GPU nodes
             # (https://kubernetes-sigs.github.io/node-feature-discovery/v0.19/deployment/helm.html).
             values = staging_objects.nfd_values(placement.placement_from_args(given.get("non_gpu_placement")))
@@ -209,7 +217,7 @@ class ServingPlatform(pulumi.ComponentResource):
                 values=values, opts=child))
         ready += node_cache
         for pool, spare in spares.items():
-            register_warm_spares(name, pool, ns, spare, child, after=[namespace, *node_cache])
+            register_warm_spares(name, pool, ns, spare, child, after=[*namespace, *node_cache])
         account, credential = given.get("image_cache_account"), args.get("docker_hub_credential_arn")
         if account and credential is not None:
             ready.append(aws.ecr.PullThroughCacheRule(

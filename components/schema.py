@@ -6,6 +6,7 @@ components/README.md (`python -m components.schema > components/README.md`), whi
 in sync.
 """
 
+import hashlib
 import json
 import sys
 from typing import Any
@@ -41,6 +42,31 @@ def schema() -> dict[str, Any]:
     result = analyze()
     return generate_schema(PACKAGE, version(), None, result["component_definitions"], result["type_definitions"],
                            sorted(result["dependencies"], key=lambda d: f"{d.name}{d.version}")).to_json()
+
+
+def _shape(value: Any) -> Any:
+    """A schema node without its descriptions: the names, types, required lists, plain flags and
+    enum values a program in another language is compiled against."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items() if not (k == "description" and isinstance(v, str))}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return value
+
+
+def fingerprints(doc: dict[str, Any] | None = None) -> dict[str, str]:
+    """One fingerprint per component and type of the package schema (`schema()`, or `doc`), by
+    name (`ServedModel`, `PlatformArgs`): the first 16 hex digits of the SHA-256 of its shape.
+    Descriptions are left out, so a docstring's rewording is no API change; a key added, removed,
+    retyped, made required or plain, or an enum value changed is. components/schema.lock keeps
+    them per CHANGELOG.md version."""
+    doc = schema() if doc is None else doc
+    out: dict[str, str] = {}
+    for section in ("resources", "types"):
+        for token, node in doc.get(section, {}).items():
+            text = json.dumps(_shape(node), sort_keys=True, separators=(",", ":"))
+            out[token.rsplit(":", 1)[-1]] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return dict(sorted(out.items()))
 
 
 def _text(doc: str | None) -> str:
@@ -98,4 +124,7 @@ def reference() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(json.dumps(schema(), indent=2) + "\n" if "--json" in sys.argv else reference())
+    if "--fingerprints" in sys.argv:
+        sys.stdout.write(json.dumps(fingerprints(), indent=2) + "\n")
+    else:
+        sys.stdout.write(json.dumps(schema(), indent=2) + "\n" if "--json" in sys.argv else reference())

@@ -201,7 +201,10 @@ class WarmstartStack(pulumi.ComponentResource):
             warm_spares={p.name: {"warm_nodes": p.warm_nodes, "instance_type": p.warm_instance.instance_type,
                                   "gpus": p.warm_instance.gpu_count}
                          for p in plan.cluster.pools if p.warm_nodes and p.warm_instance is not None} or None,
-            docker_hub_credential_arn=ecr.credential_arn if ecr else None),
+            docker_hub_credential_arn=ecr.credential_arn if ecr else None,
+            # Parts the user may own already (namespaceCreate, nodeFeatureDiscovery.create).
+            create_namespace=False if not cfg.namespace_create else None,
+            create_node_feature_discovery=False if not cfg.node_feature_discovery.create else None),
             opts=pulumi.ResourceOptions(parent=self, providers=providers, depends_on=list(self.cluster.ready)))
         self.platform: PlatformArgs = self.serving_platform.args
         """The platform every model here runs on, as a ServedModel's `platform`."""
@@ -254,4 +257,5 @@ class WarmstartStack(pulumi.ComponentResource):
             cluster_arn=None if url else cluster_arn,
             subnet_ids=None if url else self.network.private_subnet_ids,
             security_group_ids=None if url else [self.cluster.security_group_id],
-            prometheus_url=url, tags=stack_tags(plan)), opts=aws_opts)
+            prometheus_url=url, tags=stack_tags(plan),
+            keda=cfg.monitoring.keda.model_dump(exclude_unset=True) or None), opts=aws_opts)

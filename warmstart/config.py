@@ -712,6 +712,23 @@ class ScraperPodsConfig(_Strict):
     `{app.kubernetes.io/name: prometheus}`, as prometheus-operator labels them)."""
 
 
+class KedaConfig(_Strict):
+    """KEDA, which scales each autoscaled model's Deployment (its ScaledObject)."""
+
+    create: bool = True
+    """Install KEDA (its pinned chart, in `namespace`) when a model autoscales or
+    `modelStacks.autoscaling` is set. `false`: a KEDA of your own already runs in `namespace`;
+    warmstart installs none but still creates the ScaledObjects, which need its CRDs
+    (`keda.sh/v1alpha1`). On the managed Prometheus path (no `prometheusUrl`) the query role then
+    trusts `<namespace>/<operatorServiceAccount>`: annotate that ServiceAccount with the role
+    (`eks.amazonaws.com/role-arn`, the stack's `kedaOperatorRoleArn`)."""
+    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "keda"
+    """Namespace KEDA runs in: warmstart's (created with it), or yours with `create: false`."""
+    operator_service_account: Annotated[str, Field(pattern=DNS_SUBDOMAIN, max_length=253)] = "keda-operator"
+    """The KEDA operator's ServiceAccount (the chart's `serviceAccount.operator.name`): the
+    subject the query role's trust policy names."""
+
+
 class MonitoringConfig(_Strict):
     """Where vLLM's metrics go, for `models[].autoscaling`."""
 
@@ -725,6 +742,20 @@ class MonitoringConfig(_Strict):
     warmstart pod sits behind a NetworkPolicy, so only the pods named here may read the metrics
     ports (vLLM's metrics-only port and the routers' metrics listener); required when a model
     autoscales on your Prometheus."""
+    keda: KedaConfig = KedaConfig()
+    """KEDA: warmstart's own (default) or one you run already (`create: false`)."""
+
+
+class NodeFeatureDiscoveryConfig(_Strict):
+    """node-feature-discovery, which turns the weights stager's NodeFeature objects into the node
+    labels a staged model's pods prefer (docs/node-cache.md)."""
+
+    create: bool = True
+    """Install node-feature-discovery (its pinned chart: the master and its garbage collector)
+    when a model is staged or `modelStacks.nodeCache` is set. `false`: one of your own already
+    runs; staging still needs it, serving the NodeFeature API (its `NodeFeatureAPI` feature gate,
+    on by default since v0.14) and allowing the `weights.warmstart.io` label namespace
+    (`master.extraLabelNs`), or no node is ever labelled and pods fall back to S3."""
 
 
 class ModelStacksConfig(_Strict):
@@ -756,6 +787,9 @@ class StackConfig(_Strict):
     """EKS Kubernetes version; rendered objects are validated against its schemas."""
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "inference"
     """Kubernetes namespace of the serving objects."""
+    namespace_create: bool = True
+    """Create the `namespace` (labelled `app.kubernetes.io/part-of: warmstart`). `false`: it is
+    yours and exists before `up`; warmstart deploys into it all the same."""
     gpu_pools: Annotated[list[GpuPool], Field(min_length=1)]
     """GPU node pools."""
     loader: LoaderTuning = LoaderTuning()
@@ -781,6 +815,8 @@ class StackConfig(_Strict):
     """EKS cluster settings: admins, control-plane logs, the system node group, the NVMe check."""
     monitoring: MonitoringConfig = MonitoringConfig()
     """Metrics for autoscaling: a managed Prometheus workspace, or an endpoint of your own."""
+    node_feature_discovery: NodeFeatureDiscoveryConfig = NodeFeatureDiscoveryConfig()
+    """node-feature-discovery for staged weights: warmstart's own (default) or yours."""
     image_cache: ImageCacheConfig = ImageCacheConfig()
     """Pulling the models' images through an ECR pull-through cache (off by default)."""
     model_stacks: ModelStacksConfig = ModelStacksConfig()

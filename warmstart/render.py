@@ -370,6 +370,27 @@ def uncached_images_note(images: list[str]) -> list[str]:
             "fix: use the image from Docker Hub, or mirror it into ECR yourself and name that image"]
 
 
+def yours_notes(stack_plan: plan_mod.StackPlan) -> list[str]:
+    """What the stack uses but does not create (the `create: false` switches), and what `up`
+    then assumes is there."""
+    cfg, notes = stack_plan.config, []
+    if not cfg.namespace_create:
+        notes.append(f"note: namespaceCreate is false, so namespace {cfg.namespace} must exist before `up` "
+                     "(warmstart deploys into it and creates no Namespace)")
+    if platform_mod.plan_stages(stack_plan) and not cfg.node_feature_discovery.create:
+        notes.append("note: nodeFeatureDiscovery.create is false, so the node cache needs your node-feature-discovery: "
+                     "its NodeFeature API on and the weights.warmstart.io label namespace allowed (master.extraLabelNs), "
+                     "or no node is labelled and pods load from S3")
+    keda = cfg.monitoring.keda
+    if platform_mod.plan_runs_autoscaling(stack_plan) and not keda.create:
+        amp = "" if cfg.monitoring.prometheus_url else (
+            f"; the query role trusts {keda.namespace}/{keda.operator_service_account}: annotate it with "
+            "eks.amazonaws.com/role-arn set to the stack's kedaOperatorRoleArn and restart the operator")
+        notes.append(f"note: monitoring.keda.create is false, so autoscaling needs your KEDA in namespace "
+                     f"{keda.namespace} (the ScaledObjects need its keda.sh/v1alpha1 CRDs before `up`){amp}")
+    return notes
+
+
 def lone_router_notes(models: list[plan_mod.ModelPlan]) -> list[str]:
     """A router asked for by name in front of a model that can never have two replicas.
 
@@ -438,18 +459,20 @@ def table(stack_plan: AnyPlan) -> str:
     if g is not None:
         lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller and CoreDNS "
                      "(cluster.systemNodeGroup.size)")
-    cpu = stack_plan.cluster.cpu_pool
+    cpu, cfg_keda = stack_plan.cluster.cpu_pool, stack_plan.config.monitoring.keda
     if cpu is not None:
         routed = sum(1 for m in stack_plan.models if m.routed)
         what = ([f"{routed} routed model(s)' routers"] if routed else []) + (
-            ["KEDA"] if platform_mod.plan_runs_autoscaling(stack_plan) else []) + (
-            ["node-feature-discovery"] if platform_mod.plan_stages(stack_plan) else []) + (
+            ["KEDA"] if platform_mod.plan_runs_autoscaling(stack_plan) and cfg_keda.create else []) + (
+            ["node-feature-discovery"] if platform_mod.plan_stages(stack_plan)
+            and stack_plan.config.node_feature_discovery.create else []) + (
             ["the weights-import Jobs"] if any(m.weights_import for m in stack_plan.models) else [])
         lines.append(f"general-purpose NodePool: {'/'.join(cpu.instance_types)} up to {cpu.cpu_limit} CPU, for "
                      + ", ".join(what + ["the model stacks' routers and imports"]))
     if stack_plan.config.image_cache.ecr_pull_through is not None:
         lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
     lines += lone_router_notes(list(stack_plan.models))
+    lines += yours_notes(stack_plan)
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:
         lines.append(f"note: image(s) not pinned by digest: {', '.join(unpinned)}")

@@ -1,4 +1,5 @@
-"""Every container image and Helm chart version warmstart deploys, pinned in one place.
+"""Every container image and Helm chart version warmstart deploys, pinned in one place, and
+warmstart's own version.
 
 Images carry a digest where the upstream digest is known; a tag-only image is flagged in
 `warmstart render`'s table so a stack can pin its own digest.
@@ -8,6 +9,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+
+# warmstart's own version (https://semver.org/): the package's (pyproject.toml reads it from here,
+# `[tool.setuptools.dynamic]`), the component package schema's (components/__main__.py) and the
+# one a platform stack's exported contract carries (warmstart/plan/platform.py), so a model stack
+# refuses a platform of another major version. Each version has its entry in CHANGELOG.md; a
+# test holds the component schema to the entry's recorded fingerprint (components/schema.lock).
+WARMSTART_VERSION = "1.0.0"
+
+
+def major(version: str) -> int:
+    """The major version of a semantic version string (`1.4.2` -> 1); ValueError otherwise."""
+    head = version.split(".", 1)[0]
+    if not head.isascii() or not head.isdigit():
+        raise ValueError(f"{version!r} is not a semantic version (MAJOR.MINOR.PATCH)")
+    return int(head)
+
+
+def platform_version_problem(exported: object) -> str | None:
+    """Why this warmstart cannot read a platform contract exported by warmstart `exported` (the
+    document's `warmstartVersion`; None: exported by 0.x, which wrote none): another major
+    version, whose contract may mean something else (semver: a major version is the one that may
+    break). None: the same major version."""
+    own = major(WARMSTART_VERSION)
+    if exported is None:
+        return (f"was exported by warmstart 0.x (its document carries no warmstartVersion), and this is "
+                f"warmstart {WARMSTART_VERSION}")
+    try:
+        theirs = major(str(exported))
+    except ValueError:
+        return f"carries warmstartVersion {exported!r}, which is not a semantic version"
+    if theirs != own:
+        return (f"was exported by warmstart {exported} (major version {theirs}), and this is warmstart "
+                f"{WARMSTART_VERSION} (major version {own})")
+    return None
 
 # vLLM >= 0.11.1 is needed for `distributed` in --model-loader-extra-config (added by
 # https://github.com/vllm-project/vllm/pull/27230). Stacks should pin their image by digest.

@@ -9,6 +9,9 @@
 - components/model_args.py and components/section_args.py, the TypedDicts of a `models[]`
   entry and of the platform sections, generated from `warmstart.config`'s models
   (components/model_args_gen.py).
+- components/schema.lock, the component schema's fingerprints for CHANGELOG.md's newest entry,
+  only while that entry is `Unreleased` (a released version's stay as they were released:
+  tests/support/changelog.py).
 - `state/urns-<stack>.json`: the URN of every resource of each stack as it was before the
   components moved to `components/` (that is, what deployed stacks hold in their state), and
   `state/urns-<stack>@<version>.json` as each stack was at that warmstart version (0.3: before
@@ -93,3 +96,7 @@ def update() -> None:
     print(f"wrote {CONFIG_REFERENCE}")
     for path in model_args_gen.write():
         print(f"wrote {path}")
+    from components import schema
+    from tests.support import changelog
+
+    print(changelog.record(schema.fingerprints()))

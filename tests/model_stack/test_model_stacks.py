@@ -15,7 +15,7 @@ import yaml
 from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, PLATFORM_STACK_NAMES, STACKS_DIR, load_stack_doc, render_stack
 from tests.support.keda import validate_keda
 from tests.support.validation import validate_rendered
-from warmstart import config, mocks, policies, render
+from warmstart import config, mocks, policies, render, versions
 from warmstart.plan import platform
 from warmstart.errors import ConfigError, ConfigErrors
 
@@ -189,16 +189,38 @@ def test_autoscaling_needs_keda_on_the_platform(tmp_path):
     assert "maxGpus >= 5" in errors["warmstart:model.autoscaling.maxReplicas"]
 
 
+_OURS = {"warmstartVersion": versions.WARMSTART_VERSION}
+_OTHER_MAJOR = f"{versions.major(versions.WARMSTART_VERSION) + 1}.0.0"
+
+
 @pytest.mark.parametrize("doc, rule", [
     ({}, "exports no warmstartPlatform"),
-    ({"contractVersion": platform.CONTRACT_VERSION + 1}, f"reads platform contract version {platform.CONTRACT_VERSION}"),
-    ({"contractVersion": platform.CONTRACT_VERSION, "stack": "prod"},
+    (_OURS | {"contractVersion": platform.CONTRACT_VERSION + 1},
+     f"reads platform contract version {platform.CONTRACT_VERSION}"),
+    (_OURS | {"contractVersion": platform.CONTRACT_VERSION, "stack": "prod"},
      f"is not a version-{platform.CONTRACT_VERSION} contract"),
+    # Another major version of warmstart, whatever its contract version says.
+    ({"contractVersion": platform.CONTRACT_VERSION, "warmstartVersion": _OTHER_MAJOR},
+     f"was exported by warmstart {_OTHER_MAJOR} (major version"),
+    ({"contractVersion": platform.CONTRACT_VERSION}, "was exported by warmstart 0.x"),
+    ({"contractVersion": platform.CONTRACT_VERSION, "warmstartVersion": "one"}, "not a semantic version"),
 ])
 def test_a_contract_of_another_version_or_shape_is_refused(doc, rule):
     with pytest.raises(ConfigError) as err:
         platform.parse(doc, "prod", "prod-x")
     assert rule in str(err.value) and "'prod'" in str(err.value) and "'prod-x'" in str(err.value)
+
+
+def test_the_contract_carries_the_package_version_and_another_minor_is_read():
+    """The exported document names the warmstart that wrote it; the same major version, of any
+    minor or patch, is read (semver: only a major version may break the contract)."""
+    doc = render.platform_outputs(STACKS_DIR, "staging", "test")[platform.OUTPUT]
+    assert doc["warmstartVersion"] == versions.WARMSTART_VERSION
+    major = versions.major(versions.WARMSTART_VERSION)
+    assert platform.parse(doc | {"warmstartVersion": f"{major}.99.7"}, "staging", "staging-x").stack == "staging"
+    with pytest.raises(ConfigError) as err:
+        platform.parse(doc | {"warmstartVersion": f"{major + 1}.0.0"}, "staging", "staging-x")
+    assert f"up 'staging' with warmstart {major}.x first" in err.value.fix
 
 
 def test_the_reference_names_the_platform_in_this_project():

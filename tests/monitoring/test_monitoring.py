@@ -115,3 +115,48 @@ def test_monitoring_with_an_existing_endpoint_creates_no_aws_resource(monkeypatc
 def test_monitoring_bad_args_name_the_key(monkeypatch, overrides, drop, key):
     with pytest.raises(Exception, match=re.escape(key)):
         _monitoring(monkeypatch, drop=drop, **overrides)
+
+
+def _comparable(resources):
+    """Each registered resource by URN with its inputs, for comparing two runs."""
+    return {r.urn: (r.typ, json.dumps(r.inputs, sort_keys=True, default=str)) for r in resources}
+
+
+@pytest.mark.parametrize("prometheus_url", [None, "http://prometheus-operated.monitoring.svc:9090"])
+def test_a_keda_of_the_users_own_is_neither_installed_nor_namespaced_and_the_rest_is_unchanged(monkeypatch,
+                                                                                                prometheus_url):
+    given = {"prometheus_url": prometheus_url} if prometheus_url else {}
+    m, ours = _monitoring(monkeypatch, **given)
+    theirs_m, theirs = _monitoring(monkeypatch, keda={"create": False}, **given)
+    assert theirs_m.keda is None and m.keda is not None
+    gone = {u: t for u, (t, _) in _comparable(ours).items() if u not in _comparable(theirs)}
+    assert sorted(gone.values()) == ["kubernetes:core/v1:Namespace", "kubernetes:helm.sh/v3:Release"]
+    # Everything else (workspace, collector, the query role) exactly as with warmstart's KEDA.
+    assert {u: v for u, v in _comparable(ours).items() if u not in gone} == _comparable(theirs)
+
+
+def test_the_query_role_trusts_the_users_keda_operator(monkeypatch):
+    _, rs = _monitoring(monkeypatch, keda={"create": False, "namespace": "autoscaling",
+                                           "operator_service_account": "keda-op"})
+    (trust,) = json.loads(_one(rs, "aws:iam/role:Role").inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Condition"]["StringEquals"][f"{OIDC_ISSUER}:sub"] == "system:serviceaccount:autoscaling:keda-op"
+
+
+def test_warmstarts_keda_in_another_namespace(monkeypatch):
+    _, rs = _monitoring(monkeypatch, keda={"namespace": "autoscaling", "operator_service_account": "keda-op"})
+    release, ns = _one(rs, "kubernetes:helm.sh/v3:Release"), _one(rs, "kubernetes:core/v1:Namespace")
+    assert ns.inputs["metadata"]["name"] == release.inputs["namespace"] == "autoscaling"
+    assert release.inputs["values"]["serviceAccount"]["operator"]["name"] == "keda-op"
+    (trust,) = json.loads(_one(rs, "aws:iam/role:Role").inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Condition"]["StringEquals"][f"{OIDC_ISSUER}:sub"] == "system:serviceaccount:autoscaling:keda-op"
+
+
+@pytest.mark.parametrize("keda, key", [
+    ({"namespace": "Not_A_Name"}, "MonitoringArgs.keda.namespace"),
+    ({"operator_service_account": ""}, "MonitoringArgs.keda.operatorServiceAccount"),
+    ({"create": "no"}, "MonitoringArgs.keda.create"),
+    ({"crate": False}, "MonitoringArgs.keda.crate"),
+])
+def test_bad_keda_args_name_the_key(monkeypatch, keda, key):
+    with pytest.raises(Exception, match=re.escape(key)):
+        _monitoring(monkeypatch, keda=keda)

@@ -73,6 +73,36 @@ def test_warm_spares_and_the_docker_hub_cache_are_its_own():
     assert rule.inputs["ecrRepositoryPrefix"] == "docker-hub"
 
 
+def _by_urn(resources):
+    return {r.urn: (r.typ, json.dumps(r.inputs, sort_keys=True, default=str)) for r in resources}
+
+
+@pytest.mark.parametrize("switch, gone", [
+    ({"create_namespace": False}, ["kubernetes:core/v1:Namespace"]),
+    ({"create_node_feature_discovery": False}, ["kubernetes:helm.sh/v3:Release"]),
+    ({"create_namespace": False, "create_node_feature_discovery": False},
+     ["kubernetes:core/v1:Namespace", "kubernetes:helm.sh/v3:Release"]),
+])
+def test_a_namespace_or_node_feature_discovery_of_the_users_own_is_not_created_and_the_rest_is_unchanged(switch, gone):
+    """The `create` switches remove exactly the part the user owns: every other object is the
+    same (URN and inputs), still valid, in the same namespace, and the platform still says it
+    stages (node-feature-discovery is there, only not its)."""
+    spares = {"h100": {"warm_nodes": 1, "instance_type": "p5.48xlarge", "gpus": 8}}
+    staged = PLATFORM | {"node_cache": True}
+    ours_p, ours = _platform(platform=staged, warm_spares=spares)
+    theirs_p, theirs = _platform(platform=staged, warm_spares=spares, **switch)
+    a, b = _by_urn(ours), _by_urn(theirs)
+    assert sorted(t for u, (t, _) in a.items() if u not in b) == gone and set(b) <= set(a)
+    assert {u: v for u, v in a.items() if u in b} == b
+    assert theirs_p.args == ours_p.args and theirs_p.args["node_cache"] is True
+    removed = {u for u in a if u not in b}
+    for r in theirs:
+        assert not removed & set(r.dependencies), f"{r.name} still waits for a resource not created"
+        if r.typ.startswith("kubernetes:") and "apiVersion" in r.inputs:
+            kubernetes_validate.validate(r.inputs, "1.33", strict=True)
+            assert r.inputs["metadata"].get("namespace", "inference") == "inference"
+
+
 def test_platform_args_and_the_checked_contract_have_the_same_facts():
     """One declaration per platform fact: every PlatformArgs key is a field of the checked view
     the planners read (and back), so a new fact cannot reach one and not the other."""

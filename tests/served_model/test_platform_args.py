@@ -120,6 +120,11 @@ def test_a_platform_stacks_document_passed_as_it_is_is_read():
     assert m.platform.pod_scripts and m.platform.pools[0].max_gpus == 32
     (e,) = _errors(doc | {"contractVersion": contract.CONTRACT_VERSION + 1})
     assert e.key == f"{KEY}.contractVersion" and "version" in e.rule
+    # A document passed as it is from a platform of another major version, or of 0.x (none).
+    (e,) = _errors(doc | {"warmstartVersion": "0.4.0"})
+    assert e.key == f"{KEY}.warmstartVersion" and "warmstart 0.4.0 (major version 0)" in e.rule
+    (e,) = _errors({k: v for k, v in doc.items() if k != "warmstartVersion"})
+    assert e.key == f"{KEY}.warmstartVersion" and "0.x" in e.rule
 
 
 def test_the_non_gpu_placement_is_of_its_kubernetes_shape():
@@ -137,7 +142,7 @@ def test_the_non_gpu_placement_is_of_its_kubernetes_shape():
 def test_every_platform_args_key_is_validated():
     """One declaration per fact: every PlatformArgs key (and pool key) is a field of the
     validator, so a new key cannot pass unchecked."""
-    fields = set(platform_args.PlatformArgsSpec.model_fields) - {"contract_version"}
+    fields = set(platform_args.PlatformArgsSpec.model_fields) - {"contract_version", "warmstart_version"}
     assert fields == set(PlatformArgs.__annotations__) | {"non_gpu_placement"}
     assert set(platform_args.PoolArgsSpec.model_fields) == set(PlatformPoolArgs.__annotations__)
 

@@ -207,7 +207,8 @@ _CONTAINER_SECURITY = {"capabilities": {"drop": ["ALL"]}, "allowPrivilegeEscalat
 
 
 def keda_values(mode: placement.ClusterMode, operator_role_arn: Any | None,
-                non_gpu: placement.NonGpuPlacement | None = None) -> dict[str, Any]:
+                non_gpu: placement.NonGpuPlacement | None = None,
+                service_account: str = KEDA_OPERATOR_SERVICE_ACCOUNT) -> dict[str, Any]:
     """Values of the `kedacore/keda` chart: every KEDA pod on non-GPU nodes (`non_gpu`, default
     the warmstart platform's own CPU NodePool: KEDA must not wait for a GPU node nor keep one
     alive), the operator's
@@ -222,7 +223,7 @@ def keda_values(mode: placement.ClusterMode, operator_role_arn: Any | None,
         "securityContext": {c: _CONTAINER_SECURITY for c in ("operator", "metricServer", "webhooks")},
         "podSecurityContext": {c: {"runAsNonRoot": True} for c in ("operator", "metricServer", "webhooks")},
         "permissions": {"operator": {"restrict": {"secret": True}}, "metricServer": {"restrict": {"secret": True}}},
-        "serviceAccount": {"operator": {"create": True, "name": KEDA_OPERATOR_SERVICE_ACCOUNT}},
+        "serviceAccount": {"operator": {"create": True, "name": service_account}},
     }
     if operator_role_arn is not None:
         values["podIdentity"] = {"aws": {"irsa": {"enabled": True, "roleArn": operator_role_arn}}}

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import versions
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
 from ..decisions import capacity, cpu_pool, gpu_pools, image_cache, instances, placement
 from ..decisions import node_cache as staging
@@ -107,10 +108,11 @@ def _rekey(value: Any, how: Callable[[str], str]) -> Any:
 def document(args: Mapping[str, Any]) -> dict[str, Any]:
     """The `warmstartPlatform` output: a `PlatformArgs` with camelCase keys (as Pulumi's schema
     names them, so a program in any language can pass it to `ServedModel` as its `platform`), and
-    its version. The kubeconfig is not in it: it is a secret output of its own. An unset fact
-    (None) is left out, as a program leaves the key out."""
+    its version, and the warmstart version that exported it (a model stack refuses another major
+    version). The kubeconfig is not in it: it is a secret output of its own. An unset fact (None)
+    is left out, as a program leaves the key out."""
     body = {k: v for k, v in args.items() if k != "kubeconfig" and v is not None}
-    return {"contractVersion": CONTRACT_VERSION, **_rekey(body, _camel)}
+    return {"contractVersion": CONTRACT_VERSION, "warmstartVersion": versions.WARMSTART_VERSION, **_rekey(body, _camel)}
 
 
 def plan_runs_node_cache(plan: StackPlan) -> bool:
@@ -229,6 +231,13 @@ def platform_args(doc: Any, platform: str, model_stack: str) -> dict[str, Any]:
         raise ConfigError(key, f"model stack {model_stack!r}: platform stack {platform!r} exports no {OUTPUT} "
                           "(it does not exist, is not deployed yet, or predates model stacks)",
                           f"run `warmstart up --stack {platform}` first (or `warmstart up --env {platform}`)", platform)
+    # The major version first: a platform of another one may mean something else by the same keys.
+    problem = versions.platform_version_problem(doc.get("warmstartVersion"))
+    if problem:
+        raise ConfigError(key, f"model stack {model_stack!r} runs warmstart {versions.WARMSTART_VERSION}, but "
+                          f"platform stack {platform!r}'s {OUTPUT} {problem}",
+                          f"up {platform!r} with warmstart {versions.major(versions.WARMSTART_VERSION)}.x first, "
+                          "then this stack (docs/upgrading.md)", platform)
     version = doc.get("contractVersion")
     if not isinstance(version, (int, float)) or int(version) != CONTRACT_VERSION:
         raise ConfigError(key, f"model stack {model_stack!r} reads platform contract version {CONTRACT_VERSION}, "
@@ -236,7 +245,8 @@ def platform_args(doc: Any, platform: str, model_stack: str) -> dict[str, Any]:
                           f"deploy both with the same warmstart version (up {platform!r} first, then this stack)",
                           platform)
     # A version-2 platform exported before `podScripts` existed always shipped the scripts.
-    args = {"pod_scripts": True} | _rekey({k: v for k, v in doc.items() if k != "contractVersion"}, _snake)
+    args = {"pod_scripts": True} | _rekey({k: v for k, v in doc.items()
+                                           if k not in ("contractVersion", "warmstartVersion")}, _snake)
     try:
         return checked_args(args, OUTPUT)
     except (ConfigError, ConfigErrors) as err:

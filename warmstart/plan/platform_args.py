@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from .. import versions
 from ..config import (DNS_LABEL, DNS_SUBDOMAIN, REFERENCE, STACK_NAME, CompileCacheConfig, LoaderTuning,
                       _from_validation_error, _models_in, _rule)
 from ..errors import ConfigError, ConfigErrors
@@ -207,6 +208,8 @@ class PlatformArgsSpec(_Args):
 
     contract_version: int | None = None
     """A platform stack's exported document's version, when the document is passed as it is."""
+    warmstart_version: str | None = None
+    """The warmstart version that exported that document (its major must be this warmstart's)."""
     stack: Annotated[str, Field(pattern=STACK_NAME)]
     region: Annotated[str, Field(pattern=REGION)]
     cluster_name: Annotated[str, Field(pattern=CLUSTER_NAME, max_length=100)]
@@ -296,13 +299,19 @@ def check(args: Any, key: str, version: int) -> PlatformArgsSpec:
         raise ConfigError(f"{key}.contractVersion", f"is a version-{spec.contract_version} platform document; "
                           f"this warmstart reads version {version}",
                           "deploy the platform stack with this warmstart version", spec.contract_version)
+    if spec.contract_version is not None:
+        problem = versions.platform_version_problem(spec.warmstart_version)
+        if problem:
+            raise ConfigError(f"{key}.warmstartVersion", f"the platform document {problem}",
+                              f"up the platform stack with warmstart {versions.major(versions.WARMSTART_VERSION)}.x "
+                              "first (docs/upgrading.md)", spec.warmstart_version)
     return spec
 
 
 def as_args(spec: PlatformArgsSpec) -> dict[str, Any]:
     """The validated PlatformArgs as a dict of snake_case keys (Python's spelling), the keys set
     and nothing else; wired values (Outputs) as given."""
-    out = spec.model_dump(exclude_unset=True, exclude={"contract_version"})
+    out = spec.model_dump(exclude_unset=True, exclude={"contract_version", "warmstart_version"})
     for name in ("oidc_provider_arn", "oidc_issuer", "kubeconfig", "compile_cache_bucket"):
         if name in spec.model_fields_set:
             out[name] = getattr(spec, name)
