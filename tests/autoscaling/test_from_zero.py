@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import load_stack_doc, render_doc
 from tests.support.keda import validate_keda
+from warmstart import render
 from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as scaling
 from warmstart.decisions import phases, routing
@@ -98,6 +99,7 @@ def test_the_front_queue_holds_for_the_predicted_cold_start_and_says_when_to_ret
     ready = phases.predict_from_zero(m.weights_bytes, m.instance, compile_cached=m.compile_cache).total_seconds
     retry, hold = int(_flag(fq["command"], "--retry-after")), int(_flag(fq["command"], "--max-hold-seconds"))
     assert retry >= math.ceil(ready)
+    assert f"from zero pods a held request is answered ~{ready:.0f}s" in render.scale_out_line(m)
     # a start on time answers the held requests: they are held past the predicted ready time
     assert hold >= min(retry, routing.FRONT_QUEUE_MAX_HOLD_SECONDS) and hold <= routing.FRONT_QUEUE_MAX_HOLD_SECONDS
     # KEDA's operator is admitted to the serving port; nothing else new
