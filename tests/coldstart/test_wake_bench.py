@@ -121,3 +121,14 @@ def test_the_sleeper_picked_by_default_is_running_and_not_ready():
     assert command._pick_sleeper([pod("a", "Running", True), pod("b", "Pending", False),
                                   pod("c", "Running", False)]) == "c"
     assert command._pick_sleeper([pod("a", "Running", True)]) is None
+
+
+def test_the_command_fails_clearly_without_standby_or_a_cluster(tmp_path, capsys):
+    from warmstart import cli
+
+    assert cli.main(["wake-bench", "--stack", "dev", "--kubeconfig", str(tmp_path / "none")]) == cli.EXIT_FAILED
+    assert "no standby engines" in capsys.readouterr().err
+    assert cli.main(["wake-bench", "--stack", "prod", "--model", "qwen-67b",
+                     "--kubeconfig", str(tmp_path / "none")]) == cli.EXIT_PREREQUISITES
+    err = capsys.readouterr().err
+    assert err.startswith("warmstart: ") and "Traceback" not in err
