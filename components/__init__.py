@@ -13,6 +13,8 @@ through warmstart's pure planners, and registers only resources:
 - `ModelRouter`: an SMG router in front of a model's replicas (prefix-aware, with a load bound);
 - `Monitoring`: metrics for autoscaling (managed Prometheus and its collector) and KEDA;
 - `ModelAutoscaling`: one model's KEDA ScaledObject on vLLM's own metrics;
+- `ModelStandby`: one model's standby actuator, which wakes a sleeping vLLM engine on load and
+  puts the idlest back to sleep (docs/scale-out.md);
 - `ServingPlatform`: what a cluster's models share (namespace, pod-side scripts, node cache,
   warm spares, image cache); its output is a `PlatformArgs`, the one handle a model takes;
 - `ServedModel`: one `models[]` entry on a platform (its roles, VllmModel, router, autoscaling):
@@ -45,6 +47,7 @@ from .platform import (NonGpuPlacementArgs, PlatformArgs, PlatformCompileCacheAr
 from .served_model import ServedModel, ServedModelArgs
 from .routing import ModelRouter, ModelRouterArgs, RoutingPolicy
 from .serving import HuggingFaceSourceArgs, LoaderArgs, VllmModel, VllmModelArgs, WeightsImportArgs
+from .standby import ModelStandby, ModelStandbyArgs
 from .stack import WarmstartStack, WarmstartStackArgs, stack_config
 from .storage import CompileCacheBucketArgs, ModelBucketArgs, ModelStorage, ModelStorageArgs
 from .enums import ClusterMode, NvmeCheckMode
@@ -52,7 +55,7 @@ from .enums import ClusterMode, NvmeCheckMode
 __all__ = [
     "KUBECONFIG_OUTPUT", "PLATFORM_OUTPUT", "Cluster", "ClusterArgs", "ClusterMode", "CompileCacheBucketArgs", "GpuPoolArgs", "HuggingFaceSourceArgs",
     "LoaderArgs", "ModelAutoscaling", "ModelStack", "ModelStackArgs", "ModelAutoscalingArgs", "ModelBucketArgs", "ModelImportRole", "ModelImportRoleArgs", "ModelRole", "ModelRoleArgs", "ModelRouter", "ModelRouterArgs",
-    "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NonGpuPlacementArgs", "NvmeCheckMode",
+    "ModelStandby", "ModelStandbyArgs", "ModelStorage", "ModelStorageArgs", "Monitoring", "MonitoringArgs", "Network", "NetworkArgs", "NonGpuPlacementArgs", "NvmeCheckMode",
     "PlatformArgs", "PlatformCompileCacheArgs", "PlatformMonitoringArgs", "PlatformPoolArgs", "PoolModelArgs", "RoutingPolicy",
     "ServedModel", "ServedModelArgs", "ServingPlatform", "ServingPlatformArgs", "SystemNodeGroupArgs", "TolerationArgs", "VllmModel", "VllmModelArgs", "WarmstartStack", "WarmstartStackArgs",
     "WeightsImportArgs", "is_model_stack", "model_stack_config", "stack_config",

@@ -14,12 +14,12 @@ if __package__ in (None, ""):
     # this folder, importable as the `components` package.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from components import (  # noqa: E402
-        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStorage, Monitoring, Network, ServedModel,
-        ServingPlatform, VllmModel)
+        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStandby, ModelStorage, Monitoring, Network,
+        ServedModel, ServingPlatform, VllmModel)
 else:
     from . import (
-        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStorage, Monitoring, Network, ServedModel,
-        ServingPlatform, VllmModel)
+        Cluster, ModelAutoscaling, ModelImportRole, ModelRole, ModelRouter, ModelStandby, ModelStorage, Monitoring, Network,
+        ServedModel, ServingPlatform, VllmModel)
 
 from pulumi.provider.experimental import component_provider_host  # noqa: E402
 
@@ -27,7 +27,7 @@ from warmstart import versions  # noqa: E402
 
 PACKAGE = "warmstart"
 HOSTED = [ServedModel, ServingPlatform, Network, Cluster, ModelStorage, ModelRole, ModelImportRole, VllmModel,
-          ModelRouter, Monitoring, ModelAutoscaling]
+          ModelRouter, Monitoring, ModelAutoscaling, ModelStandby]
 
 
 def version() -> str:

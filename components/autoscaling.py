@@ -50,7 +50,12 @@ class ModelAutoscalingArgs(TypedDict):
     awake pods the queue asks for."""
     front_queue: NotRequired[bool]
     """A queue in front of the model holds requests while no replica exists, so `minReplicas: 0`
-    is allowed (default false: the router does not queue without replicas)."""
+    is allowed (default false: the router does not queue without replicas). With no standby
+    engines KEDA then scales from zero pods on the front queues' held and in-flight requests,
+    which its operator reads every second from each endpoint of `frontQueueService`."""
+    front_queue_service: NotRequired[str]
+    """The Service whose endpoints are the front queues (the model's routers' pods, on the
+    router's serving port 30000): default the model's own Service, named as the model."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig of the cluster; without it the objects use the provider of the resource
     options (or the ambient one)."""
@@ -73,7 +78,9 @@ class ModelAutoscaling(pulumi.ComponentResource):
         decide.check_spec(spec, key="ModelAutoscalingArgs", model=model, front_queue=bool(args.get("front_queue")))
         # Every decision is made here, from the Args alone, by the pure planner.
         self.plan = decide.plan_scaling(model, namespace, spec, args["startup_budget_seconds"],
-                                        args.get("deployment_name"))
+                                        args.get("deployment_name"),
+                                        front_queue_service=args.get("front_queue_service", model)
+                                        if args.get("front_queue") else None)
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
             provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)

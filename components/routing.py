@@ -105,6 +105,12 @@ class ModelRouterArgs(TypedDict):
     """Put a front queue in each router pod that holds requests while the model has no awake
     engine (scale from zero), answering 429 with this Retry-After past its bounds (default 0: no
     front queue). Its script's ConfigMap `warmstart-front-queue` must be in the namespace."""
+    front_queue_hold_seconds: NotRequired[int]
+    """How long the front queue holds a request before that 429 (1-600, default 120)."""
+    front_queue_scaled: NotRequired[bool]
+    """KEDA's operator reads the front queues' held count (a model that scales from zero pods):
+    its pods (namespace `keda`, label `app: keda-operator`) are admitted to the serving port
+    (default false)."""
     control_plane_api_key: NotRequired[pulumi.Input[str]]
     """Key for SMG's control plane (`Authorization: Bearer <key>` on /workers, /get_loads); pass
     a secret. Without it each router draws a random key that never leaves the pod: discovery
@@ -132,7 +138,9 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
         expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
         non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
-        front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0))
+        front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
+        front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),
+        front_queue_scaled=bool(args.get("front_queue_scaled")))
 
 
 class ModelRouter(pulumi.ComponentResource):

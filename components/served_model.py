@@ -21,6 +21,7 @@ from warmstart import versions
 from warmstart.config import ModelConfig
 from warmstart.decisions import image_cache, phases
 from warmstart.decisions import network as network_rules
+from warmstart.decisions import routing as routing_rules
 from warmstart.errors import rekeyed
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
@@ -167,8 +168,9 @@ class ServedModel(pulumi.ComponentResource):
                     region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
                     kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
                     standby_count=m.standby.count if m.standby else None,
-                    # The routers' front queue holds requests while no engine is awake (minReplicas 0).
-                    front_queue=True if m.standby is not None and a.min_replicas == 0 else None),
+                    # The routers' front queue holds requests while no engine is awake (minReplicas 0);
+                    # without standby KEDA scales from zero pods on it (the model's Service's endpoints).
+                    front_queue=True if a.min_replicas == 0 else None),
                     opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
         self.standby = None
         if m.standby is not None and a is not None:
@@ -221,12 +223,23 @@ class ServedModel(pulumi.ComponentResource):
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
             fence_vllm=False, create_service=False,
-            # Zero awake engines: the routers hold requests until a woken one serves, and tell a
-            # client past the bound when to come back (the predicted standby start).
-            front_queue_retry_after_seconds=math.ceil(phases.predict_standby_start(
-                m.weights_bytes, m.instance, m.standby.sleep_level).total_seconds) + 1
-            if m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0 else None),
-            opts=opts)
+            **_front_queue(m)), opts=opts)
+
+
+def _front_queue(m: ModelPlan) -> dict[str, Any]:
+    """The router Args of a model at minReplicas 0: its routers hold requests until an engine
+    serves, and tell a client past the bound when to come back. With standby engines that is the
+    predicted wake; with zero pods the predicted cold start of a new replica on a new node (after
+    a scale to zero Karpenter consolidates the empty GPU node; a pool's warm spares are not in the
+    PlatformArgs a model is planned from), held for up to twice that, and KEDA reads the queues."""
+    if m.autoscaling is None or m.autoscaling.min_replicas != 0:
+        return {}
+    if m.standby is not None:
+        return {"front_queue_retry_after_seconds": math.ceil(phases.predict_standby_start(
+            m.weights_bytes, m.instance, m.standby.sleep_level).total_seconds) + 1}
+    ready = phases.predict_from_zero(m.weights_bytes, m.instance, compile_cached=m.compile_cache).total_seconds
+    return {"front_queue_retry_after_seconds": math.ceil(ready) + 1,
+            "front_queue_hold_seconds": routing_rules.front_queue_hold_seconds(ready), "front_queue_scaled": True}
 
 
 __all__ = ["ServedModel", "ServedModelArgs"]

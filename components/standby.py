@@ -54,10 +54,14 @@ class ModelStandbyArgs(TypedDict):
     ship_pod_script: NotRequired[bool]
     """Create the script's ConfigMap for this model (default true). False when the platform ships
     it to the namespace (`warmstart-standby`)."""
+    kubeconfig: NotRequired[pulumi.Input[str]]
+    """Kubeconfig of the cluster; without it the objects use the provider of the resource
+    options (or the ambient one)."""
 
 
 class ModelStandby(pulumi.ComponentResource):
-    """The standby actuator of one vLLM model."""
+    """The standby actuator of one vLLM model: it wakes a sleeping engine when the awake ones'
+    queue passes the target, and puts the idlest awake engine back to sleep when it has been idle."""
 
     deployment_name: pulumi.Output[str]
     """Name of the actuator's Deployment."""
@@ -74,6 +78,9 @@ class ModelStandby(pulumi.ComponentResource):
             non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelStandbyArgs.nonGpuPlacement"),
             api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")))
         child = pulumi.ResourceOptions(parent=self)
+        if args.get("kubeconfig") is not None:
+            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            child = pulumi.ResourceOptions(parent=self, provider=provider)
         script_map = objects.CONFIGMAP_NAME
         needs: list[pulumi.Resource] = []
         if args.get("ship_pod_script", True):

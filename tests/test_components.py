@@ -35,6 +35,7 @@ WIRED = {
     "ModelRouter": {"controlPlaneApiKey", "kubeconfig"},
     "Monitoring": {"oidcProviderArn", "oidcIssuer", "clusterArn", "subnetIds", "securityGroupIds", "kubeconfig"},
     "ModelAutoscaling": {"serverAddress", "kubeconfig"},
+    "ModelStandby": {"kubeconfig"},
 }
 
 

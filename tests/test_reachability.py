@@ -120,8 +120,15 @@ def _standby_from_zero(doc):
     doc["config"]["warmstart:models"][0]["autoscaling"]["minReplicas"] = 0
 
 
+def _zero_pods(doc):
+    # prod's autoscaled model without standby at minReplicas 0: zero pods, KEDA reads the front queues
+    model = doc["config"]["warmstart:models"][0]
+    model.pop("standby")
+    model["autoscaling"]["minReplicas"] = 0
+
+
 VARIANTS = {"existing-vpc": _existing_vpc, "two-routed-karpenter": _two_routed, "named-prometheus": _named_prometheus,
-            "standby-from-zero": _standby_from_zero}
+            "standby-from-zero": _standby_from_zero, "zero-pods": _zero_pods}
 
 
 _variants: dict[str, tuple] = {}
@@ -255,6 +262,21 @@ def test_vllm_port_admitting_the_vpc_cidr_fails():
         assert v.must == "deny" and v.why == ""
     _found(violations, "prod", "outsiders -> vllm (http)", "elsewhere/another-pod", "inference/llama-4-scout",
            "http/TCP")
+
+
+def test_a_front_queue_without_its_keda_row_fails(tmp_path_factory):
+    """Zero pods: without the router policy's row for KEDA's operator, KEDA cannot read the held
+    requests it scales from zero on."""
+    variant("zero-pods", tmp_path_factory)  # rendered once, then its objects edited
+    objects = copy.deepcopy(_variants["zero-pods"][0].kubernetes_objects)
+    for p in objects:
+        if p["kind"] == "NetworkPolicy" and _selects(p, "router"):
+            p["spec"]["ingress"] = [r for r in p["spec"]["ingress"]
+                                    if not any("namespaceSelector" in peer for peer in r.get("from", []))]
+    v = _found(R.check(variant("zero-pods", tmp_path_factory, objects=objects)), "zero-pods",
+               "keda-operator -> from-zero-routers (http)", "keda/keda-operator", "inference/qwen-67b-router",
+               "http/TCP")
+    assert v.must == "allow" and "ingress from" in v.why
 
 
 def test_policies_naming_the_default_cidr_in_an_existing_vpc_fail(tmp_path_factory):
@@ -450,7 +472,7 @@ def test_the_nodes_own_ip_reaches_every_port_of_a_vllm_pod_on_it():
     (vllm,) = [e for e in st.sources if e.role == "vllm" and e.model == "qwen-67b"]
     (node,) = [e for e in st.sources if e.role == "node" and e.node == vllm.node]
     assert st.cluster.reach(node, vllm, "http") == ""
-    (foreign,) = [e for e in st.sources if e.role == "foreign"]
+    (foreign,) = [e for e in st.sources if e.role == "foreign" and e.namespace == "elsewhere"]
     assert st.cluster.reach(foreign, vllm, "http")
     other = [e for e in st.sources if e.role == "node" and e.node != vllm.node]
     assert other and all(st.cluster.reach(n, vllm, "http") for n in other)

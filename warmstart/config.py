@@ -358,10 +358,10 @@ class AutoscalingConfig(_Strict):
     Service for Prometheus by default)."""
 
     min_replicas: Annotated[int, Field(ge=0)] = 1
-    """Fewest serving pods (awake engines). At least 1, unless the model keeps `standby` engines:
-    then 0 keeps only the sleepers, and a front queue in the router holds the requests that arrive
-    until one is woken (429 with Retry-After past its bounds). Without standby, with no pod, vLLM
-    exports no metric to scale up on."""
+    """Fewest serving pods (awake engines). 0 needs a router: a front queue in it holds the
+    requests that arrive until an engine serves (429 with Retry-After past its bounds). With
+    `standby` engines 0 keeps only the sleepers and a held request wakes one; without, 0 is zero
+    pods (the GPU released) and KEDA scales from zero on the front queues' held requests."""
     max_replicas: Annotated[int, Field(ge=1)]
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
     target_waiting_per_replica: Annotated[float, Field(gt=0)] = 5

@@ -342,7 +342,7 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
         warm = _scale_out(m, "node-cache" if m.staged else "s3")
         spare = (f"; on one of the pool's {warm_nodes} warm spare node(s) ~{warm.warm_spare_seconds:.0f}s (no node "
                  f"launch or pull{', weights from its NVMe' if m.staged else ''})")
-    return (f"scale-out {m.name}: {standby_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
+    return (f"scale-out {m.name}: {standby_path(m)}{from_zero_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
             f"({steps}; SOCI parallel pull, weights streamed from S3, compile cache "
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
 
@@ -355,6 +355,16 @@ def standby_path(m: plan_mod.ModelPlan) -> str:
     return (f"a woken standby engine (of {m.standby.count}, sleep level {m.standby.sleep_level}) answers "
             f"~{s.total_seconds:.0f}s after the load rises (standby signal {s.signal:.0f}s + wake {s.wake:.1f}s for "
             f"{m.weights_bytes / 2**30:.0f} GiB + first token {s.first_token:.0f}s + router join {s.join:.0f}s); ")
+
+
+def from_zero_path(m: plan_mod.ModelPlan) -> str:
+    """The scale-out from zero pods ('' unless the model scales to zero pods, without standby)."""
+    if m.standby is not None or m.autoscaling is None or m.autoscaling.min_replicas != 0:
+        return ""
+    z = phases.predict_from_zero(m.weights_bytes, m.instance, compile_cached=m.compile_cache)
+    return (f"from zero pods a held request is answered ~{z.total_seconds:.0f}s after it arrives (KEDA polls the "
+            f"front queues {z.signal:.0f}s + a cold start on a new node {z.start.total_seconds:.0f}s + readiness "
+            f"{z.join:.0f}s); ")
 
 
 def uncached_images_note(images: list[str]) -> list[str]:

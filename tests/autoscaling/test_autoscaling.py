@@ -106,7 +106,7 @@ def test_the_hpa_behavior_is_a_valid_autoscaling_v2_object_for_long_budgets():
 
 
 BAD_SPECS = [
-    (spec(0, 4), False, None, r"minReplicas=0: .*router does not queue when no replica exists"),
+    (spec(0, 4), False, None, r"minReplicas=0: .*needs the router.s front queue.*has no router"),
     (spec(5, 3), False, None, r"minReplicas=5: llama: minReplicas=5 is above maxReplicas=3"),
     (spec(2, 2), False, None, r"maxReplicas=2: llama: equals minReplicas=2"),
     (spec(1, 4, kv=1.5), False, None, r"kvCacheUsageCeiling=1.5: .* fraction"),

@@ -20,7 +20,7 @@ import pytest
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
-from warmstart.decisions import routing
+from warmstart.decisions import autoscaling, routing
 from warmstart.podside import front_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
@@ -104,7 +104,7 @@ def test_requests_are_held_until_an_engine_serves_then_answered(tmp_path):
         for t in threads:
             t.join(60)
         assert [(s, by) for s, by, _ in out] == [(200, "late")] * 5, out
-        assert q.held() == {"held": 0, "total_held": 5, "refused": 0}
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 5, "refused": 0}
 
 
 def test_past_the_bounds_a_client_gets_429_with_retry_after(tmp_path):
@@ -121,3 +121,61 @@ def test_past_the_bounds_a_client_gets_429_with_retry_after(tmp_path):
             t.join(30)
         assert len(out) == 4 and all(s == 429 and ra == "9" for s, _, ra in out), out
         assert q.held()["refused"] == 4, "two over the count at once, two past the hold time"
+
+
+def _demand(q: Queue) -> float:
+    """The value KEDA's metrics-api scaler takes from the held endpoint: the JSON number at its
+    `valueLocation` (a top-level GJSON path here), as `getValueFromJSONResponse` requires."""
+    value = q.held()[autoscaling.FRONT_QUEUE_VALUE_LOCATION]
+    assert isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value
+
+
+def test_an_engine_ready_late_answers_the_held_and_the_over_bound_get_429(tmp_path):
+    """Zero pods: the upstream's readiness fails until the engine is up. The first three requests
+    are held (KEDA reads them as demand) and answered once it is; the two past the count bound get
+    429 with the Retry-After given, at once."""
+    with ExitStack() as stack:
+        engine = stack.enter_context(FakeVllm("cold"))
+        engine.set_healthy(False)  # a replica still starting: not ready
+        q = Queue(engine.url, engine.url + "/health", "--max-held", "3", "--max-hold-seconds", "60",
+                  "--retry-after", "283")
+        stack.callback(q.stop)
+        assert _demand(q) == 0
+        out: list = []
+        threads = [threading.Thread(target=_chat, args=(q.url, out), daemon=True) for _ in range(3)]
+        for t in threads:
+            t.start()
+        _until(lambda: q.held()["held"] == 3, "three requests held")
+        assert _demand(q) == 3 and out == []
+        over = []
+        late = [threading.Thread(target=_chat, args=(q.url, over), daemon=True) for _ in range(2)]
+        for t in late:
+            t.start()
+        for t in late:
+            t.join(30)
+        assert [(s, ra) for s, _, ra in over] == [(429, "283")] * 2, over
+        assert all(json.loads(body)["error"]["code"] == 429 for _, body, _ in over)
+        engine.set_healthy(True)
+        for t in threads:
+            t.join(60)
+        assert [(s, by) for s, by, _ in out] == [(200, "cold")] * 3, out
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 3, "refused": 2}
+
+
+def test_a_request_being_answered_counts_as_demand_not_as_held():
+    """KEDA keeps the last replica while a request is in flight (demand > 0), not only while one
+    is held; the standby actuator's `held` does not count it as waiting."""
+    with ExitStack() as stack:
+        engine = stack.enter_context(FakeVllm("slow"))
+        engine.set_delay(3000)
+        q = Queue(engine.url, engine.url + "/health", "--retry-after", "5")
+        stack.callback(q.stop)
+        out: list = []
+        t = threading.Thread(target=_chat, args=(q.url, out), daemon=True)
+        t.start()
+        _until(lambda: q.held()["in_flight"] == 1, "the request forwarded", timeout_s=10)
+        counts = q.held()
+        assert counts["held"] == 0 and _demand(q) == 1, counts
+        t.join(30)
+        assert [s for s, _, _ in out] == [200] and _demand(q) == 0

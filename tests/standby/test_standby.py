@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from components.standby import ModelStandby, ModelStandbyArgs
 from tests.conftest import load_stack_doc, render_doc, render_stack
 from warmstart import mocks, render, versions
-from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
+from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig, StandbyConfig
 from warmstart.decisions import autoscaling as scaling
 from warmstart.coldstart import history
 from warmstart.decisions import instances, phases, standby, tuning
@@ -250,13 +250,15 @@ def test_a_wake_is_its_own_kind_of_start_in_the_history():
 # Scale from zero: minReplicas 0 with standby engines
 
 
-def test_min_replicas_0_is_refused_without_standby_and_held_by_a_front_queue_with_it(tmp_path):
-    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15,
-                     autoscaling=AutoscalingConfig(min_replicas=0, max_replicas=3))
+def test_min_replicas_0_is_refused_without_a_router_and_held_by_a_front_queue_with_standby(tmp_path):
+    # The front queue lives in the router pods: no router, nothing holds the requests.
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15, routing=RoutingConfig(policy="none"),
+                     autoscaling=AutoscalingConfig(min_replicas=0, max_replicas=3),
+                     standby=StandbyConfig(count=1))
     with pytest.raises(ConfigErrors) as e:
         plan_model(spec, key=KEY, instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
                    compile_cache_host_path="/mnt/k8s-disks/0/c")
-    assert [x.key for x in e.value.errors] == [f"{KEY}.autoscaling.minReplicas"] and "standby" in e.value.errors[0].fix
+    assert [x.key for x in e.value.errors] == [f"{KEY}.autoscaling.minReplicas"] and "routing.policy" in e.value.errors[0].fix
 
     doc = load_stack_doc("prod")
     doc["config"]["warmstart:models"][0]["autoscaling"]["minReplicas"] = 0

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from warmstart.decisions import network
+from warmstart.manifests import autoscaling as autoscaling_objects
 from warmstart.mocks import fake_id
 
 Net = ipaddress.IPv4Network
@@ -375,6 +376,9 @@ class Stack:
     snat_exposed: set[str] = field(default_factory=set)
     """Models whose load balancer reaches the routers through a NodePort with SNAT (instance
     targets, `externalTrafficPolicy: Cluster`): its clients arrive as the receiving node's IP."""
+    from_zero: set[str] = field(default_factory=set)
+    """Models KEDA scales from zero pods on their routers' front queues (a ScaledObject with a
+    metrics-api trigger): its operator dials each router pod itself."""
 
     @property
     def models(self) -> list[str]:
@@ -413,6 +417,17 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
     pods += [Endpoint(f"{ns}/another-pod", next(hosts), "client", ns, {NAME: "another-pod"})
              for ns in sorted({p.namespace for p in pods})]
     pods.append(Endpoint("elsewhere/another-pod", next(hosts), "foreign", "elsewhere", {NAME: "another-pod"}))
+    scaled = [o for o in objects if o["kind"] == "ScaledObject"]
+    if scaled:
+        # KEDA's pods as the kedacore/keda chart 2.20.2 labels them (templates/manager/deployment.yaml,
+        # templates/metrics-server/deployment.yaml), in the namespace warmstart installs it into.
+        op = autoscaling_objects.KEDA_OPERATOR_LABELS["app"]
+        pods.append(Endpoint(f"{autoscaling_objects.KEDA_NAMESPACE}/{op}", next(hosts), "keda-operator",
+                             autoscaling_objects.KEDA_NAMESPACE, {"app": op, "name": op, NAME: op}))
+        metrics = f"{op}-metrics-apiserver"
+        pods.append(Endpoint(f"{autoscaling_objects.KEDA_NAMESPACE}/{metrics}", next(hosts), "foreign",
+                             autoscaling_objects.KEDA_NAMESPACE, {"app": metrics, NAME: metrics}))
+    from_zero = {o["metadata"]["name"] for o in scaled if any(t["type"] == "metrics-api" for t in o["spec"]["triggers"])}
     plan = getattr(rendered, "stack_plan", None)  # None: a program of components alone (examples/)
     for ns, labels in named_scrapers(plan) if prometheus is None else prometheus:
         pods.append(Endpoint(f"{ns}/prometheus", next(hosts), "scraper", ns, labels, [("web", 9090, "TCP")]))
@@ -457,7 +472,7 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
                 for s in net.scraper_subnets]
     hub = hub_imports if hub_imports is not None else hub_models(plan)
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
-    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub, snat)
+    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub, snat, from_zero)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -496,6 +511,12 @@ FLOWS = (
     ("deny", "all-but-actuators", "standby-vllm", "http", "vLLM's dev routes (sleep, wake, /collective_rpc) are "
                                                           "reached by the routers and the actuator only, no client"),
     ("deny", "everyone", "actuators", "any", "the standby actuator accepts nothing"),
+    ("allow", "keda-operator", "from-zero-routers", "http", "KEDA's operator reads each router pod's front queue "
+                                                             "(held requests) to scale its model from zero pods"),
+    ("deny", "keda-operator", "other-routers", "http", "KEDA reaches a router only to read a front queue it "
+                                                      "scales from"),
+    ("deny", "outsiders", "unexposed-from-zero-routers", "http", "the front queue admits KEDA's operator alone from outside "
+                                                      "the namespace, not KEDA's other pods"),
     ("deny", "outsiders", "vllm", "http", "no foreign namespace or VPC address calls vLLM directly"),
     ("deny", "everyone", "imports", "any", "the import Job accepts nothing"),
     # The agent admits a node's own IP on every port of the pods on it, both ways: hostNetwork pods
@@ -539,6 +560,11 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
         "all-but-actuators": [e for e in others if e not in actuators and e not in routers
                               and not (e.role == "scraper" and metrics_on_http)],
         "routed-vllm": vllm if routers else [],
+        "keda-operator": [e for e in stack.sources if e.role == "keda-operator"],
+        "from-zero-routers": routers if model in stack.from_zero else [],
+        # (an exposed router admits the VPC's addresses on its serving port, pods among them)
+        "other-routers": routers if model not in stack.from_zero and model not in stack.exposed else [],
+        "unexposed-from-zero-routers": routers if model in stack.from_zero and model not in stack.exposed else [],
         "scraped-routers": [r for r in routers if r.listening("metrics") is not None],
         "hub-imports": of("import") if model in stack.hub_imports else [],
         "exposed-routers": routers if model in stack.exposed else [],

@@ -1,4 +1,5 @@
-"""`warmstart coldstart` and `warmstart bench-loader`: arguments and what they run, for cli.py.
+"""`warmstart coldstart`, `warmstart wake-bench` and `warmstart bench-loader`: arguments and what
+they run, for cli.py.
 
 Both read the stack's plan (the same validation as `warmstart render`, so a bad config exits 2),
 then the cluster with the user's kubeconfig. No client, no kubeconfig or an unreachable cluster
@@ -30,6 +31,16 @@ def add_parsers(sub: Any, project_dir: Callable[[], Path]) -> None:
     c.add_argument("--kubeconfig")
     c.add_argument("--context")
     c.set_defaults(func=lambda a: coldstart(a, project_dir()))
+    w = sub.add_parser("wake-bench", help="measure a standby engine's wake on its GPU node and record it in the "
+                                          "cold-start history (sleep, wake, first token)")
+    w.add_argument("--stack", default="dev")
+    w.add_argument("--model", help="model name (default: the stack's only model)")
+    w.add_argument("--pod", help="the pod to measure (default: a sleeping standby pod of the model)")
+    w.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole measurement")
+    w.add_argument("--no-record", action="store_true", help="print the record, do not upload it")
+    w.add_argument("--kubeconfig")
+    w.add_argument("--context")
+    w.set_defaults(func=lambda a: wake_bench(a, project_dir()))
     b = sub.add_parser("bench-loader", help="measure the streamer from the model bucket on the model's GPU pool")
     b.add_argument("--stack", default="dev")
     b.add_argument("--model")
@@ -124,6 +135,116 @@ def _history(stack_plan: Any, m: Any, args: argparse.Namespace) -> int:
     else:
         print(f"{len(records)} record(s) under s3://{bucket}/{record_prefix(m.name)}\n")
         print(history.table(summary))
+    return EXIT_OK
+
+
+def wake_record_key(model: str, record: dict[str, Any]) -> str:
+    """Where a measured wake goes: beside the pods' cold-start records, which `--history` reads."""
+    from ..manifests.first_token import record_prefix
+
+    stamp = str(record.get("written_at") or "").replace(":", "").replace("+", "Z")[:32] or str(int(time.time()))
+    pod = "".join(c for c in str(record.get("pod") or "pod") if c.isalnum() or c in "-.")[:253]
+    return f"{record_prefix(model)}wake-{pod}-{stamp}.json"
+
+
+def wake_bench_command(m: Any, timeout: float) -> list[str]:
+    """What runs in the vLLM container: its own python3, the script's source inline (the pod needs
+    no ConfigMap), the engine on the pod's loopback."""
+    from ..podside import wake_bench as script
+
+    level = m.standby.sleep_level if m.standby else 1
+    return ["python3", "-c", Path(script.__file__).read_text(), "--model", m.name, "--level", str(level),
+            "--weights-bytes", str(m.weights_bytes), "--timeout", str(timeout)]
+
+
+def parse_wake_output(text: str) -> dict[str, Any] | None:
+    """The script's record line, the last JSON line with its event."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("{") and '"warmstart.wake"' in line:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None
+
+
+def _pick_sleeper(pods: list[dict[str, Any]]) -> str | None:
+    """A Running pod whose readiness is false: a standby model's sleeper (its readiness fails
+    while `/is_sleeping` is true; a loading pod the script finds without /is_sleeping answering)."""
+    for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        status = p.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        if status.get("phase") == "Running" and not ready:
+            return p["metadata"]["name"]
+    return None
+
+
+def wake_bench(args: argparse.Namespace, root: Path) -> int:
+    stack_plan, m = _plan(args, root)
+    if m.standby is None:
+        return _fail(f"model {m.name} has no standby engines, so it runs without vLLM's sleep mode; add "
+                     "models[].standby to measure a wake", EXIT_FAILED)
+    from . import reader
+    from ..manifests.serving import selector
+
+    namespace = stack_plan.config.namespace
+    try:
+        cluster = reader.connect(args.kubeconfig, args.context)
+        pod = args.pod or _pick_sleeper(reader.model_pods(cluster, namespace, m.name, selector(m.name)))
+        if pod is None:
+            return _fail(f"no sleeping standby pod of {m.name} in {namespace} (a Running pod that is not Ready); "
+                         "pass --pod to measure one that is idle", EXIT_FAILED)
+        from kubernetes.stream import stream
+
+        print(f"measuring a wake of {namespace}/{pod} (sleep level {m.standby.sleep_level}, "
+              f"{m.weights_bytes / 2**30:.1f} GiB)", flush=True)
+        try:
+            text = stream(cluster.core.connect_get_namespaced_pod_exec, pod, namespace, container="vllm",
+                          command=wake_bench_command(m, args.timeout), stderr=True, stdin=False, stdout=True,
+                          tty=False, _request_timeout=args.timeout + 60)
+        except Exception as exc:  # the stream client raises its own types; one line, not a traceback
+            raise reader.ReaderError(f"running the wake bench in {namespace}/{pod}: {exc}") from None
+    except ReaderError as err:
+        return _fail(str(err), EXIT_PREREQUISITES)
+    record = parse_wake_output(text if isinstance(text, str) else str(text))
+    if record is None or record.get("result") != "ok":
+        return _fail(f"the wake bench failed: {(record or {}).get('reason') or text[-500:]}", EXIT_FAILED)
+    record.setdefault("namespace", namespace)
+    record["pod"] = record.get("pod") or pod
+    ph = record["phases"]
+    print(f"wake {ph['wake']:.2f} s ({record.get('wake_gib_per_s') or 0:.1f} GiB/s), first token "
+          f"{ph['first_token']:.2f} s" + (f", sleep {ph['sleep']:.2f} s" if "sleep" in ph else ""))
+    if args.no_record:
+        print(json.dumps(record, indent=1, sort_keys=True))
+        return EXIT_OK
+    return _upload_wake(stack_plan, m, record)
+
+
+def _upload_wake(stack_plan: Any, m: Any, record: dict[str, Any], s3: Any = None) -> int:
+    bucket = stack_plan.aws.compile_cache_bucket
+    if bucket is None:
+        return _fail(f"model {m.name}: the stack has no compile-cache bucket, where the records are kept "
+                     "(--no-record prints it)", EXIT_FAILED)
+    key = wake_record_key(m.name, record)
+    try:
+        if s3 is None:
+            import boto3
+            from botocore.config import Config
+
+            s3 = boto3.client("s3", region_name=stack_plan.config.region,
+                              config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(record, sort_keys=True, indent=1).encode(),
+                          ContentType="application/json")
+        except (BotoCoreError, ClientError) as err:
+            return _fail(f"writing s3://{bucket}/{key}: {err}", EXIT_PREREQUISITES)
+    except ImportError as err:
+        return _fail(f"boto3 is needed to record the wake ({err}); --no-record prints it", EXIT_PREREQUISITES)
+    print(f"recorded s3://{bucket}/{key} (warmstart coldstart --history --model {m.name} reports it)")
     return EXIT_OK
 
 

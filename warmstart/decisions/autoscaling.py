@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import ConfigError, Problems
 from . import naming
+from . import routing as routing_mod
 from . import standby as standby_mod
 from .gpu_pools import SURGE_PODS, PoolModel, nodes_for
 
@@ -51,6 +52,17 @@ HPA_SYNC_SECONDS = 15
 # (https://keda.sh/docs/2.20/reference/scaledobject-spec/#pollinginterval, default 30 s);
 # the same period as the HPA's, so neither is the slower link.
 POLLING_INTERVAL_SECONDS = HPA_SYNC_SECONDS
+# A model scaled to zero pods has no vLLM metric to scale on; KEDA's operator reads the routers'
+# front queues itself, in the cluster, every second (not through AMP's 30 s scrape). The
+# operator's loop checks every trigger each pollingInterval and scales 0 -> 1 itself
+# (`startScaleLoop` in https://github.com/kedacore/keda/blob/v2.20.2/pkg/scaling/scale_handler.go,
+# `RequestScale` in pkg/scaling/executor/scale_scaledobjects.go); 1 -> N stays the HPA's, at its
+# own 15 s sync. The interval holds for every trigger of the ScaledObject, so the waiting query
+# also reaches AMP every second for such a model (an instant query over a few series).
+FROM_ZERO_POLLING_INTERVAL_SECONDS = 1
+# The front queue's JSON field KEDA reads (`valueLocation`, a GJSON path): requests held plus
+# those forwarded and not yet answered (warmstart/podside/front_queue.py).
+FRONT_QUEUE_VALUE_LOCATION = "demand"
 # Kubernetes caps `behavior.*.stabilizationWindowSeconds` at one hour and `policies[].periodSeconds`
 # at 30 minutes (HPAScalingRules, autoscaling/v2 validation:
 # https://github.com/kubernetes/kubernetes/blob/v1.36.0/pkg/apis/autoscaling/validation/validation.go).
@@ -99,6 +111,34 @@ class Trigger:
 
 
 @dataclass(frozen=True)
+class QueueTrigger:
+    """KEDA's `metrics-api` trigger on the routers' front queues (a model scaled to zero pods)."""
+
+    url: str
+    """`http://<Service>.<namespace>.svc:<pod port><path>`: with `aggregateFromKubeServiceEndpoints`
+    KEDA takes the Service and namespace from the host's first two labels and calls every Ready
+    endpoint of the Service on the URL's port, which must be the endpoints' (the pods') port
+    (`getEndpointsUrlsFromServiceURL`, pkg/scalers/metrics_api_scaler.go at v2.20.2), and sums."""
+    value_location: str
+    target: float
+    """Demand per replica above which the HPA would add replicas: the front queue's own count
+    bound, so this trigger activates (0 -> 1) and keeps the last replica while requests are held
+    or answered, and leaves 1 -> N to the waiting-requests trigger."""
+    activation: float = 0.0
+    """Above this KEDA activates the Deployment from zero (`activationTargetValue`)."""
+
+
+def front_queue_trigger(service: str, namespace: str) -> QueueTrigger:
+    """The metrics-api trigger reading `service`'s endpoints (the model's routers) in `namespace`."""
+    for what, v in (("service", service), ("namespace", namespace)):
+        if not _DNS_LABEL.match(v):
+            raise ValueError(f"{what} {v!r} is not a DNS label")
+    return QueueTrigger(url=f"http://{service}.{namespace}.svc:{routing_mod.ROUTER_PORT}"
+                        f"{routing_mod.FRONT_QUEUE_HELD_PATH}",
+                        value_location=FRONT_QUEUE_VALUE_LOCATION, target=float(routing_mod.FRONT_QUEUE_MAX_HELD))
+
+
+@dataclass(frozen=True)
 class ScalingPlan:
     """Everything the ScaledObject of one model carries."""
 
@@ -112,6 +152,8 @@ class ScalingPlan:
     scale_down_stabilization_seconds: int
     scale_down_period_seconds: int
     triggers: tuple[Trigger, ...]
+    queue_trigger: QueueTrigger | None = None
+    """Scale from zero pods: the front queues' demand, read by KEDA's operator itself."""
 
     def summary(self) -> dict:
         return {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
@@ -119,7 +161,10 @@ class ScalingPlan:
                 "scaleDownStabilizationSeconds": self.scale_down_stabilization_seconds,
                 "scaleDownPeriodSeconds": self.scale_down_period_seconds,
                 "triggers": [{"name": t.name, "query": t.query, "threshold": t.threshold,
-                              "metricType": t.metric_type} for t in self.triggers]}
+                              "metricType": t.metric_type} for t in self.triggers]} | (
+            {"frontQueueTrigger": {"url": q.url, "valueLocation": q.value_location, "targetValue": q.target,
+                                   "activationTargetValue": q.activation}}
+            if (q := self.queue_trigger) is not None else {})
 
 
 def _selector(model: str, namespace: str) -> str:
@@ -172,16 +217,24 @@ def scale_down_period_seconds(startup_budget_seconds: int) -> int:
 
 
 def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budget_seconds: int,
-                 deployment: str | None = None) -> ScalingPlan:
-    """The ScaledObject's decisions for one model (whose spec passed `check_spec`)."""
+                 deployment: str | None = None, front_queue_service: str | None = None) -> ScalingPlan:
+    """The ScaledObject's decisions for one model (whose spec passed `check_spec`).
+    `front_queue_service`: the Service in front of the model's routers when their front queues
+    hold requests; at zero pods (minReplicas 0, no standby) KEDA reads them to scale from zero."""
     hold = scale_down_hold_seconds(startup_budget_seconds)
+    from_zero = spec.min_replicas + spec.standby == 0
+    if from_zero and front_queue_service is None:
+        raise ValueError(f"{model}: zero pods needs the front queues' Service to scale from")
+    queue = front_queue_trigger(front_queue_service, namespace) if from_zero and front_queue_service else None
     return ScalingPlan(
         model=model, namespace=namespace, deployment=deployment or model,
         # Pods, awake plus standby: the sleepers are never KEDA's to remove.
         min_replicas=spec.min_replicas + spec.standby, max_replicas=spec.max_replicas + spec.standby,
-        polling_interval_seconds=POLLING_INTERVAL_SECONDS,
-        # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters with a
-        # front queue only; it waits out the budget there too.
+        polling_interval_seconds=FROM_ZERO_POLLING_INTERVAL_SECONDS if queue else POLLING_INTERVAL_SECONDS,
+        queue_trigger=queue,
+        # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters at zero
+        # pods only; it waits out the budget there too, counted from the last poll that found a
+        # trigger active (a request held or in flight).
         cooldown_period_seconds=max(hold, startup_budget_seconds),
         scale_down_stabilization_seconds=hold,
         scale_down_period_seconds=scale_down_period_seconds(startup_budget_seconds),
@@ -222,11 +275,11 @@ def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool
         p.add(f"{key}.minReplicas", f"{model}: must be >= 0", "set minReplicas >= 1", spec.min_replicas)
     elif spec.min_replicas == 0 and not front_queue:
         p.add(f"{key}.minReplicas",
-              f"{model}: minReplicas=0 removes the last replica, and nothing then holds requests until a new "
-              "one is up: vLLM's metrics vanish with its pods and the router does not queue when no replica "
-              "exists, so requests fail and nothing measures them to scale back out",
-              "set minReplicas >= 1, or keep standby engines (models[].standby): a front queue then holds "
-              "the requests while none is awake", 0)
+              f"{model}: minReplicas=0 needs the router's front queue, which holds requests while no engine "
+              "serves and tells KEDA to scale back out, and the model has no router (routing.policy none, or "
+              "auto with at most one replica)",
+              "set minReplicas >= 1, or give the model a router (routing.policy: prefix_hash or round_robin, "
+              "or maxReplicas >= 2)", 0)
     if spec.max_replicas < 1:
         p.add(f"{key}.maxReplicas", f"{model}: must be >= 1", "set maxReplicas >= 1", spec.max_replicas)
     if spec.min_replicas > spec.max_replicas:

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .instances import GB, GIB, GpuInstance
+from .tuning import PROBE_PERIOD_SECONDS
 
 EKS_GUIDE = "https://docs.aws.amazon.com/eks/latest/userguide/ml-inference-fast-model-loading.html"
 BLOG = "https://aws.amazon.com/blogs/containers/fast-model-loading-for-ai-inference-on-amazon-eks/"
@@ -315,6 +316,42 @@ def predict_standby_start(weights_bytes: int, instance: GpuInstance, sleep_level
     """From the load rising to a woken standby engine serving through the router."""
     return StandbyStart(signal=STANDBY_SIGNAL_SECONDS, wake=wake_seconds(weights_bytes, sleep_level, instance),
                         first_token=FIRST_TOKEN_SECONDS, join=STANDBY_JOIN_SECONDS)
+
+
+# --- from zero pods: the first request held while a whole replica starts --------------------
+# KEDA's operator polls the routers' front queues at the ScaledObject's pollingInterval
+# (warmstart/decisions/autoscaling.py, FROM_ZERO_POLLING_INTERVAL_SECONDS) and scales 0 -> 1
+# itself, with no HPA sync in between (`RequestScale`, scaleFromZeroOrIdle:
+# https://github.com/kedacore/keda/blob/v2.20.2/pkg/scaling/executor/scale_scaledobjects.go).
+FROM_ZERO_SIGNAL_SECONDS = 1.0
+# The new pod joins the router when its readiness passes (one period of its /health probe,
+# warmstart/decisions/tuning.py) and SMG's pod watch sees it; the front queue then forwards.
+FROM_ZERO_JOIN_SECONDS = float(PROBE_PERIOD_SECONDS)
+
+
+@dataclass(frozen=True)
+class FromZeroStart:
+    """A scale-out from zero pods, phase by phase (seconds): the signal, a whole cold start, the
+    router join."""
+
+    signal: float
+    start: ColdStart
+    join: float
+
+    @property
+    def total_seconds(self) -> float:
+        return self.signal + self.start.total_seconds + self.join
+
+
+def predict_from_zero(weights_bytes: int, instance: GpuInstance, *, compile_cached: bool, warm_spare: bool = False,
+                      staged: bool = False) -> FromZeroStart:
+    """From the first request held at zero pods to a new replica answering it: on a warm spare
+    node (up, image pulled; weights from its NVMe when `staged`), else on a new node (launched,
+    image pulled with SOCI parallel pull, weights streamed from S3)."""
+    start = predict_cold_start(weights_bytes, instance, new_node=not warm_spare, compile_cached=compile_cached,
+                               image_present=warm_spare, parallel_pull=True,
+                               weights_source="node-cache" if warm_spare and staged else "s3")
+    return FromZeroStart(signal=FROM_ZERO_SIGNAL_SECONDS, start=start, join=FROM_ZERO_JOIN_SECONDS)
 
 
 # --- why a phase is slow -----------------------------------------------------------------------

@@ -70,6 +70,14 @@ ROUTER_PORT = 30000
 SMG_BEHIND_QUEUE_PORT = 8010
 FRONT_QUEUE_MAX_HELD = 256
 FRONT_QUEUE_HOLD_SECONDS = 120
+# A model scaled to zero pods holds a request for up to twice its predicted cold start (the
+# cold-start report's bar for a slow phase), at most 600 s: the OpenAI Python SDK's default
+# request timeout (`DEFAULT_TIMEOUT`, https://github.com/openai/openai-python/blob/main/src/openai/_constants.py),
+# past which the client has likely gone.
+FRONT_QUEUE_MAX_HOLD_SECONDS = 600
+# The held-count endpoint (warmstart/podside/front_queue.py, HELD_PATH): the standby actuator and
+# KEDA's metrics-api scaler read it.
+FRONT_QUEUE_HELD_PATH = "/warmstart/held"
 # What a router pod's front-queue container requests besides SMG (ROUTER_REQUESTS).
 FRONT_QUEUE_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
 PROBE_PORT = 30001
@@ -94,6 +102,13 @@ def wanted(mode: str, replicas: int, max_replicas: int | None = None) -> bool:
     if mode == "auto":
         return max(replicas, max_replicas or 0) > 1
     return True
+
+
+def front_queue_hold_seconds(ready_seconds: float) -> int:
+    """How long a front queue holds a request of a model whose engine takes `ready_seconds` to
+    come (the predicted start): twice that, at least FRONT_QUEUE_HOLD_SECONDS, at most
+    FRONT_QUEUE_MAX_HOLD_SECONDS."""
+    return int(min(FRONT_QUEUE_MAX_HOLD_SECONDS, max(FRONT_QUEUE_HOLD_SECONDS, math.ceil(2 * ready_seconds))))
 
 
 def per_router_threshold(max_excess_requests: int, routers: int) -> int:
@@ -146,6 +161,11 @@ class RoutingPlan:
     # and holds requests while the model has no awake engine (scale from zero); SMG then listens
     # on the pod's loopback only. 0: no front queue. Else the Retry-After it answers past its bounds.
     front_queue_retry_after_seconds: int = 0
+    # How long the front queue holds a request before the 429.
+    front_queue_hold_seconds: int = FRONT_QUEUE_HOLD_SECONDS
+    # KEDA's operator reads the front queues' held count (a model scaled to zero pods): its pods
+    # are admitted to the serving port.
+    front_queue_scaled: bool = False
 
     @property
     def front_queue(self) -> bool:
@@ -189,6 +209,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          metrics_pods: Sequence[tuple[str, Mapping[str, str]]] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
          ready_timeout_seconds: int = 1800, front_queue_retry_after_seconds: int = 0,
+         front_queue_hold_seconds: int = FRONT_QUEUE_HOLD_SECONDS, front_queue_scaled: bool = False,
          non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
     is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
@@ -227,6 +248,9 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         p.add(f"{key}.clientCidrs", "is empty but expose is on: the NetworkPolicy would let no load-balancer "
               "client in", "give the CIDRs the internal load balancer's clients (and its nodes) come from, "
               "e.g. the VPC CIDR")
+    if not 1 <= front_queue_hold_seconds <= FRONT_QUEUE_MAX_HOLD_SECONDS:
+        p.add(f"{key}.frontQueueHoldSeconds", f"must be 1-{FRONT_QUEUE_MAX_HOLD_SECONDS} s (a client's own timeout is "
+              "likely past that)", f"use {FRONT_QUEUE_HOLD_SECONDS}", front_queue_hold_seconds)
     if ready_timeout_seconds < 60:
         p.add(f"{key}.readyTimeoutSeconds", "must be at least 60", "give the model's start-up allowance",
               ready_timeout_seconds)
@@ -238,7 +262,9 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         metrics_pods=tuple(sorted(set(pods))),
         vllm_scrape_cidrs=scrape, api_server_cidrs=api, expose=expose, ready_timeout_seconds=ready_timeout_seconds,
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
-        non_gpu=non_gpu, front_queue_retry_after_seconds=max(0, front_queue_retry_after_seconds))
+        non_gpu=non_gpu, front_queue_retry_after_seconds=max(0, front_queue_retry_after_seconds),
+        front_queue_hold_seconds=front_queue_hold_seconds,
+        front_queue_scaled=front_queue_scaled and front_queue_retry_after_seconds > 0)
 
 
 def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,

@@ -23,6 +23,10 @@ KEDA_NAMESPACE = "keda"
 # The chart's operator ServiceAccount (`serviceAccount.operator.name`, default `keda-operator`,
 # https://github.com/kedacore/charts/blob/v2.20.2/keda/values.yaml): the IRSA subject.
 KEDA_OPERATOR_SERVICE_ACCOUNT = "keda-operator"
+# The operator's pod labels: the chart's `app: {{ .Values.operator.name }}` (default
+# `keda-operator`; the metrics server and the webhooks carry their own names), the selector of its
+# Deployment (https://github.com/kedacore/charts/blob/v2.20.2/keda/templates/manager/deployment.yaml).
+KEDA_OPERATOR_LABELS = {"app": "keda-operator"}
 
 # The router's pods, as the routing component labels them, and its metrics port
 # (SMG `--prometheus-port`, default 29000).
@@ -113,6 +117,15 @@ def scaled_object(p: decide.ScalingPlan, server: Any, *, region: str | None, aut
             meta |= {"awsRegion": region, "identityOwner": "operator"}
             entry["authenticationRef"] = {"name": authentication, "kind": "TriggerAuthentication"}
         trig.append(entry)
+    if (q := p.queue_trigger) is not None:
+        # Zero pods: KEDA's operator reads every router pod's front queue itself (metrics-api,
+        # https://keda.sh/docs/2.20/scalers/metrics-api/; field names as
+        # https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/metrics_api_scaler.go parses
+        # them), summing over the Service's Ready endpoints, so a request held by any router counts.
+        trig.append({"type": "metrics-api", "name": "front-queue-demand", "metricType": "AverageValue", "metadata": {
+            "url": q.url, "format": "json", "valueLocation": q.value_location,
+            "targetValue": _number(q.target), "activationTargetValue": _number(q.activation),
+            "aggregateFromKubeServiceEndpoints": "true", "aggregationType": "sum"}})
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": "ScaledObject",

@@ -34,6 +34,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .autoscaling import KEDA_NAMESPACE, KEDA_OPERATOR_LABELS
 from .serving import HTTP_PORT, METRICS_PORT, selector
 from .weights_import import labels as import_labels
 
@@ -50,6 +51,13 @@ ROUTER_NAME = "router"
 def router_selector(model: str) -> dict[str, str]:
     """The labels the model's router pods carry."""
     return {"app.kubernetes.io/name": ROUTER_NAME, "app.kubernetes.io/instance": model}
+
+
+def keda_operator_peer() -> dict[str, Any]:
+    """KEDA's operator pods, and only them: its metrics server and admission webhooks share the
+    namespace but carry other `app` labels."""
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: KEDA_NAMESPACE}},
+            "podSelector": {"matchLabels": dict(KEDA_OPERATOR_LABELS)}}
 
 
 def _labels(model: str) -> dict[str, str]:

@@ -220,13 +220,13 @@ def front_queue_container(p: RoutingPlan, ports: list[dict[str, Any]]) -> dict[s
                     "--upstream", f"http://127.0.0.1:{routing.SMG_BEHIND_QUEUE_PORT}",
                     "--ready-url", f"http://127.0.0.1:{PROBE_PORT}/readiness",
                     "--max-held", str(routing.FRONT_QUEUE_MAX_HELD),
-                    "--max-hold-seconds", str(routing.FRONT_QUEUE_HOLD_SECONDS),
+                    "--max-hold-seconds", str(p.front_queue_hold_seconds),
                     "--retry-after", str(p.front_queue_retry_after_seconds)],
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "ports": ports,
-        "readinessProbe": {"httpGet": {"path": "/warmstart/held", "port": "http"}, "periodSeconds": 5,
+        "readinessProbe": {"httpGet": {"path": routing.FRONT_QUEUE_HELD_PATH, "port": "http"}, "periodSeconds": 5,
                            "timeoutSeconds": 2, "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {"path": "/warmstart/held", "port": "http"}, "periodSeconds": 10,
+        "livenessProbe": {"httpGet": {"path": routing.FRONT_QUEUE_HELD_PATH, "port": "http"}, "periodSeconds": 10,
                           "timeoutSeconds": 5, "failureThreshold": 6},
         "resources": {"requests": dict(routing.FRONT_QUEUE_REQUESTS), "limits": {"cpu": "1", "memory": "256Mi"}},
         "volumeMounts": [{"name": FRONT_QUEUE_VOLUME, "mountPath": FRONT_QUEUE_MOUNT, "readOnly": True}],
@@ -292,6 +292,10 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
     if p.scraped:
         ingress.append({"from": network_policy.scraper_peers(p.metrics_cidrs, p.metrics_pods),
                         "ports": [_tcp(METRICS_PORT)]})
+    if p.front_queue_scaled:
+        # A model scaled to zero pods: KEDA's operator reads each router pod's held count on the
+        # serving port (its metrics-api scaler dials the Service's endpoints, the pod IPs, itself).
+        ingress.append({"from": [network_policy.keda_operator_peer()], "ports": [_tcp(ROUTER_PORT)]})
     egress: list[dict[str, Any]] = [
         {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(routing.VLLM_PORT)]},
         # DNS on port 53 to any address, as every warmstart pod: in Auto Mode the resolver is on

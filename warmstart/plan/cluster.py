@@ -430,10 +430,10 @@ def non_gpu_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit
 
 def model_non_gpu_pods(m: ModelPlan) -> list[node_fit.PodDemand]:
     """One model's pods off the GPU nodes: its routers (replicas plus a surge pod; with their front
-    queues when the model holds requests at zero awake engines), its standby actuator and its
-    import Job."""
+    queues when the model holds requests at zero awake engines, with standby or at zero pods), its
+    standby actuator and its import Job."""
     pods = []
-    queue = m.standby is not None and m.autoscaling is not None and m.autoscaling.min_replicas == 0
+    queue = m.autoscaling is not None and m.autoscaling.min_replicas == 0
     if m.routed:
         cpu, mem = node_fit.parse_cpu(routing.ROUTER_REQUESTS["cpu"]), node_fit.parse_memory(routing.ROUTER_REQUESTS["memory"])
         if queue:

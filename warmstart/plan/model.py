@@ -10,7 +10,7 @@ import posixpath
 
 from ..config import S3_URI, LoaderTuning, ModelSpec
 from ..decisions import autoscaling as scaling
-from ..decisions import instances, placement, tuning
+from ..decisions import instances, placement, routing, tuning
 from ..decisions import standby as standby_mod
 from ..decisions import node_cache as staging
 from ..decisions import weights_import as imports
@@ -150,9 +150,10 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
                                        a.kv_cache_usage_ceiling)
         explicit = "replicas" in m.model_fields_set
         with problems.collect():
-            # With standby engines, a front queue in the router holds requests while none is awake,
-            # so minReplicas: 0 (zero awake, the sleepers kept) drops nothing.
-            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name, front_queue=m.standby is not None,
+            # A front queue in the router holds requests while no engine is awake, so minReplicas: 0
+            # (zero awake with the sleepers kept, or zero pods) drops nothing; it needs a router.
+            routed = routing.wanted(m.routing.policy, m.replicas, a.max_replicas + (m.standby.count if m.standby else 0))
+            scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name, front_queue=routed,
                                replicas=m.replicas if explicit else None, replicas_key=f"{key}.replicas")
         with problems.collect():
             scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)

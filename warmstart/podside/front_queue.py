@@ -13,9 +13,16 @@ Requests` with `Retry-After: --retry-after` (the predicted seconds until an engi
 https://www.rfc-editor.org/rfc/rfc9110#field.retry-after), never a reset or a bare 503. A forward
 answered 503 (an engine that went to sleep between the check and the request: vLLM's
 `RetryableRequestError` is "safe for clients to retry", `vllm/exceptions.py`) is held and retried
-the same way. `GET /warmstart/held` answers `{"held": N}`: the standby actuator counts held
-requests as waiting, so a held request wakes a sleeper. Each response streams through as the
-upstream sends it (server-sent events included).
+the same way. Each response streams through as the upstream sends it (server-sent events
+included).
+
+`GET /warmstart/held` answers `{"held": H, "in_flight": F, "demand": H + F, ...}`, JSON that
+KEDA's `metrics-api` scaler reads by its `valueLocation` (a GJSON path, `getValueFromJSONResponse`
+in https://github.com/kedacore/keda/blob/v2.20.2/pkg/scalers/metrics_api_scaler.go). `held`: the
+requests waiting for an engine; the standby actuator counts them as waiting, so a held request
+wakes a sleeper. `demand` adds the requests forwarded and not yet answered: a model scaled to zero
+pods is activated by KEDA when it is above 0, and kept from going back to zero while any request
+is held or still being answered.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ class Gate:
     def __init__(self, ready_url: str, max_held: int, period: float = 0.2) -> None:
         self.ready_url, self.max_held, self.period = ready_url, max_held, period
         self.lock = threading.Lock()
-        self.held = 0
+        self.held = self.in_flight = 0
         self.total_held = self.refused = 0
         self._ready, self._checked = False, 0.0
 
@@ -75,6 +82,15 @@ class Gate:
         with self.lock:
             self.held -= 1
 
+    def forwarding(self, delta: int) -> None:
+        with self.lock:
+            self.in_flight += delta
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return {"held": self.held, "in_flight": self.in_flight, "demand": self.held + self.in_flight,
+                    "total_held": self.total_held, "refused": self.refused}
+
 
 def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) -> type[BaseHTTPRequestHandler]:
     up = urllib.parse.urlsplit(upstream)
@@ -101,9 +117,7 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
 
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] == HELD_PATH:
-                with gate.lock:
-                    return self._json(200, {"held": gate.held, "total_held": gate.total_held,
-                                            "refused": gate.refused})
+                return self._json(200, gate.counts())
             self._serve(b"")
 
         def do_POST(self) -> None:
@@ -118,6 +132,10 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
             try:
                 while True:
                     if gate.ready():
+                        # A forwarded request is in flight, no longer held: `demand` counts it once.
+                        if holding:
+                            gate.leave()
+                            holding = False
                         resp = self._forward(body)
                         if resp is not None:
                             return
@@ -136,11 +154,13 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
             """Send upstream and stream the answer back: True when answered, None to hold and retry
             (the upstream refused the connection or answered 503 before sending a body)."""
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
+            gate.forwarding(1)
             try:
                 conn = http.client.HTTPConnection(up.hostname, up.port or 80, timeout=600)
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()
             except OSError:
+                gate.forwarding(-1)
                 return None
             try:
                 if resp.status == 503:
@@ -161,6 +181,7 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
                 self.wfile.write(b"0\r\n\r\n")
                 return True
             finally:
+                gate.forwarding(-1)
                 conn.close()
 
     return Handler
