@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
@@ -40,8 +40,9 @@ MODEL_KEY = f"{NAMESPACE}:model"
 
 def platform_facts(plan: StackPlan) -> dict[str, Any]:
     """The plan-derived part of an environment's `PlatformArgs` (snake_case keys, as the
-    components' TypedDict has them); the program adds its resources' identifiers: `vpc_cidrs`,
-    `service_cidr`, `oidc_provider_arn`, `oidc_issuer`, `compile_cache_bucket`, `monitoring`."""
+    components' TypedDict has them): every `PlatformArgsSpec` fact but its version and those the
+    program adds from its resources (`platform_args.resource_facts()`: the VPC's CIDRs, the OIDC
+    provider, the compile-cache bucket, the monitoring, ...)."""
     cfg = plan.config
     by_pool: dict[str, list[ModelPlan]] = {}
     for m in plan.models:
@@ -129,51 +130,10 @@ def plan_runs_autoscaling(plan: StackPlan) -> bool:
     return plan_cluster.runs_autoscaling(plan.config, plan.models)
 
 
-@dataclass(frozen=True)
-class PoolFacts:
-    name: str
-    instance_types: tuple[str, ...]
-    capacity_types: tuple[str, ...]
-    max_gpus: int
-    inline_gpus: int = 0
-    staged_bytes: int = 0
-    compile_cache_models: int = 0
+class _ContractViews:
+    """What the planners read of a `Contract` besides its facts."""
 
-
-@dataclass(frozen=True)
-class Contract:
-    """A platform's `PlatformArgs`, checked: the facts a model's decisions need, and the
-    identifiers its resources need (`Wired`: a string here, or a Pulumi Output in a program)."""
-
-    stack: str
-    region: str
-    cluster_mode: str
-    cluster_name: str
-    kubernetes_version: str
-    name_prefix: str
-    namespace: str
-    vpc_cidrs: tuple[str, ...]
-    service_cidr: str
-    model_bucket: str
-    compile_cache_bucket: Any
-    """The compile-cache bucket's name (Wired); None: the platform has none."""
-    loader: LoaderTuning
-    compile_cache: CompileCacheConfig
-    nvme_check: str
-    models: tuple[str, ...]
-    pools: tuple[PoolFacts, ...]
-    node_cache: bool
-    oidc_provider_arn: Any
-    oidc_issuer: Any
     monitoring: Mapping[str, Any] | None
-    """`{"server_address": ..., "region": ..., "managed_scraper": ..., "scraper_pods": [...]}`
-    when the platform runs KEDA; None otherwise."""
-    image_cache_account: str | None = None
-    """The account of the platform's ECR pull-through cache for Docker Hub images, if any."""
-    pod_scripts: bool = False
-    """The platform ships the pod-side scripts' ConfigMaps in `namespace` (its models need not)."""
-    non_gpu_placement: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
-    """Where its models' routers and import Jobs go; none given: anywhere off the GPU nodes."""
 
     @property
     def scraper_pods(self) -> list[tuple[str, dict[str, str]]]:
@@ -184,6 +144,36 @@ class Contract:
     def managed_scraper(self) -> bool:
         """The AMP managed collector scrapes the pods from its ENIs in the VPC."""
         return bool((self.monitoring or {}).get("managed_scraper"))
+
+
+# The facts of a PlatformArgs the planners do not read: the document's version, and the
+# kubeconfig, which only a Kubernetes provider does.
+_UNPLANNED = ("contract_version", "kubeconfig")
+# How the planners read a fact where it is not as validated: `monitoring` as its mapping (its
+# server address as wired), `non_gpu_placement` as the placement it decides; any other list as a
+# tuple (the contract is frozen and compared).
+_READ: dict[str, Callable[[Any], Any]] = {
+    "monitoring": lambda m: None if m is None else platform_args_spec._dumped(m),
+    "non_gpu_placement": lambda p: placement.placement_from_args(None if p is None else p.model_dump()),
+}
+
+
+def _read(name: str, value: Any) -> Any:
+    if name in _READ:
+        return _READ[name](value)
+    return tuple(value) if isinstance(value, list) else value
+
+
+Contract = make_dataclass(
+    "Contract", [(name, Any) for name in platform_args_spec.PlatformArgsSpec.model_fields if name not in _UNPLANNED],
+    bases=(_ContractViews,), frozen=True)
+Contract.__module__ = __name__
+Contract.__doc__ = """A platform's `PlatformArgs`, checked: a field per `PlatformArgsSpec` fact the planners read
+(platform_args.py declares them, `from_args` fills them), each as validated but for `_READ`'s:
+sequences as tuples, `pools` of `PoolArgsSpec`, `monitoring` a mapping (`{"server_address": ...,
+"region": ..., "managed_scraper": ..., "scraper_pods": [...]}` when the platform runs KEDA, None
+otherwise), `non_gpu_placement` a `placement.NonGpuPlacement` (anywhere off the GPU nodes when
+none is given). Identifiers a program wires (`oidc_provider_arn`, ...) may be Pulumi Outputs."""
 
 
 ARGS_KEY = "ServedModelArgs.platform"
@@ -197,22 +187,11 @@ def checked_args(args: Any, key: str = ARGS_KEY) -> dict[str, Any]:
     return platform_args_spec.as_args(platform_args_spec.check(args, key, CONTRACT_VERSION))
 
 
-def from_args(args: Any, key: str = ARGS_KEY) -> Contract:
-    """The checked view of a `PlatformArgs`; ConfigErrors keyed `<key>.<camelCaseKey>` on a
-    missing, unknown or malformed fact (`platform_args.check`)."""
+def from_args(args: Any, key: str = ARGS_KEY) -> Any:
+    """The checked view of a `PlatformArgs` (a `Contract`); ConfigErrors keyed
+    `<key>.<camelCaseKey>` on a missing, unknown or malformed fact (`platform_args.check`)."""
     spec = platform_args_spec.check(args, key, CONTRACT_VERSION)
-    pools = tuple(PoolFacts(p.name, tuple(p.instance_types), tuple(p.capacity_types), p.max_gpus, p.inline_gpus,
-                            p.staged_bytes, p.compile_cache_models) for p in spec.pools)
-    monitoring = platform_args_spec.as_args(spec).get("monitoring")
-    return Contract(
-        stack=spec.stack, region=spec.region, cluster_mode=spec.cluster_mode, cluster_name=spec.cluster_name,
-        kubernetes_version=spec.kubernetes_version, name_prefix=spec.name_prefix, namespace=spec.namespace,
-        vpc_cidrs=tuple(spec.vpc_cidrs), service_cidr=spec.service_cidr, model_bucket=spec.model_bucket,
-        compile_cache_bucket=spec.compile_cache_bucket, loader=spec.loader, compile_cache=spec.compile_cache,
-        nvme_check=spec.nvme_check, models=tuple(spec.models), pools=pools, node_cache=spec.node_cache,
-        oidc_provider_arn=spec.oidc_provider_arn, oidc_issuer=spec.oidc_issuer, monitoring=monitoring,
-        image_cache_account=spec.image_cache_account, pod_scripts=spec.pod_scripts,
-        non_gpu_placement=placement.placement_from_args(platform_args_spec.as_args(spec).get("non_gpu_placement")))
+    return Contract(**{f.name: _read(f.name, getattr(spec, f.name)) for f in fields(Contract)})
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
