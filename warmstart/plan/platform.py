@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
-from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
+from ..config import NAMESPACE, GpuPool, ModelConfig, ModelStackConfig
 from ..decisions import cpu_pool, gpu_pools, image_cache, instances, placement
 from ..decisions import node_cache as staging
 from ..errors import ConfigError, ConfigErrors, Problems
