@@ -18,6 +18,8 @@ import pulumi_kubernetes as k8s
 from warmstart.decisions import autoscaling as decide
 from warmstart.manifests import autoscaling as objects
 
+from .providers import kubernetes_provider
+
 
 class ModelAutoscalingArgs(TypedDict):
     """Inputs of the ModelAutoscaling component."""
@@ -83,7 +85,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
                                         if args.get("front_queue") else None)
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
-            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
         region = args.get("region")
         auth_name = None

@@ -42,6 +42,7 @@ from .karpenter import Karpenter, KarpenterArgs
 from .section_args import (CapacityBlockSectionArgs, CapacityReservationSectionArgs, ClusterSectionArgs,
                            GpuPoolSectionArgs, PoolCapacitySectionArgs, SystemNodeGroupSectionArgs)
 from .sections import nested_section, section_config, section_entry
+from .providers import kubernetes_provider
 
 # Auto Mode's built-in NodePools: `system` for add-ons, `general-purpose` for any non-GPU pod.
 AUTO_MODE_BUILTIN_POOLS = ("general-purpose", "system")
@@ -281,7 +282,7 @@ class Cluster(pulumi.ComponentResource):
         self.cluster_name = pulumi.Output.from_input(p.name)
         self.service_cidr = service_cidr
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
-        self.kubernetes_provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.eks.kubeconfig_json, opts=child)
+        self.kubernetes_provider = kubernetes_provider(name, self.eks.kubeconfig_json, child)
 
         for role, arns, policy in (("admin", p.admins, karpenter.CLUSTER_ADMIN_ACCESS_POLICY),
                                    ("viewer", p.viewers, karpenter.VIEWER_ACCESS_POLICY)):

@@ -17,7 +17,6 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-import pulumi_kubernetes as k8s
 
 from warmstart import config
 from warmstart.config import ModelStackConfig
@@ -26,6 +25,7 @@ from warmstart.plan import platform as contract_mod
 from warmstart.plan.platform import ModelStackPlan, plan_model_stack
 
 from warmstart.sdk_private import program_config, sync_await
+from .providers import kubernetes_provider
 from .served_model import KEY as SERVED_MODEL_KEY
 from .served_model import ServedModel, _args
 from .stack import model_entry
@@ -95,9 +95,8 @@ class ModelStack(pulumi.ComponentResource):
                                          default_tags=aws.ProviderDefaultTagsArgs(tags=tags),
                                          opts=pulumi.ResourceOptions(parent=self))
         # The platform's kubeconfig, a secret output of its own.
-        self.kubernetes_provider = k8s.Provider(
-            f"{name}-k8s", kubeconfig=ref.require_output(contract_mod.KUBECONFIG_OUTPUT),
-            opts=pulumi.ResourceOptions(parent=self))
+        self.kubernetes_provider = kubernetes_provider(name, ref.require_output(contract_mod.KUBECONFIG_OUTPUT),
+                                                       pulumi.ResourceOptions(parent=self))
         hf_token = (pulumi.Config(config.NAMESPACE).get_secret("huggingFaceToken")
                     if m.weights_import and m.weights_import.kind == "huggingFace" else None)
         with rekeyed(SERVED_MODEL_KEY, f"{config.NAMESPACE}:model"):  # the stack key, not the Args'

@@ -31,6 +31,7 @@ from warmstart.errors import ConfigError
 from warmstart.manifests import autoscaling as objects
 
 from .enums import ClusterMode, mode_value
+from .providers import kubernetes_provider
 
 KEDA_POLICY_NAME = "amp-query"
 # The managed collector tags its destination workspace with this key; declaring it keeps
@@ -128,7 +129,7 @@ class Monitoring(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         k8s_opts = child
         if args.get("kubeconfig") is not None:
-            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            provider = kubernetes_provider(name, args["kubeconfig"], child)
             k8s_opts = pulumi.ResourceOptions(parent=self, provider=provider)
 
         url = args.get("prometheus_url")

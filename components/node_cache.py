@@ -136,7 +136,7 @@ class ModelNodeCache(pulumi.ComponentResource):
                                           deadline_seconds=deadline, script_config_map=stage_map,
                                           copier_image=image_cache.same_cache(versions.S5CMD_IMAGE, args["image"]),
                                           content_check=check)
-            wait = ds["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
+            wait = decide.rollout_timeout_seconds(deadline)
             self.daemon_sets.append(k8s.apps.v1.DaemonSet(
                 f"{name}-{pool}", metadata=ds["metadata"], spec=ds["spec"],
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(

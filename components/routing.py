@@ -21,6 +21,7 @@ from warmstart.manifests import routing as objects
 from warmstart.manifests.routing import SERVICE_PORT
 
 from .enums import ClusterMode, mode_value
+from .providers import kubernetes_provider
 from .serving import NonGpuPlacementArgs, ScraperPodsArgs, non_gpu_placement
 
 DEFAULT_NAMESPACE = "default"
@@ -159,7 +160,7 @@ class ModelRouter(pulumi.ComponentResource):
         p = self.plan
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
-            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
 
         sa = objects.service_account_spec(p)

@@ -261,7 +261,7 @@ def test_a_capacity_block_that_ends_is_refused_once_it_has_ended():
 
     for now, ok in ((ends - timedelta(minutes=1), True), (ends, False), (ends + timedelta(days=1), False)):
         problems = Problems()
-        plan_capacity(cfg.gpu_pools[0], mode="karpenter", models=[], key="k", errors=problems, model_keys={}, now=now)
+        plan_capacity(cfg.gpu_pools[0], mode="karpenter", key="k", errors=problems, now=now)
         with (pytest.raises(ConfigErrors) if not ok else _nothing()):
             problems.raise_if_any()
 

@@ -615,7 +615,7 @@ def test_a_model_stack_on_a_karpenter_platforms_spot_pool_checks_the_spot_role_a
     import dataclasses
 
     p = _plan("staging-llama-3-1-8b")
-    pools = tuple(dataclasses.replace(f, capacity_types=("on-demand", "spot")) for f in p.contract.pools)
+    pools = tuple(f.model_copy(update={"capacity_types": ["on-demand", "spot"]}) for f in p.contract.pools)
     p = dataclasses.replace(p, contract=dataclasses.replace(p.contract, cluster_mode="karpenter", pools=pools))
     needs = quotas.stack_needs(p)
     assert {n.code for n in needs} == {G_ON_DEMAND, G_SPOT} and len({n.vcpus for n in needs}) == 1

@@ -26,7 +26,9 @@ from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
 from .decisions import instances, tuning
+from .decisions import autoscaling as scaling_rules
 from .decisions import network as network_rules
+from .decisions import routing as routing_rules
 from .errors import ConfigError, ConfigErrors, listing
 
 NAMESPACE = "warmstart"
@@ -339,11 +341,11 @@ class RoutingConfig(_Strict):
     loads). `round_robin`: plain load balancing. `none`: no router; the Service spreads requests
     over the pods at random. `auto`: `prefix_hash` when the model can have more than one replica
     (`replicas > 1` or `autoscaling.maxReplicas > 1`), else `none`."""
-    load_factor: Annotated[float, Field(ge=1.0)] = 1.25
+    load_factor: Annotated[float, Field(ge=1.0)] = routing_rules.DEFAULT_LOAD_FACTOR
     """Load bound, relative: a replica with more requests in flight than this multiple of the
     replicas' mean (and more than `maxExcessRequests` over it) is skipped for the least-loaded
     one."""
-    max_excess_requests: Annotated[int, Field(ge=0)] = 4
+    max_excess_requests: Annotated[int, Field(ge=0)] = routing_rules.DEFAULT_MAX_EXCESS_REQUESTS
     """Load bound, absolute: requests in flight a replica may carry over the mean, across the
     whole fleet, before it is skipped (each of the two routers applies its share). Below SMG's
     10, which left one replica in seven up to 17 % off the mean share in warmstart's benchmark
@@ -364,7 +366,7 @@ class AutoscalingConfig(_Strict):
     pods (the GPU released) and KEDA scales from zero on the front queues' held requests."""
     max_replicas: Annotated[int, Field(ge=1)]
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
-    target_waiting_per_replica: Annotated[float, Field(gt=0)] = 5
+    target_waiting_per_replica: Annotated[float, Field(gt=0)] = scaling_rules.DEFAULT_TARGET_WAITING_PER_REPLICA
     """Requests waiting in vLLM's queue per replica (`vllm:num_requests_waiting`) above which a
     replica is added."""
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None

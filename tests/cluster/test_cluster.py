@@ -19,7 +19,7 @@ from tests.conftest import STACK_NAMES, STACKS_DIR, load_stack_doc, policy_json,
 from tests.support.node_classes import crd_schema, validator
 from warmstart import mocks, render, versions
 from warmstart.manifests.nvme_check import nvme_check_min_bytes
-from warmstart.decisions import gpu_pools, instances, karpenter, naming, placement
+from warmstart.decisions import cluster_access, gpu_pools, instances, karpenter, naming, placement
 from warmstart.decisions.instances import GB, GIB
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 
@@ -348,7 +348,7 @@ def test_viewers_get_read_only_access_entries_that_read_secrets(stack_doc, tmp_p
     for arn in viewers:
         assert access[arn] == ("STANDARD", ADMIN_VIEW, {"type": "cluster"})
     assert access["arn:aws:iam::123456789012:role/platform-admin"][1].endswith("/AmazonEKSClusterAdminPolicy")
-    assert karpenter.VIEWER_ACCESS_POLICY == "AmazonEKSAdminViewPolicy"
+    assert cluster_access.VIEWER_ACCESS_POLICY == "AmazonEKSAdminViewPolicy"
     assert r.stack_plan.cluster.viewers == tuple(sorted(viewers))
 
 

@@ -3,6 +3,7 @@ document a platform stack exports and a model stack reads back."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import kubernetes_validate
@@ -13,10 +14,11 @@ from hypothesis import strategies as st
 import components
 from components import platform as platform_component
 from components.platform import POD_SCRIPTS, PlatformArgs
-from tests.conftest import render_stack
+from tests.conftest import STACKS_DIR, render_stack
 from tests.support.platforms import PLATFORM
 from warmstart import mocks
 from warmstart.plan import platform as contract
+from warmstart.plan import platform_args
 
 
 def _platform(**more):
@@ -104,12 +106,27 @@ def test_a_namespace_or_node_feature_discovery_of_the_users_own_is_not_created_a
 
 
 def test_platform_args_and_the_checked_contract_have_the_same_facts():
-    """One declaration per platform fact: every PlatformArgs key is a field of the checked view
-    the planners read (and back), so a new fact cannot reach one and not the other."""
-    keys = set(PlatformArgs.__annotations__) - {"kubeconfig"}
-    assert keys == set(contract.Contract.__dataclass_fields__)
-    pool_keys = set(platform_component.PlatformPoolArgs.__annotations__)
-    assert pool_keys == set(contract.PoolFacts.__dataclass_fields__)
+    """One declaration per platform fact (PlatformArgsSpec): the components' TypedDict has
+    exactly its keys, and the checked view the planners read is derived from it, so a new fact
+    cannot reach one and not the other."""
+    spec = set(platform_args.PlatformArgsSpec.model_fields) - {"contract_version", "warmstart_version"}
+    assert set(PlatformArgs.__annotations__) == spec
+    assert set(platform_component.PlatformPoolArgs.__annotations__) == set(platform_args.PoolArgsSpec.model_fields)
+    assert {f.name for f in dataclasses.fields(contract.Contract)} == spec - {"kubeconfig"}
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_the_plan_gives_every_fact_the_program_does_not(stack):
+    """`platform_facts` returns exactly the facts a platform's plan decides: with those the
+    program adds from its resources, every PlatformArgsSpec fact (but the document's versions)."""
+    from warmstart import config
+    from warmstart.plan import stack as plan_stack
+
+    cfg = config.from_pulumi_config(config.read_stack_file(STACKS_DIR / f"Pulumi.{stack}.yaml"))
+    facts = contract.platform_facts(plan_stack.plan_stack(cfg, stack))
+    resources = set(platform_args.resource_facts())
+    assert resources and not resources & set(facts)
+    assert set(facts) | resources == set(platform_args.PlatformArgsSpec.model_fields) - {"contract_version", "warmstart_version"}
 
 
 @pytest.mark.parametrize("stack", ["staging", "prod"])

@@ -39,7 +39,8 @@ MODEL_LABEL = "model_name"
 
 # production-stack's KEDA default: scale out once more than 5 requests wait per replica
 # (https://github.com/vllm-project/production-stack/blob/main/helm/templates/scaledobject-vllm.yaml).
-DEFAULT_TARGET_WAITING_PER_REPLICA = 5.0
+# The config field's default too (warmstart/config.py); an int, as plan.json has always written it.
+DEFAULT_TARGET_WAITING_PER_REPLICA = 5
 
 # The AWS managed collector scrapes no more often than every 30 s ("Scrape interval" in
 # https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-configuration).

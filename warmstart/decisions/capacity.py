@@ -43,7 +43,8 @@ MIN_SPOT_REPLICAS = 2
 def spot_replicas_problem(pool: str, capacity_types: Sequence[str], model: str, fewest: int) -> str | None:
     """Why `model`, at its fewest `fewest` replicas, cannot run on `pool` (None when it can):
     the one rule of a model meeting a pool that may run on spot, which an inline model, a model
-    stack and a ServedModel each run. A spot node can be reclaimed with two minutes' warning
+    stack and a ServedModel each run (warmstart/plan/platform_rules.py `spot_problem`). A spot
+    node can be reclaimed with two minutes' warning
     (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
     Every model keeps a PDB (maxUnavailable 1, manifests/serving.py) and each mode drains the
     node on the warning (Karpenter through the stack's interruption queue, Auto Mode on its
@@ -54,9 +55,6 @@ def spot_replicas_problem(pool: str, capacity_types: Sequence[str], model: str, 
             "interruption would take it offline until a new node has loaded it")
 
 
-SPOT_REPLICAS_FIX = (f"give {{model}} replicas >= {MIN_SPOT_REPLICAS} (or autoscaling.minReplicas >= "
-                     f"{MIN_SPOT_REPLICAS}), move it to a pool without spot, or remove spot from the pool")
-"""The fix of `spot_replicas_problem` (`{model}`: the key of the model, or words for it)."""
 # A reservation id in a shipped stack file that a team must replace with its own.
 PLACEHOLDER_RESERVATION_ID = "cr-00000000000000000"
 

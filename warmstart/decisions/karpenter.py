@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import capacity, iam, placement
+from . import capacity, cluster_access, iam, placement
 
 CONTROLLER_NAMESPACE = "kube-system"
 # The chart's fullname; `serviceAccount.name: ""` means this
@@ -57,15 +57,12 @@ SYSTEM_NODE_ROLE_POLICIES = KARPENTER_NODE_ROLE_POLICIES
 # Node role of a custom Auto Mode NodeClass
 # (https://docs.aws.amazon.com/eks/latest/userguide/auto-learn-iam.html#auto-learn-node-iam-role).
 AUTO_NODE_ROLE_POLICIES = ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodeMinimalPolicy")
-# Access policy Auto Mode nodes of a custom NodeClass need on their EC2-type access entry.
-AUTO_NODE_ACCESS_POLICY = "AmazonEKSAutoNodePolicy"
-CLUSTER_ADMIN_ACCESS_POLICY = "AmazonEKSClusterAdminPolicy"
-# `cluster.viewers`: get/list/watch on every resource of every API group, Secrets included
-# (where Helm keeps release state) and custom resources (NodePools, node classes), which is what
-# `pulumi refresh` reads. AmazonEKSViewPolicy would not do: it lists fixed built-in resources
-# only, without Secrets or any CRD
-# (https://docs.aws.amazon.com/eks/latest/userguide/access-policy-permissions.html#access-policy-permissions-amazoneksadminviewpolicy).
-VIEWER_ACCESS_POLICY = "AmazonEKSAdminViewPolicy"
+# The cluster's access policies are cluster_access.py's (who may act in the cluster is not
+# Karpenter's); named here too until components/cluster.py imports them from there.
+AUTO_NODE_ACCESS_POLICY = cluster_access.AUTO_NODE_ACCESS_POLICY
+CLUSTER_ADMIN_ACCESS_POLICY = cluster_access.CLUSTER_ADMIN_ACCESS_POLICY
+VIEWER_ACCESS_POLICY = cluster_access.VIEWER_ACCESS_POLICY
+access_policy_arn = cluster_access.access_policy_arn
 
 # Controller requests = limits, as the reference install sets them
 # (https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/).
@@ -74,10 +71,6 @@ CONTROLLER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"c
 
 def managed_policy_arn(partition: str, name: str) -> str:
     return f"arn:{partition}:iam::aws:policy/{name}"
-
-
-def access_policy_arn(partition: str, name: str) -> str:
-    return f"arn:{partition}:eks::aws:cluster-access-policy/{name}"
 
 
 def ec2_trust_policy() -> dict[str, Any]:

@@ -244,3 +244,9 @@ def deadline_seconds(weights_bytes: int) -> int:
     """Overall deadline of one staging copy: the weights at the start-up budget's pessimistic
     rate plus ten minutes; a copy that takes longer is abandoned and retried later."""
     return math.ceil(600 + weights_bytes / tuning.STARTUP_PESSIMISTIC_BYTES_PER_SECOND)
+
+
+def rollout_timeout_seconds(deadline_seconds: int) -> int:
+    """How long `pulumi up` waits for a staging DaemonSet's rollout (`pulumi.com/timeoutSeconds`):
+    a copy's deadline, plus the time to launch a node and pull the image."""
+    return deadline_seconds + tuning.NODE_LAUNCH_ALLOWANCE_SECONDS

@@ -51,7 +51,8 @@ POLICY_OF: dict[str, str] = {"auto": "prefix_hash", "prefix_hash": "prefix_hash"
 
 # Two routers on two nodes: one can be drained or lost while the other serves.
 ROUTER_REPLICAS = 2
-# SMG's defaults for prefix_hash (`smg launch --help`, 1.13.0).
+# SMG's defaults for prefix_hash (`smg launch --help`, 1.13.0). This one and the next are the
+# config fields' defaults too (warmstart/config.py `RoutingConfig`).
 DEFAULT_LOAD_FACTOR = 1.25
 # Fleet-wide excess over the mean before a replica is skipped: 4 (2 per router), below SMG's
 # 10. SMG places each worker 150 times on its ring, so one replica's slice is ~7.6 % off on

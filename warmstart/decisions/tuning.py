@@ -172,6 +172,18 @@ def startup_budget_seconds(weights_bytes: int) -> int:
     return math.ceil(STARTUP_FIXED_SECONDS + weights_bytes / STARTUP_PESSIMISTIC_BYTES_PER_SECOND)
 
 
+# Extra time, beyond the start-up budget, for Karpenter / Auto Mode to launch a GPU node and
+# pull the image before the Deployment counts as stuck.
+NODE_LAUNCH_ALLOWANCE_SECONDS = 900
+
+
+def rollout_timeout_seconds(startup_budget_seconds: int) -> int:
+    """How long a model's pods may take to roll out (a node launched, the image pulled, the
+    start-up budget): the Deployment's `progressDeadlineSeconds`, and how long `pulumi up` waits
+    for it (`pulumi.com/timeoutSeconds`, https://www.pulumi.com/registry/packages/kubernetes/api-docs/apps/v1/deployment/)."""
+    return startup_budget_seconds + NODE_LAUNCH_ALLOWANCE_SECONDS
+
+
 def startup_probe_failure_threshold(weights_bytes: int) -> int:
     return math.ceil(startup_budget_seconds(weights_bytes) / PROBE_PERIOD_SECONDS)
 

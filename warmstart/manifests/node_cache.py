@@ -27,7 +27,7 @@ from typing import Any
 from .. import versions
 from ..decisions import placement
 from ..decisions.node_cache import CONTAINER_WEIGHTS_ROOT, STAGING_PRIORITY, PLACEHOLDER_PRIORITY, \
-    container_model_path, node_weights_root
+    container_model_path, node_weights_root, rollout_timeout_seconds
 from . import network_policy, pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -223,7 +223,7 @@ def daemonset_spec(*, model: str, pool: str, namespace: Any, image: str, source:
         "metadata": {"name": name, "namespace": namespace, "labels": pod_labels,
                      "annotations": {f"{ANNOTATION_DOMAIN}/weights-digest": digest,
                                      # pulumi-kubernetes awaits the rollout this long.
-                                     "pulumi.com/timeoutSeconds": str(deadline_seconds + 900)}},
+                                     "pulumi.com/timeoutSeconds": str(rollout_timeout_seconds(deadline_seconds))}},
         "spec": {
             "selector": {"matchLabels": {"app.kubernetes.io/name": "warmstart-weights",
                                          "app.kubernetes.io/instance": model, f"{ANNOTATION_DOMAIN}/pool": pool}},

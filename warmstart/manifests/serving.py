@@ -25,9 +25,8 @@ METRICS_PORT_NAME = "metrics"
 COMPILE_CACHE_VOLUME = "compile-cache"
 IRSA_ROLE_ANNOTATION = "eks.amazonaws.com/role-arn"
 ANNOTATION_DOMAIN = placement.ANNOTATION_DOMAIN
-# Extra time, beyond the start-up budget, for Karpenter / Auto Mode to launch a GPU node and
-# pull the image before the Deployment counts as stuck.
-NODE_LAUNCH_SECONDS = 900
+# The time a GPU node's launch adds to a rollout's wait (the decision is tuning.py's).
+NODE_LAUNCH_SECONDS = tuning.NODE_LAUNCH_ALLOWANCE_SECONDS
 
 # The one non-root identity of every warmstart container (vLLM, the pod-side scripts, the
 # import Job). The vLLM image runs as root by default; since
@@ -376,7 +375,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "selector": {"matchLabels": selector(m.name)},
         # Keep the old pod serving until the new one has loaded.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-        "progressDeadlineSeconds": m.startup_budget_seconds + NODE_LAUNCH_SECONDS,
+        "progressDeadlineSeconds": m.rollout_timeout_seconds,
         "revisionHistoryLimit": 3,
         "template": {
             "metadata": {"labels": pod_labels, **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},

@@ -169,7 +169,7 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
                                      gpu_pools.gpus_needed(models, gpu_pools.SURGE_PODS))
         except staging.NodeCacheError as err:
             errors.add(f"{key}.warmNodes", err.rule, err.fix, pool.warm_nodes)
-    cap = plan_capacity(pool, mode=mode, models=models, key=key, errors=errors, model_keys=model_keys or {}, now=now)
+    cap = plan_capacity(pool, mode=mode, key=key, errors=errors, now=now)
     errors.raise_if_any()
     min_tp = min((m.tensor_parallel_size for m in models), default=1)
     return PoolPlan(
@@ -192,15 +192,22 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
     )
 
 
-def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str,
-                  errors: Problems, model_keys: Mapping[str, str], now: datetime | None = None) -> CapacityPlan:
+def pool_capacity_types(pool: GpuPool) -> tuple[str, ...]:
+    """The purchase options of a pool, in the engines' order: its `capacity.types`, or its
+    legacy `capacityTypes` (`on-demand` read as `onDemand`)."""
+    if pool.capacity is not None:
+        return tuple(pool.capacity.types)
+    given = {{"on-demand": "onDemand"}.get(c, c) for c in pool.capacity_types}
+    return tuple(t for t in capacity.ENGINE_PRIORITY if t in given)
+
+
+def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, key: str, errors: Problems,
+                  now: datetime | None = None) -> CapacityPlan:
     """The pool's `capacity` (or its legacy `capacityTypes`), its rules broken added to `errors`
     under `<key>.capacity...`: a selector the node class CRD would refuse is an error here first."""
     ck = f"{key}.capacity"
     if pool.capacity is None:
-        types = tuple(t for t in capacity.ENGINE_PRIORITY
-                      if t in {{"on-demand": "onDemand"}.get(c, c) for c in pool.capacity_types})
-        cap = CapacityPlan(types)
+        cap = CapacityPlan(pool_capacity_types(pool))
         types_key = f"{key}.capacityTypes"
     else:
         c = pool.capacity
@@ -263,13 +270,6 @@ def plan_capacity(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequenc
             reserved_nodes=c.reserved_nodes,
             spot_hourly_price_usd=c.spot_hourly_price_usd,
         )
-    for m in models:
-        # The rule of every model on a spot pool (inline, model stack, ServedModel).
-        problem = capacity.spot_replicas_problem(pool.name, cap.types, m.name, m.fewest_replicas)
-        if problem:
-            where = model_keys.get(m.name)
-            errors.add(types_key, problem, capacity.SPOT_REPLICAS_FIX.format(model=where or "the model"),
-                       list(cap.types))
     return cap
 
 

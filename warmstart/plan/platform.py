@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, make_dataclass
 from typing import Any
 
 from .. import versions
-from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, ModelStackConfig
-from ..decisions import capacity, cpu_pool, gpu_pools, image_cache, instances, placement
+from ..config import NAMESPACE, GpuPool, ModelConfig, ModelStackConfig
+from ..decisions import cpu_pool, gpu_pools, image_cache, instances, placement
 from ..decisions import node_cache as staging
 from ..errors import ConfigError, ConfigErrors, Problems
 from .stack import StackPlan, plan_in_pool
 from . import cluster as plan_cluster
 from . import platform_args as platform_args_spec
+from . import platform_rules
 from .cluster import pool_model
 from .model import ModelPlan
 
@@ -41,8 +42,9 @@ MODEL_KEY = f"{NAMESPACE}:model"
 
 def platform_facts(plan: StackPlan) -> dict[str, Any]:
     """The plan-derived part of an environment's `PlatformArgs` (snake_case keys, as the
-    components' TypedDict has them); the program adds its resources' identifiers: `vpc_cidrs`,
-    `service_cidr`, `oidc_provider_arn`, `oidc_issuer`, `compile_cache_bucket`, `monitoring`."""
+    components' TypedDict has them): every `PlatformArgsSpec` fact but its version and those the
+    program adds from its resources (`platform_args.resource_facts()`: the VPC's CIDRs, the OIDC
+    provider, the compile-cache bucket, the monitoring, ...)."""
     cfg = plan.config
     by_pool: dict[str, list[ModelPlan]] = {}
     for m in plan.models:
@@ -131,51 +133,10 @@ def plan_runs_autoscaling(plan: StackPlan) -> bool:
     return plan_cluster.runs_autoscaling(plan.config, plan.models)
 
 
-@dataclass(frozen=True)
-class PoolFacts:
-    name: str
-    instance_types: tuple[str, ...]
-    capacity_types: tuple[str, ...]
-    max_gpus: int
-    inline_gpus: int = 0
-    staged_bytes: int = 0
-    compile_cache_models: int = 0
+class _ContractViews:
+    """What the planners read of a `Contract` besides its facts."""
 
-
-@dataclass(frozen=True)
-class Contract:
-    """A platform's `PlatformArgs`, checked: the facts a model's decisions need, and the
-    identifiers its resources need (`Wired`: a string here, or a Pulumi Output in a program)."""
-
-    stack: str
-    region: str
-    cluster_mode: str
-    cluster_name: str
-    kubernetes_version: str
-    name_prefix: str
-    namespace: str
-    vpc_cidrs: tuple[str, ...]
-    service_cidr: str
-    model_bucket: str
-    compile_cache_bucket: Any
-    """The compile-cache bucket's name (Wired); None: the platform has none."""
-    loader: LoaderTuning
-    compile_cache: CompileCacheConfig
-    nvme_check: str
-    models: tuple[str, ...]
-    pools: tuple[PoolFacts, ...]
-    node_cache: bool
-    oidc_provider_arn: Any
-    oidc_issuer: Any
     monitoring: Mapping[str, Any] | None
-    """`{"server_address": ..., "region": ..., "managed_scraper": ..., "scraper_pods": [...]}`
-    when the platform runs KEDA; None otherwise."""
-    image_cache_account: str | None = None
-    """The account of the platform's ECR pull-through cache for Docker Hub images, if any."""
-    pod_scripts: bool = False
-    """The platform ships the pod-side scripts' ConfigMaps in `namespace` (its models need not)."""
-    non_gpu_placement: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
-    """Where its models' routers and import Jobs go; none given: anywhere off the GPU nodes."""
 
     @property
     def scraper_pods(self) -> list[tuple[str, dict[str, str]]]:
@@ -186,6 +147,36 @@ class Contract:
     def managed_scraper(self) -> bool:
         """The AMP managed collector scrapes the pods from its ENIs in the VPC."""
         return bool((self.monitoring or {}).get("managed_scraper"))
+
+
+# The facts of a PlatformArgs the planners do not read: the document's versions, and the
+# kubeconfig, which only a Kubernetes provider does.
+_UNPLANNED = ("contract_version", "warmstart_version", "kubeconfig")
+# How the planners read a fact where it is not as validated: `monitoring` as its mapping (its
+# server address as wired), `non_gpu_placement` as the placement it decides; any other list as a
+# tuple (the contract is frozen and compared).
+_READ: dict[str, Callable[[Any], Any]] = {
+    "monitoring": lambda m: None if m is None else platform_args_spec._dumped(m),
+    "non_gpu_placement": lambda p: placement.placement_from_args(None if p is None else p.model_dump()),
+}
+
+
+def _read(name: str, value: Any) -> Any:
+    if name in _READ:
+        return _READ[name](value)
+    return tuple(value) if isinstance(value, list) else value
+
+
+Contract = make_dataclass(
+    "Contract", [(name, Any) for name in platform_args_spec.PlatformArgsSpec.model_fields if name not in _UNPLANNED],
+    bases=(_ContractViews,), frozen=True)
+Contract.__module__ = __name__
+Contract.__doc__ = """A platform's `PlatformArgs`, checked: a field per `PlatformArgsSpec` fact the planners read
+(platform_args.py declares them, `from_args` fills them), each as validated but for `_READ`'s:
+sequences as tuples, `pools` of `PoolArgsSpec`, `monitoring` a mapping (`{"server_address": ...,
+"region": ..., "managed_scraper": ..., "scraper_pods": [...]}` when the platform runs KEDA, None
+otherwise), `non_gpu_placement` a `placement.NonGpuPlacement` (anywhere off the GPU nodes when
+none is given). Identifiers a program wires (`oidc_provider_arn`, ...) may be Pulumi Outputs."""
 
 
 ARGS_KEY = "ServedModelArgs.platform"
@@ -199,22 +190,11 @@ def checked_args(args: Any, key: str = ARGS_KEY) -> dict[str, Any]:
     return platform_args_spec.as_args(platform_args_spec.check(args, key, CONTRACT_VERSION))
 
 
-def from_args(args: Any, key: str = ARGS_KEY) -> Contract:
-    """The checked view of a `PlatformArgs`; ConfigErrors keyed `<key>.<camelCaseKey>` on a
-    missing, unknown or malformed fact (`platform_args.check`)."""
+def from_args(args: Any, key: str = ARGS_KEY) -> Any:
+    """The checked view of a `PlatformArgs` (a `Contract`); ConfigErrors keyed
+    `<key>.<camelCaseKey>` on a missing, unknown or malformed fact (`platform_args.check`)."""
     spec = platform_args_spec.check(args, key, CONTRACT_VERSION)
-    pools = tuple(PoolFacts(p.name, tuple(p.instance_types), tuple(p.capacity_types), p.max_gpus, p.inline_gpus,
-                            p.staged_bytes, p.compile_cache_models) for p in spec.pools)
-    monitoring = platform_args_spec.as_args(spec).get("monitoring")
-    return Contract(
-        stack=spec.stack, region=spec.region, cluster_mode=spec.cluster_mode, cluster_name=spec.cluster_name,
-        kubernetes_version=spec.kubernetes_version, name_prefix=spec.name_prefix, namespace=spec.namespace,
-        vpc_cidrs=tuple(spec.vpc_cidrs), service_cidr=spec.service_cidr, model_bucket=spec.model_bucket,
-        compile_cache_bucket=spec.compile_cache_bucket, loader=spec.loader, compile_cache=spec.compile_cache,
-        nvme_check=spec.nvme_check, models=tuple(spec.models), pools=pools, node_cache=spec.node_cache,
-        oidc_provider_arn=spec.oidc_provider_arn, oidc_issuer=spec.oidc_issuer, monitoring=monitoring,
-        image_cache_account=spec.image_cache_account, pod_scripts=spec.pod_scripts,
-        non_gpu_placement=placement.placement_from_args(platform_args_spec.as_args(spec).get("non_gpu_placement")))
+    return Contract(**{f.name: _read(f.name, getattr(spec, f.name)) for f in fields(Contract)})
 
 
 def parse(doc: Any, platform: str, model_stack: str) -> Contract:
@@ -282,17 +262,19 @@ class ModelStackPlan:
                 "region": self.contract.region, "models": [self.model.summary()]}
 
 
-def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = "") -> ModelPlan:
+def plan_on_platform(m: ModelConfig, contract: Contract, key: str, side: platform_rules.Side | None = None) -> ModelPlan:
     """A model on a platform, by the rules every model has (those of an inline model): its pool
     and instance type, the platform's defaults, its image through the platform's image cache,
     a relative source in the platform's model bucket, enough replicas for a pool that may run
-    on spot. What only a model added to a platform can break (a duplicate, a pool's GPU room)
-    is `plan_model_stack`'s. `who` begins each message (`model stack 'x': `)."""
+    on spot (platform_rules.py). What only a model added to a platform can break (a duplicate, a
+    pool's GPU room) is `plan_model_stack`'s. `side`: the words of the fixes (default: a
+    program's `PlatformArgs`, keyed `<key>` less its last part, plus `.platform`)."""
+    side = side or platform_rules.program(contract.stack, _platform_key(key))
     pools = {p.name: p for p in contract.pools}
-    facts_ = pools.get(m.pool)
-    if facts_ is None:
-        raise ConfigError(f"{key}.pool", f"platform {contract.stack!r} has no GPU pool {m.pool!r}",
-                          f"use one of its pools: {', '.join(sorted(pools)) or 'none'}", m.pool)
+    problem = platform_rules.pool_problem(m.pool, pools, key, side)
+    if problem:
+        raise ConfigError(*problem)
+    facts_ = pools[m.pool]
     # The pool's purchase options are the platform's to decide; a model plans on its instance
     # types and GPU limit only.
     pool = GpuPool(name=facts_.name, instance_types=list(facts_.instance_types), max_gpus=facts_.max_gpus)
@@ -303,13 +285,15 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str, who: str = ""
                                                                     contract.region)})
     plan = plan_in_pool(m, key=key, pool=pool, loader=contract.loader, compile_cache=contract.compile_cache,
                         cluster_mode=contract.cluster_mode, non_gpu=contract.non_gpu_placement)
-    fewest = plan.autoscaling.min_replicas if plan.autoscaling else plan.replicas
-    problem = capacity.spot_replicas_problem(facts_.name, facts_.capacity_types, plan.name, fewest)
+    problem = platform_rules.spot_problem(plan, facts_.capacity_types, key, side)
     if problem:
-        raise ConfigError(f"{key}.{'autoscaling.minReplicas' if plan.autoscaling else 'replicas'}",
-                          f"{who}{problem} (platform {contract.stack!r})",
-                          capacity.SPOT_REPLICAS_FIX.format(model="it"), fewest)
+        raise ConfigError(*problem)
     return plan
+
+
+def _platform_key(key: str) -> str:
+    """The key of a model's PlatformArgs beside the model's own (`ServedModelArgs.platform`)."""
+    return f"{key.rsplit('.', 1)[0]}.platform"
 
 
 def non_gpu_room_problems(plan: ModelPlan, contract: Contract, key: str, platform_key: str,
@@ -355,24 +339,26 @@ def non_gpu_room_problems(plan: ModelPlan, contract: Contract, key: str, platfor
     return out
 
 
+def platform_problems(plan: ModelPlan, contract: Contract, key: str, platform_key: str,
+                      side: platform_rules.Side, where: str = "") -> list[platform_rules.Problem]:
+    """What a model needs that its platform does not run or has no room for: KEDA and metrics
+    for `autoscaling`, node-feature-discovery for weights staged on the nodes
+    (`platform_rules.runs_problems`), room for its routers and import Job off the GPU nodes
+    (`non_gpu_room_problems`)."""
+    return (non_gpu_room_problems(plan, contract, key, platform_key, where=where)
+            + platform_rules.runs_problems(plan, runs_keda=contract.monitoring is not None,
+                                           runs_node_feature_discovery=contract.node_cache, key=key, side=side))
+
+
 def check_platform_runs(plan: ModelPlan, contract: Contract, key: str, platform_key: str = "") -> None:
-    """ConfigErrors when a model needs what its platform does not run: KEDA and metrics for
-    `autoscaling`, node-feature-discovery for weights staged on the nodes (`nodeCache`), room
-    for its routers and import Job off the GPU nodes (`non_gpu_room_problems`; `platform_key`:
-    the key of the PlatformArgs, default `<key>` less its last part, plus `.platform`)."""
+    """ConfigErrors when a program's model needs what its platform does not run or has no room
+    for (`platform_problems`; `platform_key`: the key of the PlatformArgs, default `<key>` less
+    its last part, plus `.platform`)."""
+    platform_key = platform_key or _platform_key(key)
     problems = Problems()
-    for k, rule, fix, value in non_gpu_room_problems(plan, contract, key,
-                                                     platform_key or f"{key.rsplit('.', 1)[0]}.platform"):
-        problems.add(k, rule, fix, value)
-    if plan.autoscaling is not None and contract.monitoring is None:
-        problems.add(f"{key}.autoscaling", f"{plan.name} autoscales, but platform {contract.stack!r} runs no KEDA or "
-                     "metrics collection (its `monitoring` is unset)", "give the platform's monitoring, or remove "
-                     "autoscaling", True)
-    if plan.staged and not contract.node_cache:
-        problems.add(f"{key}.nodeCache", f"{plan.name}'s weights would be staged on the nodes, but platform "
-                     f"{contract.stack!r} runs no node-feature-discovery (the node labels; its `nodeCache` is unset)",
-                     "set nodeCache: off, or run node-feature-discovery and say so (nodeCache: true)",
-                     plan.load.mode if plan.load else None)
+    for problem in platform_problems(plan, contract, key, platform_key, platform_rules.program(contract.stack,
+                                                                                               platform_key)):
+        problems.add(*problem)
     problems.raise_if_any()
 
 
@@ -382,6 +368,7 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
     grow, a feature the platform does not run). ConfigErrors name both stacks."""
     key = MODEL_KEY
     platform = cfg.platform
+    side = platform_rules.model_stack(stack, platform)
     m = cfg.model
     problems = Problems()
     if m.name in contract.models:
@@ -389,15 +376,13 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"{platform!r} (warmstart:models): two Deployments would own one name",
                      f"remove it from stacks/Pulumi.{platform}.yaml's models or delete this model stack", m.name)
     pools = {p.name: p for p in contract.pools}
-    facts_ = pools.get(m.pool)
-    if facts_ is None:
-        problems.add(f"{key}.pool", f"model stack {stack!r}: platform stack {platform!r} has no GPU pool {m.pool!r}",
-                     f"use one of {platform!r}'s pools ({', '.join(sorted(pools)) or 'none'}), or add the pool to "
-                     f"stacks/Pulumi.{platform}.yaml", m.pool)
+    problem = platform_rules.pool_problem(m.pool, pools, key, side)
+    if problem:
+        problems.add(*problem)
     problems.raise_if_any()
-    assert facts_ is not None
+    facts_ = pools[m.pool]
     # The rules of every model on a platform (a spot pool's replicas among them).
-    plan = plan_on_platform(m, contract, key, who=f"model stack {stack!r}: ")
+    plan = plan_on_platform(m, contract, key, side)
     pool = facts_
     # The pool's GPU limit is the platform's: what its inline models leave must hold this model
     # at its ceiling plus a surge pod (other model stacks on the pool are not known here).
@@ -411,17 +396,7 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
                      f"inline models take {facts_.inline_gpus}, leaving {room}",
                      f"set gpuPools[{pool.name}].maxGpus >= {facts_.inline_gpus + need} in "
                      f"stacks/Pulumi.{platform}.yaml, or lower {what}", plan.max_replicas)
-    if plan.autoscaling is not None and contract.monitoring is None:
-        problems.add(f"{key}.autoscaling", f"model stack {stack!r} autoscales {m.name}, but platform stack "
-                     f"{platform!r} runs no KEDA or metrics collection",
-                     f"set warmstart:modelStacks: {{autoscaling: true}} in stacks/Pulumi.{platform}.yaml, or remove "
-                     "autoscaling", True)
     if plan.staged:
-        if not contract.node_cache:
-            problems.add(f"{key}.nodeCache", f"model stack {stack!r} stages {m.name}'s weights on the nodes, but "
-                         f"platform stack {platform!r} runs no node-feature-discovery (the node labels)",
-                         f"set warmstart:modelStacks: {{nodeCache: true}} in stacks/Pulumi.{platform}.yaml, or "
-                         "nodeCache: off", plan.load.mode if plan.load else None)
         insts = [instances.lookup(t) for t in facts_.instance_types]
         staged = [staging.StagedModel(m.name, plan.weights_bytes, plan.compile_cache)]
         if facts_.staged_bytes:
@@ -431,9 +406,9 @@ def plan_model_stack(cfg: ModelStackConfig, contract: Contract, stack: str) -> M
         except staging.NodeCacheError as err:
             problems.add(f"{key}.nodeCache", f"model stack {stack!r} on platform {platform!r}: {err.rule}", err.fix,
                          plan.load.mode if plan.load else None)
-    for k, rule, fix, value in non_gpu_room_problems(plan, contract, key, f"{NAMESPACE}:platform",
-                                                     where=f"model stack {stack!r}: "):
-        problems.add(k, rule, fix, value)
+    for problem in platform_problems(plan, contract, key, f"{NAMESPACE}:platform", side,
+                                     where=f"model stack {stack!r}: "):
+        problems.add(*problem)
     problems.raise_if_any()
     return ModelStackPlan(stack=stack, config=cfg, contract=contract, model=plan)
 

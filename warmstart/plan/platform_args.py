@@ -72,6 +72,19 @@ def _plain(value: Any) -> Any:
     return value
 
 
+class _Wired(AfterValidator):
+    """The validator of a value a program may wire from another resource (`_wired`): the
+    fields it marks keep their Outputs as given (`as_args`)."""
+
+
+class _FromResources:
+    """Marks a fact a program adds from its resources (the network's, the cluster's, the
+    buckets', the monitoring's), not one its plan decides (`platform.platform_facts`)."""
+
+
+FROM_RESOURCES = _FromResources()
+
+
 def _wired(check: Any = None, *, what: str, example: str) -> Any:
     """A value a program may wire from another resource: a non-empty string (then `check`ed),
     or an Output (taken as it is). A plain number, boolean, list or mapping is refused."""
@@ -86,7 +99,7 @@ def _wired(check: Any = None, *, what: str, example: str) -> Any:
                         value if not isinstance(value, (list, dict)) else None)
         return value
 
-    return AfterValidator(validate)
+    return _Wired(validate)
 
 
 def _oidc_provider_arn(value: str) -> str:
@@ -219,22 +232,24 @@ class PlatformArgsSpec(_Args):
     name_prefix: Annotated[str, Field(pattern=NAME_PREFIX, max_length=32)]
     oidc_provider_arn: Annotated[Any, _wired(_oidc_provider_arn, what="an IAM OIDC provider ARN",
                                              example="arn:aws:iam::123456789012:oidc-provider/"
-                                                     "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE")]
+                                                     "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE"), FROM_RESOURCES]
     oidc_issuer: Annotated[Any, _wired(_oidc_issuer, what="the OIDC issuer without https://",
-                                       example="oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE")]
-    vpc_cidrs: Annotated[list[Cidr], Field(min_length=1)]
-    service_cidr: Cidr
+                                       example="oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE"), FROM_RESOURCES]
+    vpc_cidrs: Annotated[list[Cidr], Field(min_length=1), FROM_RESOURCES]
+    service_cidr: Annotated[Cidr, FROM_RESOURCES]
     model_bucket: Annotated[str, AfterValidator(_bucket)]
     pools: list[PoolArgsSpec]
-    kubeconfig: Annotated[Any, _wired(what="a kubeconfig", example="the cluster's kubeconfig (a secret)")] = None
-    compile_cache_bucket: Annotated[Any, _wired(_bucket, what="an S3 bucket name", example="my-compile-cache")] = None
+    kubeconfig: Annotated[Any, _wired(what="a kubeconfig", example="the cluster's kubeconfig (a secret)"),
+                          FROM_RESOURCES] = None
+    compile_cache_bucket: Annotated[Any, _wired(_bucket, what="an S3 bucket name", example="my-compile-cache"),
+                                    FROM_RESOURCES] = None
     loader: LoaderTuning = LoaderTuning()
     compile_cache: CompileCacheConfig = CompileCacheConfig()
     nvme_check: Literal["warn", "fail"] = "warn"
     models: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]] = []
     node_cache: bool = False
     image_cache_account: Annotated[str, Field(pattern=ACCOUNT_ID)] | None = None
-    monitoring: MonitoringSpec | None = None
+    monitoring: Annotated[MonitoringSpec | None, FROM_RESOURCES] = None
     pod_scripts: bool = False
     non_gpu_placement: NonGpuPlacementSpec | None = None
 
@@ -308,13 +323,40 @@ def check(args: Any, key: str, version: int) -> PlatformArgsSpec:
     return spec
 
 
+def marked(model: type[BaseModel], mark: Any) -> tuple[str, ...]:
+    """The fields of `model` whose declaration carries `mark` (`FROM_RESOURCES`, or a `_Wired`
+    validator when `mark` is that class)."""
+    return tuple(name for name, info in model.model_fields.items()
+                 if any(m is mark or (isinstance(mark, type) and isinstance(m, mark)) for m in info.metadata))
+
+
+def wired_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    """The fields of `model` a program may wire from other resources (Outputs kept as given)."""
+    return marked(model, _Wired)
+
+
+def resource_facts() -> tuple[str, ...]:
+    """The PlatformArgs facts a program adds from its resources, beside the plan's
+    (`platform.platform_facts`)."""
+    return marked(PlatformArgsSpec, FROM_RESOURCES)
+
+
+def _dumped(spec: BaseModel, **how: Any) -> dict[str, Any]:
+    """`spec` dumped, with its wired values (Outputs, which a dump would copy) as given, nested
+    models' too."""
+    out = spec.model_dump(**how)
+    for name in spec.model_fields_set if how.get("exclude_unset") else type(spec).model_fields:
+        if name not in out:
+            continue
+        value = getattr(spec, name)
+        if name in wired_fields(type(spec)):
+            out[name] = value
+        elif isinstance(value, BaseModel) and wired_fields(type(value)):
+            out[name] = _dumped(value, **how)
+    return out
+
+
 def as_args(spec: PlatformArgsSpec) -> dict[str, Any]:
     """The validated PlatformArgs as a dict of snake_case keys (Python's spelling), the keys set
     and nothing else; wired values (Outputs) as given."""
-    out = spec.model_dump(exclude_unset=True, exclude={"contract_version", "warmstart_version"})
-    for name in ("oidc_provider_arn", "oidc_issuer", "kubeconfig", "compile_cache_bucket"):
-        if name in spec.model_fields_set:
-            out[name] = getattr(spec, name)
-    if spec.monitoring is not None and "monitoring" in spec.model_fields_set:
-        out["monitoring"]["server_address"] = spec.monitoring.server_address
-    return out
+    return _dumped(spec, exclude_unset=True, exclude={"contract_version", "warmstart_version"})

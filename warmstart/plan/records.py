@@ -62,6 +62,12 @@ class ServingPlan:
         """Whether the weights are staged on the nodes' NVMe (the node cache)."""
         return self.load is not None and self.load.staged
 
+    @property
+    def rollout_timeout_seconds(self) -> int:
+        """How long the pods may take to roll out: the Deployment's `progressDeadlineSeconds`
+        and Pulumi's wait for it (`tuning.rollout_timeout_seconds`)."""
+        return tuning.rollout_timeout_seconds(self.startup_budget_seconds)
+
 
 @dataclass(frozen=True)
 class ModelPlan(ServingPlan):
@@ -95,6 +101,12 @@ class ModelPlan(ServingPlan):
     def routing_policy(self) -> str:
         """SMG's `--policy` for the model's router, or `none`."""
         return routing.POLICY_OF[self.routing.policy] if self.routed else "none"
+
+    @property
+    def router_ready_timeout_seconds(self) -> int:
+        """How long Pulumi waits for the model's routers to be Ready: they are Ready once a vLLM
+        pod is, after its rollout and, with `import`, the import Job's deadline."""
+        return self.rollout_timeout_seconds + (self.weights_import.deadline_seconds if self.weights_import else 0)
 
     @property
     def max_replicas(self) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from . import aws as plan_aws
 from . import cluster as plan_cluster
+from . import platform_rules
 from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
 from ..decisions import image_cache, naming, placement
 from ..decisions import network as network_rules
@@ -73,17 +74,23 @@ def _pool_instance_type(key: str, m: ModelConfig, pool: GpuPool) -> str:
     return m.instance_type
 
 
-def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig) -> ModelPlan:
-    """A stack's `models[i]`: its pool, instance type and the stack's defaults, then plan_model."""
+def plan_stack_model(i: int, m: ModelConfig, cfg: StackConfig, stack: str) -> ModelPlan:
+    """A stack's `models[i]`: its pool, instance type and the stack's defaults, then plan_model,
+    by the rules of a model on its platform (platform_rules.py) that a model stack's model has."""
     key = f"{NAMESPACE}:models[{i}]"
+    side = platform_rules.environment(stack)
     pools = {p.name: p for p in cfg.gpu_pools}
-    pool = pools.get(m.pool)
-    if pool is None:
-        raise ConfigError(f"{key}.pool", f"no gpuPools entry named {m.pool!r}",
-                          f"use one of: {', '.join(sorted(pools))}", m.pool)
+    problem = platform_rules.pool_problem(m.pool, pools, key, side)
+    if problem:
+        raise ConfigError(*problem)
+    pool = pools[m.pool]
     # An inline model's non-GPU pods go where its platform puts them (platform_facts exports the same).
-    return plan_in_pool(m, key=key, pool=pool, loader=cfg.loader, compile_cache=cfg.compile_cache,
+    plan = plan_in_pool(m, key=key, pool=pool, loader=cfg.loader, compile_cache=cfg.compile_cache,
                         cluster_mode=cfg.cluster_mode, non_gpu=placement.own_platform_placement())
+    problem = platform_rules.spot_problem(plan, plan_cluster.pool_capacity_types(pool), key, side)
+    if problem:
+        raise ConfigError(*problem)
+    return plan
 
 
 def plan_in_pool(m: ModelConfig, *, key: str, pool: GpuPool, loader: LoaderTuning, compile_cache: CompileCacheConfig,
@@ -136,7 +143,15 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     models: list[ModelPlan] = []
     for i, m in enumerate(cfg.models):
         with problems.collect():
-            models.append(plan_stack_model(i, m, cfg))
+            models.append(plan_stack_model(i, m, cfg, stack))
+    # The platform runs what its own models need (so these hold by construction), by the rules a
+    # model stack's model meets.
+    for m in models:
+        for problem in platform_rules.runs_problems(
+                m, runs_keda=plan_cluster.runs_autoscaling(cfg, models),
+                runs_node_feature_discovery=plan_cluster.runs_node_feature_discovery(cfg, models),
+                key=f"{NAMESPACE}:models[{names.index(m.name)}]", side=platform_rules.environment(stack)):
+            problems.add(*problem)
     cached = {m.name for m in models if m.compile_cache}
     # Each layer has its own rules; all are reported together.
     with problems.collect():
