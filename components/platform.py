@@ -89,6 +89,9 @@ class PlatformMonitoringArgs(TypedDict):
     """The AMP managed collector scrapes the pods, from its ENIs in the VPC (default false)."""
     scraper_pods: NotRequired[list[ScraperPodsArgs]]
     """A Prometheus of your own in the cluster, by namespace and pod labels."""
+    keda_namespace: NotRequired[str]
+    """Namespace of the KEDA operator that scales the models (default `keda`): a router whose
+    model scales from zero pods admits its operator pods to the front queue."""
 
 
 class PlatformArgs(TypedDict):

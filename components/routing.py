@@ -110,8 +110,10 @@ class ModelRouterArgs(TypedDict):
     """How long the front queue holds a request before that 429 (1-600, default 120)."""
     front_queue_scaled: NotRequired[bool]
     """KEDA's operator reads the front queues' held count (a model that scales from zero pods):
-    its pods (namespace `keda`, label `app: keda-operator`) are admitted to the serving port
-    (default false)."""
+    its pods (namespace `kedaNamespace`, label `app: keda-operator`) are admitted to the serving
+    port (default false)."""
+    keda_namespace: NotRequired[str]
+    """Namespace of that KEDA operator (default `keda`)."""
     control_plane_api_key: NotRequired[pulumi.Input[str]]
     """Key for SMG's control plane (`Authorization: Bearer <key>` on /workers, /get_loads); pass
     a secret. Without it each router draws a random key that never leaves the pod: discovery
@@ -141,7 +143,7 @@ def plan(args: ModelRouterArgs) -> RoutingPlan:
         non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
         front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
         front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),
-        front_queue_scaled=bool(args.get("front_queue_scaled")))
+        front_queue_scaled=bool(args.get("front_queue_scaled")), keda_namespace=args.get("keda_namespace", "keda"))
 
 
 class ModelRouter(pulumi.ComponentResource):

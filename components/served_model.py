@@ -223,10 +223,10 @@ class ServedModel(pulumi.ComponentResource):
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
             fence_vllm=False, create_service=False,
-            **_front_queue(m)), opts=opts)
+            **_front_queue(m, (p.monitoring or {}).get("keda_namespace", "keda"))), opts=opts)
 
 
-def _front_queue(m: ModelPlan) -> dict[str, Any]:
+def _front_queue(m: ModelPlan, keda_namespace: str) -> dict[str, Any]:
     """The router Args of a model at minReplicas 0: its routers hold requests until an engine
     serves, and tell a client past the bound when to come back. With standby engines that is the
     predicted wake; with zero pods the predicted cold start of a new replica on a new node (after
@@ -239,7 +239,8 @@ def _front_queue(m: ModelPlan) -> dict[str, Any]:
             m.weights_bytes, m.instance, m.standby.sleep_level).total_seconds) + 1}
     ready = phases.predict_from_zero(m.weights_bytes, m.instance, compile_cached=m.compile_cache).total_seconds
     return {"front_queue_retry_after_seconds": math.ceil(ready) + 1,
-            "front_queue_hold_seconds": routing_rules.front_queue_hold_seconds(ready), "front_queue_scaled": True}
+            "front_queue_hold_seconds": routing_rules.front_queue_hold_seconds(ready), "front_queue_scaled": True,
+            "keda_namespace": keda_namespace}
 
 
 __all__ = ["ServedModel", "ServedModelArgs"]

@@ -196,7 +196,8 @@ class WarmstartStack(pulumi.ComponentResource):
             monitoring=_args(server_address=self.monitoring.server_address,
                              region=cfg.region if not cfg.monitoring.prometheus_url else None,
                              managed_scraper=plan_has_managed_scraper(plan),
-                             scraper_pods=[{"namespace": ns, "pod_labels": labels} for ns, labels in scraper_pods(cfg)])
+                             scraper_pods=[{"namespace": ns, "pod_labels": labels} for ns, labels in scraper_pods(cfg)],
+                             keda_namespace=cfg.monitoring.keda.namespace)
             if self.monitoring else None),
             warm_spares={p.name: {"warm_nodes": p.warm_nodes, "instance_type": p.warm_instance.instance_type,
                                   "gpus": p.warm_instance.gpu_count}

@@ -111,6 +111,22 @@ def test_the_front_queue_holds_for_the_predicted_cold_start_and_says_when_to_ret
         "the router pods are sized with their front queue"
 
 
+def test_a_keda_of_your_own_elsewhere_is_the_one_admitted_to_the_front_queue(tmp_path):
+    """`monitoring.keda: {create: false, namespace: autoscalers}`: the front queue admits the
+    operator where it runs, not warmstart's default namespace."""
+    doc = copy.deepcopy(load_stack_doc("prod"))
+    model = doc["config"]["warmstart:models"][0]
+    model.pop("standby")
+    model["autoscaling"]["minReplicas"] = 0
+    doc["config"]["warmstart:monitoring"] = doc["config"].get("warmstart:monitoring", {}) | {
+        "keda": {"create": False, "namespace": "autoscalers"}}
+    r = render_doc(doc, tmp_path, "prod-own-keda")
+    policy = _by(r)[("NetworkPolicy", f"{model['name']}-router")]
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule.get("from", [])]
+    assert network_policy.keda_operator_peer("autoscalers") in peers
+    assert network_policy.keda_operator_peer() not in peers
+
+
 @pytest.mark.parametrize("ready", [0.0, 30.0, 90.0, 280.0, 500.0, 10_000.0])
 def test_the_hold_is_twice_the_predicted_start_within_its_bounds(ready):
     hold = routing.front_queue_hold_seconds(ready)

@@ -167,6 +167,9 @@ class RoutingPlan:
     # KEDA's operator reads the front queues' held count (a model scaled to zero pods): its pods
     # are admitted to the serving port.
     front_queue_scaled: bool = False
+    # The namespace of that KEDA operator (`monitoring.keda.namespace`: a KEDA of the user's own may
+    # run elsewhere).
+    keda_namespace: str = "keda"
 
     @property
     def front_queue(self) -> bool:
@@ -211,6 +214,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
          ready_timeout_seconds: int = 1800, front_queue_retry_after_seconds: int = 0,
          front_queue_hold_seconds: int = FRONT_QUEUE_HOLD_SECONDS, front_queue_scaled: bool = False,
+         keda_namespace: str = "keda",
          non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
     is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
@@ -265,7 +269,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
         non_gpu=non_gpu, front_queue_retry_after_seconds=max(0, front_queue_retry_after_seconds),
         front_queue_hold_seconds=front_queue_hold_seconds,
-        front_queue_scaled=front_queue_scaled and front_queue_retry_after_seconds > 0)
+        front_queue_scaled=front_queue_scaled and front_queue_retry_after_seconds > 0, keda_namespace=keda_namespace)
 
 
 def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,

@@ -53,10 +53,10 @@ def router_selector(model: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": ROUTER_NAME, "app.kubernetes.io/instance": model}
 
 
-def keda_operator_peer() -> dict[str, Any]:
-    """KEDA's operator pods, and only them: its metrics server and admission webhooks share the
-    namespace but carry other `app` labels."""
-    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: KEDA_NAMESPACE}},
+def keda_operator_peer(namespace: str = KEDA_NAMESPACE) -> dict[str, Any]:
+    """KEDA's operator pods (in `namespace`), and only them: its metrics server and admission
+    webhooks share the namespace but carry other `app` labels."""
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}},
             "podSelector": {"matchLabels": dict(KEDA_OPERATOR_LABELS)}}
 
 

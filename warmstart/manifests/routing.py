@@ -295,7 +295,7 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
     if p.front_queue_scaled:
         # A model scaled to zero pods: KEDA's operator reads each router pod's held count on the
         # serving port (its metrics-api scaler dials the Service's endpoints, the pod IPs, itself).
-        ingress.append({"from": [network_policy.keda_operator_peer()], "ports": [_tcp(ROUTER_PORT)]})
+        ingress.append({"from": [network_policy.keda_operator_peer(p.keda_namespace)], "ports": [_tcp(ROUTER_PORT)]})
     egress: list[dict[str, Any]] = [
         {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(routing.VLLM_PORT)]},
         # DNS on port 53 to any address, as every warmstart pod: in Auto Mode the resolver is on

@@ -198,6 +198,7 @@ class MonitoringSpec(_Args):
     region: Annotated[str, Field(pattern=REGION)] | None = None
     managed_scraper: bool = False
     scraper_pods: list[ScraperPodsSpec] = []
+    keda_namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] = "keda"
 
 
 class TolerationSpec(_Args):
