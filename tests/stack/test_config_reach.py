@@ -92,3 +92,21 @@ def test_a_config_only_key_is_named_with_where_to_wire_it(probe_config, request,
     message = result.message()
     assert message.startswith(f"`{key}` changes no deployed object"), message
     assert place in message, message
+
+
+def test_a_key_without_a_sample_is_named_with_where_to_add_one(tmp_path):
+    """A key whose type and stacks give no value (here an unset free-text `str | None`) fails the
+    check itself, before any render."""
+    from pydantic import Field, create_model
+
+    from warmstart.config import ClusterConfig
+
+    cluster = create_model("ClusterConfig", __base__=ClusterConfig,
+                           throwaway_note=(str | None, Field(None, description="A throw-away note.")))
+    stack = reach.replace_field(StackConfig, "cluster", cluster)
+    leaf = next(leaf for leaf in reach.leaves(stack) if leaf.name == "throwaway_note")
+    renders = reach.Renders(tmp_path)
+    result = reach.check(leaf, renders)
+    assert not result.changed and renders.count == 0
+    assert result.message().startswith("`cluster.throwawayNote` has no valid sample"), result.message()
+    assert "add one to SAMPLES" in result.message()
