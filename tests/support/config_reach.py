@@ -462,7 +462,6 @@ MODEL_PREFIXES = ("models[0].", "model.")
 
 # Leaves of an environment or a model stack outside a model entry, by key.
 SAMPLES: dict[str, Sample] = {
-    "region": Sample("us-east-2"),
     "gpuPools[0].name": Sample("pool-b", also=_models_follow_the_pool),
     "gpuPools[0].instanceTypes": Sample(["g6e.4xlarge"]),
     "gpuPools[0].capacity.reservations[0].tags": Sample({"team": "other"}, _reservation_by_tags,
@@ -489,8 +488,6 @@ SAMPLES: dict[str, Sample] = {
     "modelBucket.deployers": Sample(["arn:aws:iam::123456789012:role/deploy"], _restricted_bucket,
                                     "a bucket restricted to the VPC endpoint"),
     "compileCacheBucket.name": Sample("team-compile-cache"),
-    "cluster.admins": Sample(["arn:aws:iam::123456789012:role/admin"]),
-    "cluster.viewers": Sample(["arn:aws:iam::123456789012:role/viewer"]),
     "cluster.serviceCidr": Sample("172.21.0.0/16"),
     "cluster.publicAccessCidrs": Sample(["203.0.113.0/24"]),
     "cluster.systemNodeGroup.instanceTypes": Sample(["m7i.xlarge"], stack="prod"),
@@ -499,8 +496,8 @@ SAMPLES: dict[str, Sample] = {
     "compileCache.hostPath": Sample("/mnt/k8s-disks/0/other-cache", stack="prod"),
     "monitoring.prometheusUrl": Sample("http://prometheus.other.svc:9090", _own_prometheus, "your own Prometheus",
                                        "prod"),
-    "monitoring.scraper.namespace": Sample("observability", _own_prometheus, "your own Prometheus", "prod"),
-    "monitoring.scraper.podLabels": Sample({"app": "prom"}, _own_prometheus, "your own Prometheus", "prod"),
+    "monitoring.scraper.namespace": Sample(None, _own_prometheus, "your own Prometheus", "prod"),
+    "monitoring.scraper.podLabels": Sample(None, _own_prometheus, "your own Prometheus", "prod"),
     "imageCache.ecrPullThrough.credentialArn": Sample(
         "arn:aws:secretsmanager:us-west-2:123456789012:secret:ecr-pullthroughcache/other", _ecr_pull_through,
         "an ECR pull-through cache"),
