@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import STACK_NAMES, load_stack_doc
+from tests.support.strategies import config_entries, key_paths
 from warmstart import config
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.plan import platform
@@ -39,25 +40,36 @@ def test_the_shipped_stacks_models_plan_the_same_either_way(stack):
     assert served == inline
 
 
-ENTRIES = st.fixed_dictionaries({
+# Every key of a `models[]` entry is drawn, from its type (tests/support/strategies.py), so a new
+# key is in the property without an edit here; these replace a key's strategy where the stack's
+# rules would refuse most draws (the pool is the generated stack's one, its types in the GPU table).
+OVERRIDES = {
     "name": st.sampled_from(["m", "llama", "qwen-7b"]),
     "source": st.sampled_from(["team/m", "org/model-a"]),
     "weightsGiB": st.floats(min_value=0.5, max_value=120, allow_nan=False),
     "pool": st.just("gpu"),
     "instanceType": st.sampled_from(["g6e.2xlarge", "g6e.12xlarge", "p5.48xlarge"]),
-}, optional={
     "tensorParallelSize": st.sampled_from(["auto", 1, 2, 4, 8]),
     "replicas": st.integers(min_value=0, max_value=4),
-    "eager": st.booleans(),
-    "compileCache": st.booleans(),
-    "gpuMemoryUtilization": st.floats(min_value=0.31, max_value=0.98),
     "maxModelLen": st.integers(min_value=1, max_value=131072),
-    "nodeCache": st.sampled_from(["auto", "on", "off"]),
-    "loader": st.fixed_dictionaries({"chunkBytes": st.integers(min_value=2**29, max_value=2**33)}),
-    "routing": st.fixed_dictionaries({"policy": st.sampled_from(["auto", "prefix_hash", "round_robin", "none"])}),
-    "autoscaling": st.fixed_dictionaries({"maxReplicas": st.integers(min_value=1, max_value=4)}),
-    "import": st.sampled_from([{"s3": "s3://registry-bucket/weights"}]),
-})
+    "image": st.sampled_from(["vllm/vllm-openai:v0.33.0", "vllm/vllm-openai:v0.33.1"]),
+    # Free text: arguments vLLM takes that warmstart does not manage.
+    "extraArgs": st.sampled_from([[], ["--seed", "7"]]),
+    "loader.chunkBytes": st.integers(min_value=2**29, max_value=2**33),
+    "import": st.sampled_from([{"s3": "s3://registry-bucket/weights"},
+                               {"huggingFace": {"repo": "org/model-a", "revision": "0" * 40}}]),
+    # maxReplicas above minReplicas (KEDA must have room), minReplicas 0 only with standby.
+    "autoscaling.maxReplicas": st.integers(min_value=2, max_value=4),
+    "autoscaling.minReplicas": st.just(1),
+    "priorityClassName": st.sampled_from(["inference-high", "batch"]),
+}
+# The generated pool has several instance types: an entry must name one.
+ALWAYS = frozenset({"instanceType"})
+ENTRIES = config_entries(config.ModelConfig, OVERRIDES, always=ALWAYS)
+
+
+def test_every_override_is_a_key_of_a_model_entry():
+    assert sorted((set(OVERRIDES) | ALWAYS) - key_paths(config.ModelConfig)) == []
 
 
 # derandomize: the share of entries that plan varies with the seed (45 to 80 of 150 seen), and a

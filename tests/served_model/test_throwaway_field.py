@@ -1,6 +1,6 @@
-"""The checks catch a field that reaches nothing: a throw-away per-model option added to the
-config model only (no plan, no manifest, no generated Args) is named by the field-reach check
-as changing no deployed object, and by the Args check as missing from components/model_args.py."""
+"""The Args check catches a field declared once: a throw-away per-model option added to the config
+model only (no generated Args) is named as missing from components/model_args.py. (The config-reach
+check's own throw-away keys: tests/stack/test_config_reach.py.)"""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import Field, create_model
 
 from components import model_args_gen, model_entry
 from components.model_args import ModelEntryArgs
-from tests.support.model_entry import FieldReach, args_gaps
+from tests.support.model_entry import args_gaps
 from warmstart import config
 from warmstart.config import ModelConfig, StackConfig
 
@@ -31,18 +31,6 @@ def probe_model(monkeypatch) -> type[ModelConfig]:
     return probe
 
 
-def test_the_field_reach_check_names_exactly_the_throwaway_field(probe_model, tmp_path):
-    reach = FieldReach("dev", tmp_path)
-    # The probe beside a field that reaches the Deployment (every field is test_field_reach's).
-    results = {f: reach.check(probe_model, f) for f in (PROBE, "max_model_len")}
-    assert [f for f, r in results.items() if not r.changed] == [PROBE]
-    message = results[PROBE].message(probe_model)
-    assert message.startswith(f"ModelConfig.{PROBE} (`models[].throwawayProbe`) set to true changes no deployed "
-                              "object"), message
-    for place in ("warmstart/config.py", "warmstart/plan/model.py", "warmstart/manifests/"):
-        assert place in message, message
-
-
 def test_the_args_check_names_it_missing_from_the_generated_file(probe_model):
     gaps = args_gaps(probe_model, ModelEntryArgs)
     assert len(gaps) == 1 and gaps[0].startswith(f"ModelConfig.{PROBE} (`throwawayProbe`) is missing from "
@@ -51,13 +39,3 @@ def test_the_args_check_names_it_missing_from_the_generated_file(probe_model):
     assert model_args_gen.source(probe_model) != model_args_gen.TARGET.read_text()
     assert f"    {PROBE}: NotRequired[bool]" in model_args_gen.source(probe_model)
 
-
-
-def test_a_field_without_a_sample_is_named_with_where_to_add_one(tmp_path):
-    """A field whose type and dev value give no sample (here an unset `str | None`) fails the
-    check itself, before any render."""
-    probe = create_model("ModelConfig", __base__=ModelConfig,
-                         throwaway_note=(str | None, Field(None, description="A throw-away note.")))
-    with pytest.raises(AssertionError, match=r"ModelConfig.throwaway_note \(`models\[\].throwawayNote`\) has no "
-                                             r"sample value .* add one to SAMPLES in tests/support/model_entry.py"):
-        FieldReach("dev", tmp_path).check(probe, "throwaway_note")
