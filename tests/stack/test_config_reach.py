@@ -61,9 +61,12 @@ PROBES = {
 def probe_config(monkeypatch, request) -> type[StackConfig]:
     """`StackConfig` with a throw-away bool where the param says, as every stack file is read:
     the module's `StackConfig` (which `parse_config` validates with) becomes it, and so does the
-    model entry ServedModel reads (components/model_entry.py). The config models forbid unknown
-    keys, so a render that sets the probe proves the patch took."""
+    model entry ServedModel reads (components/model_entry.py) and the section the component reads
+    back (components/cluster.py, components/network.py). The config models forbid unknown keys,
+    so a render that sets the probe proves the patch took."""
+    from components import cluster as cluster_component
     from components import model_entry
+    from components import network as network_component
     from warmstart import config
     from warmstart.config import ClusterConfig, NetworkConfig, RoutingConfig
 
@@ -73,9 +76,13 @@ def probe_config(monkeypatch, request) -> type[StackConfig]:
         stack = reach.replace_field(StackConfig, "models", list[model])
         monkeypatch.setattr(model_entry, "ModelConfig", model)
     elif where.startswith("cluster."):
-        stack = reach.replace_field(StackConfig, "cluster", reach.with_probe(ClusterConfig))
+        section = reach.with_probe(ClusterConfig)
+        stack = reach.replace_field(StackConfig, "cluster", section)
+        monkeypatch.setattr(cluster_component, "ClusterConfig", section)
     else:
-        stack = reach.replace_field(StackConfig, "network", reach.with_probe(NetworkConfig))
+        section = reach.with_probe(NetworkConfig)
+        stack = reach.replace_field(StackConfig, "network", section)
+        monkeypatch.setattr(network_component, "NetworkConfig", section)
     monkeypatch.setattr(config, "StackConfig", stack)
     return stack
 
