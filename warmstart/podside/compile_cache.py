@@ -145,6 +145,8 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+# The names the code below uses, and those callers read on this module as they did before it was
+# split (compile_cache.EVENT, .STATE_DIRNAME, .detect_accelerator, ... in tests/podside/).
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .compile_cache_archive import (
         _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
@@ -160,14 +162,14 @@ if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     )
     from .compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
     from .compile_cache_s3 import (
-        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _s3_code,
-        _s3_status, _write_stream,
+        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
     )
     from .compile_cache_settings import (
         CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
         FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
     )
     from .compile_cache_startup_plan import guard_startup_plans
+    from .podside_common import s3_code as _s3_code, s3_status as _s3_status
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from compile_cache_archive import (
         _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
@@ -183,14 +185,14 @@ else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat m
     )
     from compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
     from compile_cache_s3 import (
-        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _s3_code,
-        _s3_status, _write_stream,
+        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
     )
     from compile_cache_settings import (
         CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
         FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
     )
     from compile_cache_startup_plan import guard_startup_plans
+    from podside_common import s3_code as _s3_code, s3_status as _s3_status
 
 
 # --------------------------------------------------------------------------------------------

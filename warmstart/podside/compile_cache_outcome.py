@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_s3 import _s3_code, _s3_status
     from .compile_cache_settings import _ephemeral, EVENT
+    from .podside_common import s3_code as _s3_code, s3_status as _s3_status
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_s3 import _s3_code, _s3_status
     from compile_cache_settings import _ephemeral, EVENT
+    from podside_common import s3_code as _s3_code, s3_status as _s3_status
 
 
 # --------------------------------------------------------------------------------------------

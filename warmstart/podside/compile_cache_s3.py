@@ -13,8 +13,10 @@ from typing import Any, Callable
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+    from .podside_common import s3_code as _s3_code
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+    from podside_common import s3_code as _s3_code
 
 
 # --------------------------------------------------------------------------------------------
@@ -94,20 +96,6 @@ def make_client(settings: Settings) -> Any:
     # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
     config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
     return botocore.session.get_session().create_client("s3", region_name=settings.region, config=config)
-
-
-def _s3_status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return None
-
-
-def _s3_code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("Error", {}).get("Code")
-    return None
 
 
 def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,

@@ -105,6 +105,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status
+else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
+    from podside_common import parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status
+
 EVENT = "warmstart.weights_import"
 FORMAT = "warmstart-weights-import/1"
 MANIFEST_NAME = "warmstart-manifest.json"
@@ -323,20 +328,6 @@ def wanted(name: str) -> bool:
 # S3
 
 
-def _s3_status(exc: BaseException) -> int | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return None
-
-
-def _s3_code(exc: BaseException) -> str | None:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return response.get("Error", {}).get("Code")
-    return None
-
-
 def describe_error(exc: BaseException) -> str:
     code, status = _s3_code(exc), _s3_status(exc)
     if code or status:
@@ -406,36 +397,13 @@ class Truncated(RuntimeError):
     of the connection or of a proxy, retried; never taken for the whole document."""
 
 
-def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
-    per level (no recursion, memory in the depth, not in the number of entries)."""
-    stack = [iter((doc,))]
-    while stack:
-        for node in stack[-1]:
-            if isinstance(node, (dict, list)):
-                if len(stack) > limit:
-                    return False
-                stack.append(iter(node.values() if isinstance(node, dict) else node))
-                break
-        else:
-            stack.pop()
-    return True
-
-
 def parse_json(body: bytes) -> Any:
     """A JSON document, or {UNREADABLE: why} for anything that is not one this script may read:
     over MAX_JSON_BYTES, not UTF-8, not JSON, or nested deeper than MAX_JSON_DEPTH. Never raises."""
     if len(body) > MAX_JSON_BYTES:
         return {UNREADABLE: f"over {MAX_JSON_BYTES} bytes"}
-    try:
-        doc = json.loads(body)  # a non-UTF-8 body is a ValueError (UnicodeDecodeError) too
-    except ValueError as exc:
-        return {UNREADABLE: f"not JSON ({type(exc).__name__})"}
-    except RecursionError:
-        return {UNREADABLE: "nested too deeply"}
-    if not _depth_ok(doc):
-        return {UNREADABLE: f"nested deeper than {MAX_JSON_DEPTH}"}
-    return doc
+    doc, why = _parse_json(body, MAX_JSON_DEPTH)
+    return {UNREADABLE: why} if why else doc
 
 
 def _read_body(client: Any, bucket: str, key: str, expected: int | None) -> bytes | None:
