@@ -170,7 +170,9 @@ if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     )
     from .compile_cache_startup_plan import guard_startup_plans
     from .podside_common import s3_code as _s3_code, s3_status as _s3_status
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from compile_cache_archive import (
         _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
         snapshot,

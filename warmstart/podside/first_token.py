@@ -72,7 +72,9 @@ from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .podside_common import parse_json, read_regular
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from podside_common import parse_json, read_regular
 
 EVENT = "warmstart.first_token"
