@@ -9,7 +9,6 @@ warmstart coldstart --history's read_records (a bad record is skipped)."""
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
 import tempfile
@@ -20,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from warmstart.coldstart import history
-from warmstart.podside import first_token, weights_import, weights_select, weights_stage
+from warmstart.podside import first_token, podside_common, weights_import, weights_select, weights_stage
 
 leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 documents = st.dictionaries(st.text(max_size=8), st.recursive(
@@ -198,9 +197,11 @@ def test_history_skips_nested_records_and_keeps_the_rest(cases):
     assert {"flags": {}} in records and all(isinstance(r, dict) for r in records)
 
 
-def test_the_scripts_carry_one_depth_check():
-    """Each script ships alone in its own ConfigMap and imports only the standard library, so each
-    carries its own copy of the nesting bound: the same copy, so a fix to one reaches all."""
-    sources = {m.__name__: inspect.getsource(m._depth_ok)
-               for m in (first_token, weights_import, weights_select, weights_stage)}
-    assert len(set(sources.values())) == 1, sorted(sources)
+@FAST
+@given(nested, st.integers(min_value=0, max_value=80))
+def test_the_shared_depth_check_agrees_with_the_depth(case, limit):
+    """The scripts share one nesting bound (podside_common.depth_ok, shipped in each script's
+    ConfigMap folder); each passes its own MAX_JSON_DEPTH."""
+    doc, levels, as_list = case
+    deep = unnest(doc, min(levels, 200), as_list)
+    assert podside_common.depth_ok(deep, limit) == (depth(deep) <= limit)

@@ -209,7 +209,7 @@ def readiness_probe(m: ServingPlan) -> dict[str, Any]:
 # Inductor and Triton, as (env var, directory under the compile-cache mount). Left to their
 # defaults they live under HOME, an emptyDir that starts empty on every pod; on the mount they
 # are shared by the model's pods on the node and travel in the S3 cache. Each directory is in
-# the pod-side publish allow-list (warmstart/podside/compile_cache.py DEFAULT_CACHE_PATHS, a
+# the pod-side publish allow-list (warmstart/podside/compile_cache_settings.py DEFAULT_CACHE_PATHS, a
 # test holds the two together). Defaults and names read in the pinned packages' source (vLLM
 # 0.33.0 requires flashinfer-python 0.7.2.post1, apache-tvm-ffi 0.1.11, tilelang 0.1.12):
 JIT_CACHE_DIRS: tuple[tuple[str, str], ...] = (

@@ -60,7 +60,6 @@ import os
 import re
 import signal
 import socket
-import stat
 import sys
 import threading
 import time
@@ -70,6 +69,13 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import parse_json, read_regular
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from podside_common import parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"
@@ -211,46 +217,15 @@ def host_uptime_s(path: str = "/proc/uptime") -> float | None:
         return None
 
 
-def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
-    per level (no recursion, memory in the depth, not in the number of entries)."""
-    stack = [iter((doc,))]
-    while stack:
-        for node in stack[-1]:
-            if isinstance(node, (dict, list)):
-                if len(stack) > limit:
-                    return False
-                stack.append(iter(node.values() if isinstance(node, dict) else node))
-                break
-        else:
-            stack.pop()
-    return True
-
-
 def read_json_file(path: Path, limit: int = MAX_STATE_BYTES) -> Any | None:
     """A small JSON file's document, or None: opened without following a link or blocking (a
     FIFO), a regular file of at most `limit` bytes, valid JSON nested at most MAX_JSON_DEPTH
     deep (deeper is refused before Python's recursion limit). Never raises."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    raw = read_regular(path, limit)
+    if not isinstance(raw, bytes):
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        raw = os.read(fd, limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(raw) > limit:
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return doc if _depth_ok(doc) else None
+    doc, why = parse_json(raw, MAX_JSON_DEPTH)
+    return None if why else doc
 
 
 def read_state(state_dir: Path, choice_file: Path | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:

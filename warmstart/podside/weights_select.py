@@ -55,6 +55,13 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import parse_json as _parse_json, read_regular
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from podside_common import parse_json as _parse_json, read_regular
+
 EVENT = "warmstart.weights"
 MARKER = ".warmstart-complete.json"
 MARKER_FORMAT = "warmstart-weights-stage/1"
@@ -71,54 +78,13 @@ MAX_JSON_DEPTH = 32
 def read_small(path: Path, limit: int) -> bytes | str:
     """A regular file's bytes (at most `limit`), else why not (a str). Opened without following
     a link and without blocking (a FIFO would hold the pod in Init), checked before reading."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return "a symbolic link" if exc.errno == 40 else f"unreadable ({exc.strerror})"  # 40: ELOOP
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file"
-        if st.st_size > limit:
-            return f"over {limit} bytes"
-        raw = os.read(fd, limit + 1)
-        return raw if len(raw) <= limit else f"over {limit} bytes"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror})"
-    finally:
-        os.close(fd)
-
-
-def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
-    per level (no recursion, memory in the depth, not in the number of entries)."""
-    stack = [iter((doc,))]
-    while stack:
-        for node in stack[-1]:
-            if isinstance(node, (dict, list)):
-                if len(stack) > limit:
-                    return False
-                stack.append(iter(node.values() if isinstance(node, dict) else node))
-                break
-        else:
-            stack.pop()
-    return True
+    return read_regular(path, limit)
 
 
 def parse_json(raw: bytes) -> tuple[Any, str | None]:
     """(document, None), or (None, why) for what is not JSON, cut short, or nested deeper
     than MAX_JSON_DEPTH (refused before Python's recursion limit)."""
-    try:
-        doc = json.loads(raw)
-    except RecursionError:
-        return None, "nested too deeply"
-    except ValueError as exc:
-        return None, f"not JSON ({type(exc).__name__})"
-    if not _depth_ok(doc):
-        return None, f"nested deeper than {MAX_JSON_DEPTH}"
-    return doc, None
+    return _parse_json(raw, MAX_JSON_DEPTH)
 
 
 def _real_dir(path: Path) -> bool:

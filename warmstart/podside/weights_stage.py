@@ -107,6 +107,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import parse_json as _parse_json, read_regular
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from podside_common import parse_json as _parse_json, read_regular
+
 EVENT = "warmstart.weights_stage"
 MARKER = ".warmstart-complete.json"
 MARKER_FORMAT = "warmstart-weights-stage/1"
@@ -269,43 +276,8 @@ def read_small(path: Path, limit: int, dir_fd: int | None = None) -> bytes | Non
     without following a symbolic link (O_NOFOLLOW) and without blocking (O_NONBLOCK: a planted
     FIFO would block an open for reading until a writer came), checked to be a regular file
     before a byte is read, and never read past `limit`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        chunks, left = [], limit + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        raw = b"".join(chunks)
-        return None if len(raw) > limit else raw
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _depth_ok(doc: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether no container in `doc` is nested deeper than `limit`: a walk with one iterator
-    per level (no recursion, memory in the depth, not in the number of entries)."""
-    stack = [iter((doc,))]
-    while stack:
-        for node in stack[-1]:
-            if isinstance(node, (dict, list)):
-                if len(stack) > limit:
-                    return False
-                stack.append(iter(node.values() if isinstance(node, dict) else node))
-                break
-        else:
-            stack.pop()
-    return True
+    raw = read_regular(path, limit, dir_fd)
+    return raw if isinstance(raw, bytes) else None
 
 
 def parse_json(raw: bytes | None) -> Any | None:
@@ -313,11 +285,8 @@ def parse_json(raw: bytes | None) -> Any | None:
     short, or nested deeper than MAX_JSON_DEPTH (refused before Python's recursion limit)."""
     if raw is None:
         return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    return doc if _depth_ok(doc) else None
+    doc, why = _parse_json(raw, MAX_JSON_DEPTH)
+    return None if why else doc
 
 
 def _lexists_not_dir(path: Path) -> bool:

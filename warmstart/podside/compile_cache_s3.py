@@ -1,0 +1,151 @@
+"""The compile-cache tool's S3 client and the deadlines on its requests.
+
+Part of compile_cache.py, whose docstring has the commands, the environment and the object
+layout; shipped with it as files of one ConfigMap folder (warmstart/manifests/pod_scripts.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any, Callable
+
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+    from .podside_common import s3_code as _s3_code
+else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
+    from compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+    from podside_common import s3_code as _s3_code
+
+
+# --------------------------------------------------------------------------------------------
+# Deadlines
+
+
+class _Budget:
+    """The bound one network operation must meet, and the flag that stops it once missed."""
+
+    def __init__(self, what: str, bound_s: float):
+        self.what = what
+        self.start = time.monotonic()
+        self.bound_s = bound_s
+        self.abandoned = threading.Event()
+
+    @property
+    def deadline(self) -> float:
+        return self.start + self.bound_s
+
+    def allow(self, bound_s: float) -> None:
+        """The bound, once the operation knows its size (a download from its Content-Length)."""
+        self.bound_s = bound_s
+
+    def extend(self, seconds: float) -> None:
+        """More time for local work the operation does as it goes (a file it unpacked)."""
+        self.bound_s += seconds
+
+    def check(self) -> None:
+        if self.abandoned.is_set():
+            raise DeadlineExceeded(f"{self.what}: abandoned at its deadline")
+
+
+def _bounded(budget: _Budget, work: Callable[[_Budget], Any]) -> Any:
+    """`work(budget)` on a worker thread, waited for until the budget's deadline at most.
+
+    botocore's timeouts are per socket read, so a server that trickles a byte at a time, or
+    accepts and never answers through every retry, would hold the caller for hours. Past the
+    deadline the worker is abandoned: it stops at its next chunk (it checks the budget), and
+    it is a daemon thread, so the process can exit under it. The worker creates and closes
+    its own files; nothing it holds is closed from here.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = work(budget)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"warmstart-{budget.what[:20]}", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        remaining = budget.deadline - time.monotonic()
+        if remaining <= 0:
+            budget.abandoned.set()
+            raise DeadlineExceeded(f"{budget.what} did not finish within {budget.bound_s:.3g} s "
+                                   "(WARMSTART_DEADLINE_BASE_S + bytes / WARMSTART_FLOOR_BYTES_PER_S)")
+        worker.join(min(remaining, 0.05))  # short: the bound may grow once the size is known
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+# --------------------------------------------------------------------------------------------
+# S3
+
+
+def make_client(settings: Settings) -> Any:
+    """An S3 client that fails within seconds: a pod must not wait long for an optional cache."""
+    # botocore, not boto3: the same client and credential chain (IRSA, Pod Identity, env,
+    # AWS_ENDPOINT_URL), without importing boto3's transfer manager. That import was a third of
+    # a restore's wall time, and the restore sits on the pod's start-up path. Imported late so
+    # that `key` works in an image without boto3.
+    import botocore.session
+    from botocore.config import Config
+
+    # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
+    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
+    return botocore.session.get_session().create_client("s3", region_name=settings.region, config=config)
+
+
+def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,
+                  budget: _Budget | None = None, chunk: int = _CHUNK) -> tuple[int, str]:
+    """Copy a stream to a file, returning (bytes, sha256). Writes go through here so a full disk
+    surfaces as one OSError(ENOSPC) that the caller cleans up after. Never more than `limit`
+    bytes, one chunk in memory at a time; stops once `budget` is abandoned."""
+    digest = hashlib.sha256()
+    total = 0
+    while True:
+        if budget is not None:
+            budget.check()
+        data = read(chunk)
+        if not data:
+            return total, digest.hexdigest()
+        total += len(data)
+        if total > limit:
+            raise CacheError(f"more than the {limit} bytes expected (WARMSTART_MAX_BYTES={limit} at most)")
+        digest.update(data)
+        out.write(data)
+
+
+class _BudgetedReader:
+    """An upload body that stops being readable once its budget is abandoned, so an abandoned
+    upload ends at its next chunk instead of feeding a stalled server forever."""
+
+    def __init__(self, f: Any, budget: _Budget):
+        self._f, self._budget = f, budget
+
+    def read(self, n: int = -1) -> bytes:
+        self._budget.check()
+        return self._f.read(n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+def _is_missing_bucket(exc: BaseException) -> bool:
+    return _s3_code(exc) == "NoSuchBucket"
+
+
+def _missing_bucket(settings: Settings) -> Misconfigured:
+    return Misconfigured(f"the bucket {settings.bucket!r} (WARMSTART_CACHE_BUCKET) does not exist; this is a "
+                         "deployment error, not a cache miss: fix the bucket name or create the bucket")
