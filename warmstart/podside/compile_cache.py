@@ -1100,8 +1100,40 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
     manifest: dict[str, tuple[int, str, bool]] | None = None
     made: set[str] = set()
     total = 0
-    opened = (tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo) if isinstance(archive, (str, Path)) else
-              tarfile.open(fileobj=archive, mode="r|gz", tarinfo=_BoundedTarInfo, bufsize=_CHUNK))
+    if isinstance(archive, (str, Path)):
+        opened = tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo)
+    else:
+        # Inflated here, not by tarfile ("r|gz"): tarfile's stream inflates a whole read of
+        # compressed input at once, however large it grows, then copies what is left of it on
+        # every read (tarfile._Stream._read), so a member header cost a copy of up to ~1000
+        # times the chunk read. Here each read gives at most `_OUT` bytes (zlib's max_length,
+        # https://docs.python.org/3/library/zlib.html#zlib.Decompress.decompress), fed `_IN`
+        # bytes at a time, so memory stays one chunk and tarfile's copies stay small.
+        _IN, _OUT = 32 << 10, 32 << 10
+        stream = archive
+
+        class _Inflating:
+            def __init__(self) -> None:
+                self.inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+                self.feed = memoryview(b"")
+
+            def read(self, n: int = _OUT) -> bytes:
+                inflater = self.inflater
+                while not inflater.eof:
+                    data: Any = inflater.unconsumed_tail
+                    if not data:
+                        if not self.feed:
+                            chunk = stream.read(_CHUNK)
+                            if not chunk:
+                                return b""  # truncated: tarfile reports what it lacks
+                            self.feed = memoryview(chunk)
+                        data, self.feed = self.feed[:_IN], self.feed[_IN:]
+                    out = inflater.decompress(data, n if 0 < n < _OUT else _OUT)
+                    if out:
+                        return out
+                return b""
+
+        opened = tarfile.open(fileobj=_Inflating(), mode="r|", tarinfo=_BoundedTarInfo, bufsize=_OUT)
     with opened as tar:
         while True:
             if budget is not None:
