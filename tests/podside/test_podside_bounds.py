@@ -138,6 +138,34 @@ def test_restore_memory_stays_flat_over_a_many_member_archive(pod: PodFactory, r
     assert large - small < 8 * 1024, (small, large)
 
 
+def test_restore_memory_stays_flat_over_a_member_that_compresses_a_thousandfold(pod: PodFactory, rclone_s3) -> None:
+    """Deflate expands up to ~1000:1, and tarfile's own gzip stream inflates each compressed
+    read whole: a 64 KiB read of zeros became 64 MiB in memory, copied again on every read. The
+    restore's peak memory must not grow with how well a member compresses."""
+    import subprocess
+    import sys
+
+    from tests.podside.pods import MODULE
+
+    def peak_kib(mib: int, node: str) -> int:
+        p = pod(node)
+        key = p.key()
+        body = archives.forge({"inductor/zeros": bytes(mib << 20)}, cc._key_hash(key))
+        archives.put(rclone_s3, key, body)
+        code = ("import resource, sys; sys.argv = ['x', 'restore']; sys.path.insert(0, %r);"
+                "import compile_cache as c; c.restore();"
+                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE.parent)
+        proc = subprocess.run([sys.executable, "-c", code], env=p.full_env(), capture_output=True, text=True,
+                              timeout=120)
+        assert '"result":"restored"' in proc.stdout, proc.stdout + proc.stderr
+        assert (p.cache_dir / "inductor" / "zeros").stat().st_size == mib << 20
+        return int(proc.stdout.rsplit("PEAK", 1)[1])
+
+    small, large = peak_kib(1, "node-z1"), peak_kib(96, "node-z2")
+    # Inflated whole, one compressed chunk of the 96 MiB member is tens of MiB, twice over.
+    assert large - small < 16 * 1024, (small, large)
+
+
 # --------------------------------------------------------------------------------------------
 # 2. Publish only files that held still, and never while another vLLM compiles the key
 
