@@ -106,12 +106,14 @@ def test_discovery_watches_exactly_the_models_vllm_pods_on_their_port(namespace)
     p = _plan(namespace=namespace)
     a = _parsed(p)
     assert a.discovery_provider == "kubernetes" and a.backend == "vllm" and a.policy == "prefix_hash"
-    assert a.selector == serving.selector("llama")
+    assert a.selector == serving.worker_selector("llama"), "the model's pods with an awake engine"
     assert a.service_discovery_namespace == namespace, "a namespaced watch, so a Role suffices"
     assert a.service_discovery_port == serving.HTTP_PORT
     assert _matches(a.selector, _vllm_pod_labels("llama", namespace))
     assert not _matches(a.selector, _vllm_pod_labels("llama-8b", namespace)), "another model's pods"
     assert not _matches(a.selector, router.labels("llama")), "the router's own pods"
+    asleep = _vllm_pod_labels("llama", namespace) | {serving.ENGINE_LABEL: "asleep"}
+    assert not _matches(a.selector, asleep), "a pod the standby actuator is putting to sleep"
 
 
 def test_listeners_match_the_container_ports_and_metrics_stay_local_unless_fenced():

@@ -128,7 +128,9 @@ def control_plane_secret_spec(p: RoutingPlan, key: Any) -> dict[str, Any]:
 
 
 def container_args(p: RoutingPlan) -> list[str]:
-    return routing.flags(p, serving.selector(p.model))
+    # Awake engines only: the standby actuator relabels a pod before it sleeps its engine, and SMG
+    # drops a pod that stops matching (service_discovery/kubernetes.rs, compute_desired_state).
+    return routing.flags(p, serving.worker_selector(p.model))
 
 
 def deployment_spec(p: RoutingPlan) -> dict[str, Any]:

@@ -107,6 +107,26 @@ def selector(model: str) -> dict[str, str]:
     return {k: v for k, v in labels(model).items() if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
+# Whether the pod's engine takes traffic: `awake` on every pod the template makes (a fresh pod is
+# kept out by its readiness until loaded), `asleep` once the standby actuator takes it out of the
+# routers before `POST /sleep` (warmstart/podside/standby.py ENGINE_LABEL, a test holds the two
+# together). Only the routers' worker selector (`worker_selector`) reads it; the Deployment's,
+# the Service's and the PDB's selectors and the NetworkPolicies leave it out, so a relabelled pod
+# keeps its ReplicaSet, its disruption budget and its admitted peers (the actuator among them).
+ENGINE_LABEL = f"{ANNOTATION_DOMAIN}/engine"
+ENGINE_AWAKE = "awake"
+
+
+def pod_labels(model: str) -> dict[str, str]:
+    """The labels of the pods the model's Deployment makes."""
+    return labels(model) | {ENGINE_LABEL: ENGINE_AWAKE}
+
+
+def worker_selector(model: str) -> dict[str, str]:
+    """The pods a router sends to: the model's, with an awake engine."""
+    return selector(model) | {ENGINE_LABEL: ENGINE_AWAKE}
+
+
 def _quantity(n_bytes: int) -> str:
     mib = n_bytes // (1024 * 1024)
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
@@ -369,7 +389,6 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
     }
-    pod_labels = labels(m.name)
     spec = {
         "replicas": m.replicas,
         "selector": {"matchLabels": selector(m.name)},
@@ -378,7 +397,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "progressDeadlineSeconds": m.rollout_timeout_seconds,
         "revisionHistoryLimit": 3,
         "template": {
-            "metadata": {"labels": pod_labels, **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
+            "metadata": {"labels": pod_labels(m.name), **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
             "spec": {
                 "serviceAccountName": m.name,
                 # No pod calls the Kubernetes API. IRSA does not need this token: the EKS pod
@@ -410,7 +429,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "metadata": {
             "name": m.name,
             "namespace": namespace,
-            "labels": pod_labels,
+            "labels": labels(m.name),
             "annotations": {
                 # What the Deployment was tuned from, so policies can re-check the decisions.
                 f"{ANNOTATION_DOMAIN}/weights-bytes": str(m.weights_bytes),

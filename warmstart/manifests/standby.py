@@ -1,7 +1,9 @@
 """The standby actuator of one model as plain Kubernetes object dicts (pure).
 
 From an ActuatorPlan (warmstart/decisions/standby.py): a ServiceAccount, a Role that may only
-list its model's pods and patch them (the deletion-cost annotation) and its RoleBinding, a
+list its model's pods and patch them (the deletion-cost annotation, and the
+`warmstart.io/engine` label that takes a pod out of the routers before its engine sleeps) and
+its RoleBinding, a
 one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py from its ConfigMap,
 and the NetworkPolicy fencing the actuator (it accepts nothing; it sends only to the model's vLLM
 pods, DNS and the Kubernetes API). The serving pods' own policy (manifests/network_policy.py,
@@ -64,7 +66,8 @@ def service_account_spec(p: ActuatorPlan) -> dict[str, Any]:
 
 def role_spec(p: ActuatorPlan) -> dict[str, Any]:
     """List the namespace's pods (the script filters by the model's selector: RBAC cannot scope a
-    list to labels) and patch them, for the deletion cost alone; no get, watch, create or delete."""
+    list to labels) and patch them, for the deletion cost and the routing label
+    (serving.ENGINE_LABEL); no get, watch, create or delete."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(p),
             "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]}
 

@@ -22,8 +22,16 @@ Then (`decide`, pure):
 - **sleep** one awake engine when fewer than `--standby` engines sleep and more than
   `--min-awake` are awake: the idlest, nothing running or waiting, idle for
   `--awake-idle-seconds` once it has served (a freshly loaded engine that never served sleeps at
-  once). `POST /sleep?level=N&mode=wait`: vLLM drains what is in flight first (`PauseMode`
-  "wait", `vllm/v1/engine/core.py`).
+  once). A sleeping engine must never receive a request, and its readiness turns false only a
+  probe period (plus the router's pod watch) after `/sleep`; so the actuator first takes it out
+  of the router (`drain`): it labels the pod `warmstart.io/engine=asleep`, which the routers'
+  worker selector requires to be `awake` (SMG drops a pod that stops matching its selector:
+  `compute_desired_state` in smg `model_gateway/src/service_discovery/kubernetes.rs`); waits
+  until no `--router` lists the engine in `GET /workers`, or `--unlist-seconds` (one discovery
+  pass of SMG's) without one; waits until the engine runs and queues nothing; only then
+  `POST /sleep?level=N&mode=wait`. A drain that does not finish within `--drain-timeout`, or that
+  a rising queue cancels, relabels the pod `awake` and sleeps nothing this round. A wake labels
+  the pod `awake` once its warm-up token is served.
 
 On Kubernetes it also sets each pod's `controller.kubernetes.io/pod-deletion-cost`
 (https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): a
@@ -56,6 +64,11 @@ from dataclasses import dataclass, field
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
+# The label the routers' worker selector requires to be AWAKE (warmstart/manifests/serving.py puts
+# it on every serving pod's template; the Deployment's, the Service's and the PDB's selectors
+# leave it out, so relabelling a pod never orphans it nor takes it out of its budget).
+ENGINE_LABEL = "warmstart.io/engine"
+AWAKE, ASLEEP = "awake", "asleep"
 COST = {"sleeping": "-100", "loading": "100", "awake": "0"}
 _SAMPLE = re.compile(r'^(vllm:num_requests_(?:waiting|running))(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$')
 
@@ -82,6 +95,8 @@ class Engine:
     idle_since: float = 0.0
     cost: str | None = None
     """The deletion cost last written to its pod."""
+    label: str | None = None
+    """The ENGINE_LABEL value last written to its pod."""
 
 
 def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
@@ -143,11 +158,13 @@ class Actions:
 
 
 def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] = frozenset(),
-           held: int = 0) -> Actions:
+           held: int = 0, draining: set[str] = frozenset()) -> Actions:
     """What to do this tick. `waking`: engines whose wake is in flight (they count as awake);
-    `held`: requests a front queue holds for want of an awake engine (they count as waiting)."""
-    awake = [e for e in engines if e.ready and (not e.sleeping or e.url in waking)]
-    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking]
+    `held`: requests a front queue holds for want of an awake engine (they count as waiting);
+    `draining`: engines being taken out of the router to sleep (neither awake nor a sleeper to
+    wake: the router no longer sends to them)."""
+    awake = [e for e in engines if e.ready and e.url not in draining and (not e.sleeping or e.url in waking)]
+    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking and e.url not in draining]
     waiting = sum(e.waiting for e in awake) + held
     out = Actions()
     # Sleepers to wake: enough that the queue is within the target per awake engine.
@@ -164,7 +181,7 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     if need and asleep:
         out.wake = [e.url for e in sorted(asleep, key=lambda e: (not (e.waiting or e.running), e.url))[:need]]
         return out
-    if waking or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
+    if waking or draining or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
         return out
 
     def idle_for(e: Engine) -> float:
@@ -212,6 +229,82 @@ def wake(e: Engine, model: str, level: int, signal_at: float, timeout: float) ->
     return code == 200
 
 
+def listed(routers: list[str], e: Engine, timeout: float) -> bool | None:
+    """Whether any router lists `e` among its workers (SMG `GET /workers`); None when none answered."""
+    want = e.url.split("://", 1)[-1].rstrip("/")
+    answered = False
+    for r in routers:
+        try:
+            code, body = http("GET", r.rstrip("/") + "/workers", timeout=timeout)
+            if code != 200:
+                continue
+            got = json.loads(body)
+        except (OSError, ValueError):
+            continue
+        answered = True
+        workers = got.get("workers", []) if isinstance(got, dict) else got
+        if any(str(w.get("url", "")).split("://", 1)[-1].rstrip("/") == want for w in workers if isinstance(w, dict)):
+            return True
+    return False if answered else None
+
+
+def drain(e: Engine, source: "Static | Kubernetes", routers: list[str], unlist_seconds: float, timeout: float,
+          model: str | None, probe_timeout: float, cancel: threading.Event) -> bool:
+    """Take `e` out of the routers and wait until it has nothing in flight, within `timeout`.
+    True: it may sleep now. False: the pod is relabelled awake (it keeps serving)."""
+    deadline = time.monotonic() + timeout
+    reason = ""
+    try:
+        source.set_label(e.pod, ASLEEP)
+        e.label = ASLEEP
+    except (OSError, ValueError) as exc:
+        log("warmstart.sleep_skipped", pod=e.pod, url=e.url, reason="label", error=str(exc))
+        return False
+    # 1. Out of the routers: none lists it any more, or one discovery pass of theirs has passed.
+    if routers:
+        while True:
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+            if listed(routers, e, probe_timeout) is False:
+                break
+            if time.monotonic() >= deadline:
+                reason = "still routed"
+                break
+            cancel.wait(0.1)
+    elif source.labels:
+        cancel.wait(min(unlist_seconds, max(0.0, deadline - time.monotonic())))
+    # 2. Nothing running or queued on it (vllm:num_requests_running/_waiting on its /metrics).
+    while not reason:
+        if cancel.is_set():
+            reason = "cancelled"
+            break
+        try:
+            code, body = http("GET", e.url + "/metrics", timeout=probe_timeout)
+            waiting, running = parse_metrics(body.decode(errors="replace"), model) if code == 200 else (1.0, 1.0)
+        except (OSError, ValueError):
+            waiting, running = 1.0, 1.0
+        if waiting == 0 and running == 0:
+            return True
+        if time.monotonic() >= deadline:
+            reason = "requests in flight"
+            break
+        cancel.wait(0.1)
+    log("warmstart.sleep_skipped", pod=e.pod, url=e.url, reason=reason, drain_timeout_s=timeout)
+    restore(e, source)
+    return False
+
+
+def restore(e: Engine, source: "Static | Kubernetes") -> None:
+    try:
+        source.set_label(e.pod, AWAKE)
+        e.label = AWAKE
+    except (OSError, ValueError) as exc:
+        # The next tick's label reconcile retries it.
+        e.label = None
+        log("warmstart.standby_label_failed", pod=e.pod, error=str(exc))
+
+
 def put_to_sleep(e: Engine, level: int, timeout: float) -> bool:
     try:
         code, _ = http("POST", f"{e.url}/sleep?level={level}&mode=wait", timeout=timeout)
@@ -257,12 +350,22 @@ class Kubernetes:
         pods = self._call("GET", f"{self.base}?{q}").get("items", [])
         return sorted(f"http://{p['status']['podIP']}:{port}" for p in pods if p.get("status", {}).get("podIP"))
 
+    labels = True
+    """Relabelling a pod takes it out of the routers' discovery."""
+
     def set_cost(self, pod: str, cost: str) -> None:
         self._call("PATCH", f"{self.base}/{pod}", {"metadata": {"annotations": {DELETION_COST: cost}}},
                    "application/merge-patch+json")
 
+    def set_label(self, pod: str, value: str) -> None:
+        # The same `patch pods` the deletion cost uses; nothing broader.
+        self._call("PATCH", f"{self.base}/{pod}", {"metadata": {"labels": {ENGINE_LABEL: value}}},
+                   "application/merge-patch+json")
+
 
 class Static:
+    labels = False
+
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
 
@@ -270,6 +373,9 @@ class Static:
         return [(u, u) for u in self.urls]
 
     def set_cost(self, pod: str, cost: str) -> None:
+        pass
+
+    def set_label(self, pod: str, value: str) -> None:
         pass
 
 
@@ -285,12 +391,14 @@ def held_requests(url: str | None, timeout: float) -> int:
         return 0
 
 
-def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
-    source = Static([u for u in args.engines.split(",") if u]) if args.engines else \
-        Kubernetes(args.namespace, args.selector, args.port)
+def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
+    source = source or (Static([u for u in args.engines.split(",") if u]) if args.engines else
+                        Kubernetes(args.namespace, args.selector, args.port))
+    routers = [u for u in args.router.split(",") if u]
     policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
     known: dict[str, Engine] = {}
     waking: set[str] = set()
+    draining: dict[str, threading.Event] = {}
     lock = threading.Lock()
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
@@ -306,6 +414,8 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
             log("warmstart.standby_discovery_failed", error=str(exc))
             stop.wait(args.period)
             continue
+        with lock:
+            busy = set(waking) | set(draining)
         engines = []
         for pod, url in found:
             e = known.setdefault(url, Engine(url, pod, idle_since=time.time()))
@@ -324,8 +434,18 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
                     e.cost = COST[state]
                 except (OSError, ValueError) as exc:
                     log("warmstart.standby_cost_failed", pod=e.pod, error=str(exc))
+            # The routing label follows the engine (a wake whose warm-up failed, an actuator
+            # restarted mid-drain), except while a wake or a drain of this actuator owns it.
+            want = None if not e.ready or e.url in busy else ASLEEP if e.sleeping else AWAKE
+            if want and e.label != want:
+                try:
+                    source.set_label(e.pod, want)
+                    e.label = want
+                except (OSError, ValueError) as exc:
+                    log("warmstart.standby_label_failed", pod=e.pod, error=str(exc))
         with lock:
             busy = set(waking)
+            draining_now = set(draining)
         queues = [u for u in args.front_queue.split(",") if u]
         if args.front_queue_selector and isinstance(source, Kubernetes):
             try:
@@ -333,7 +453,12 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
             except (OSError, ValueError, KeyError) as exc:
                 log("warmstart.standby_discovery_failed", error=str(exc))
         held = sum(held_requests(u, args.probe_timeout) for u in queues)
-        actions = decide(engines, policy, now, busy, held)
+        actions = decide(engines, policy, now, busy, held, draining_now)
+        if actions.wake and draining_now:
+            # The queue rose during a drain: that engine stays awake (cheaper than a wake).
+            with lock:
+                for ev in draining.values():
+                    ev.set()
         for url in actions.wake:
             e = known[url]
             with lock:
@@ -341,15 +466,31 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> None:
 
             def _wake(e: Engine = e, at: float = started) -> None:
                 try:
-                    wake(e, args.model, args.sleep_level, at, args.wake_timeout)
+                    if wake(e, args.model, args.sleep_level, at, args.wake_timeout):
+                        # Back into the routers, with its first token served and Ready.
+                        restore(e, source)
                 finally:
                     with lock:
                         waking.discard(e.url)
             pool.submit(_wake)
         for url in actions.sleep:
             e = known[url]
-            if put_to_sleep(e, args.sleep_level, args.wake_timeout):
-                e.sleeping = True
+            cancel = threading.Event()
+            with lock:
+                draining[url] = cancel
+
+            def _sleep(e: Engine = e, cancel: threading.Event = cancel) -> None:
+                try:
+                    if drain(e, source, routers, args.unlist_seconds, args.drain_timeout, args.model,
+                             args.probe_timeout, cancel):
+                        if put_to_sleep(e, args.sleep_level, args.wake_timeout):
+                            e.sleeping = True
+                        else:
+                            restore(e, source)
+                finally:
+                    with lock:
+                        draining.pop(e.url, None)
+            pool.submit(_sleep)
         if args.heartbeat:
             # The liveness probe reads this file's age: a loop that stopped turning is restarted.
             with open(args.heartbeat, "w") as f:
@@ -376,6 +517,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--front-queue", default="", help="URLs of front queues whose held requests count as waiting")
     p.add_argument("--front-queue-selector", default="", help="label selector of the router pods with front queues")
     p.add_argument("--front-queue-port", type=int, default=30000)
+    p.add_argument("--router", default="", help="router URLs whose GET /workers must stop listing an engine "
+                   "before it sleeps (tests, benchmarks; in a cluster --unlist-seconds stands in)")
+    p.add_argument("--unlist-seconds", type=float, default=3.0,
+                   help="wait after relabelling a pod asleep without --router: SMG reconciles 1 s after a pod "
+                   "watch event (smg service_discovery/kubernetes.rs), plus the watch's delivery")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="most seconds to take an engine out of the routers and see it idle; past it, no sleep")
     p.add_argument("--heartbeat", default="", help="file rewritten every period (the liveness probe reads it)")
     p.add_argument("--max-ticks", type=int, default=None, help="stop after this many periods (tests)")
     a = p.parse_args(argv)
