@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import settings
 import yaml
 
 from tests.podside.servers import RcloneS3, SeaweedS3, find_binary
@@ -36,6 +37,14 @@ MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONF
 PLATFORM_STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and not _CONFIGS[s].get("warmstart:models")]
 # Environment stacks with inline models: what most tests exercise, model by model.
 STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and s not in PLATFORM_STACK_NAMES]
+
+# Property tests draw the same examples on every run and have no per-example deadline: a suite
+# that passed passes again on any machine, however busy (a flaky test is a failing one).
+# `pytest --hypothesis-profile=explore` draws new examples, to hunt for new failures.
+# https://hypothesis.readthedocs.io/en/latest/reference/api.html#hypothesis.settings.derandomize
+settings.register_profile("suite", derandomize=True, deadline=None)
+settings.register_profile("explore", deadline=None)
+settings.load_profile("suite")
 
 # Fixtures that start a server on 127.0.0.1 or a process (an S3 server, a stand-in, a pod's
 # script, s5cmd, promtool, checkov, mount): a test that uses one, directly or through another

@@ -147,7 +147,7 @@ def test_a_platform_exported_before_pod_scripts_were_listed_still_offers_them():
     assert contract.parse(old, "staging", "reader").pod_scripts is True
 
 
-_LABEL_KEY = st.from_regex(r"[a-z]([a-z0-9.-]{0,10}[a-z0-9])?\.(io|com)/[A-Za-z]([A-Za-z0-9_.-]{0,12}[A-Za-z0-9])?",
+_LABEL_KEY = st.from_regex(r"[a-z]([a-z0-9-]{0,4}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,4}[a-z0-9])?)?\.(io|com)/[A-Za-z]([A-Za-z0-9_.-]{0,12}[A-Za-z0-9])?",
                            fullmatch=True)
 _TOLERATION = st.one_of(
     st.builds(lambda k, v, e: {"key": k, "operator": "Equal", "value": v, "effect": e},

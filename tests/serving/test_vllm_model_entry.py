@@ -26,7 +26,7 @@ from components import schema as package_schema
 from components.model_args import ModelEntryArgs
 from components.platform import contract
 from components.serving import FLAT_MODEL_KEYS, plan_serving
-from tests.support.model_entry import auto_sample
+from tests.support.config_reach import field_values
 from tests.support.platforms import KUBECONFIG, PLATFORM
 from warmstart import mocks
 from warmstart.config import ModelConfig, ModelSpec
@@ -123,7 +123,7 @@ def _baseline(path: str) -> dict:
 
 
 def _samples(path: str, info: FieldInfo, base: dict) -> list[Any]:
-    values = SAMPLES.get(path) or auto_sample(info, _get(base, path, info))
+    values = SAMPLES.get(path) or field_values(info, _get(base, path, info))
     assert values, (f"ModelEntryArgs.{path} has no sample value: its type and the baseline give none to "
                     f"derive; add one to SAMPLES in {__name__.replace('.', '/')}.py")
     return values

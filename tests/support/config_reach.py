@@ -322,8 +322,15 @@ def _scalar_values(annotation: Any, metadata: list[Any], current: Any) -> list[A
 def derived_values(leaf: Leaf, current: Any) -> list[Any]:
     """Values of the leaf other than `current` (its baseline's), in a stack file's spelling,
     derived from its field's type: empty when none can be."""
-    annotation, metadata = _unwrap(leaf.info.annotation)
-    metadata = [*leaf.info.metadata, *metadata]
+    return field_values(leaf.info, current)
+
+
+def field_values(info: FieldInfo, current: Any) -> list[Any]:
+    """Values of a config field other than `current`, derived from its type and bounds (what
+    `derived_values` gives a leaf; tests/serving/test_vllm_model_entry.py samples the entry
+    VllmModel takes with it)."""
+    annotation, metadata = _unwrap(info.annotation)
+    metadata = [*info.metadata, *metadata]
     if current is PydanticUndefined:
         current = None
     origin = typing.get_origin(annotation)
