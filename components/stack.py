@@ -42,7 +42,7 @@ from .storage import ModelStorage
 # Type tokens and names the components had before they became `warmstart:index:*` components
 # in components/ (deployed stacks hold these in their state). Each alias keeps a resource and,
 # through Pulumi's inherited child aliases, everything under it, instead of replacing them.
-# tests/test_golden.py proves every URN of the old state still resolves.
+# tests/golden/test_golden.py proves every URN of the old state still resolves.
 # https://www.pulumi.com/docs/iac/concepts/options/aliases/
 LEGACY_TYPES = {
     "network": "warmstart:aws:Network",

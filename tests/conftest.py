@@ -6,37 +6,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 import subprocess
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 from hypothesis import settings
-import yaml
 
 from tests.podside.servers import RcloneS3, SeaweedS3, find_binary
-from warmstart import config, render
-
-ROOT = Path(__file__).resolve().parent.parent
-STACKS_DIR = ROOT / "stacks"
-# The stacks this repository ships, by name: the golden renders (tests/golden/render/) and the CI
-# matrix pin exactly these. Any other stacks/Pulumi.<name>.yaml is the user's own: it is rendered
-# and validated (tests/test_user_stacks.py), never compared with a golden file. To ship another
-# stack: docs/stacks.md ("Shipping a stack").
-SHIPPED_STACK_NAMES = ("dev", "prod", "staging", "staging-llama-3-1-8b")
-ALL_STACK_NAMES = sorted(SHIPPED_STACK_NAMES)
-USER_STACK_NAMES = sorted(set(config.stack_names(STACKS_DIR)) - set(SHIPPED_STACK_NAMES))
-# Environment (platform) stacks, which most tests exercise; model stacks (a model on a platform,
-# `warmstart:platform` in their file) have tests/model_stack/test_model_stacks.py.
-_CONFIGS = {s: yaml.safe_load((STACKS_DIR / f"Pulumi.{s}.yaml").read_text()).get("config") or {}
-            for s in ALL_STACK_NAMES}
-MODEL_STACK_NAMES = [s for s in ALL_STACK_NAMES if "warmstart:platform" in _CONFIGS[s]]
-# Environment stacks without inline models: platforms for model stacks only.
-PLATFORM_STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and not _CONFIGS[s].get("warmstart:models")]
-# Environment stacks with inline models: what most tests exercise, model by model.
-STACK_NAMES = [s for s in ALL_STACK_NAMES if s not in MODEL_STACK_NAMES and s not in PLATFORM_STACK_NAMES]
+from tests.support.stacks import ROOT, STACK_NAMES, load_stack_doc, render_stack
+from warmstart import render
 
 # Property tests draw the same examples on every run and have no per-example deadline: a suite
 # that passed passes again on any machine, however busy (a flaky test is a failing one).
@@ -54,31 +33,9 @@ SERVER_FIXTURES = (
     "health", "hub", "hub_job", "s3_job", "pod", "mount_tmpfs",  # tests/podside/conftest.py
     "backend", "proxy_for", "proxy", "api", "fake_api",  # stand-ins and proxies on 127.0.0.1
     "s5cmd", "upload", "node", "small_disk",  # tests/node_cache/conftest.py
-    "promtool", "scans",  # tests/autoscaling/test_promql.py, tests/test_security_scan.py (checkov)
-    "analyzer",  # tests/test_policies.py: the policy pack's gRPC server
+    "promtool", "scans",  # tests/autoscaling/test_promql.py, tests/policies/test_security_scan.py (checkov)
+    "analyzer",  # tests/policies/test_policies.py: the policy pack's gRPC server
 )
-
-_cache: dict[str, render.Rendered] = {}
-
-
-def render_stack(stack: str) -> render.Rendered:
-    """Render a stack from stacks/ once per test session."""
-    if stack not in _cache:
-        _cache[stack] = render.run_program(STACKS_DIR, stack)
-    return _cache[stack]
-
-
-def load_stack_doc(stack: str) -> dict[str, Any]:
-    return yaml.safe_load((STACKS_DIR / f"Pulumi.{stack}.yaml").read_text())
-
-
-def render_doc(doc: dict[str, Any], tmp_path: Path, stack: str = "test") -> render.Rendered:
-    """Render an in-memory stack document (e.g. a mutated copy of a real stack)."""
-    d = tmp_path / f"stacks-{stack}"
-    d.mkdir(exist_ok=True)
-    (d / f"Pulumi.{stack}.yaml").write_text(yaml.safe_dump(doc))
-    return render.run_program(d, stack, program_dir=ROOT)
-
 
 @pytest.fixture(params=STACK_NAMES)
 def stack_name(request) -> str:
@@ -94,11 +51,6 @@ def rendered(stack_name) -> render.Rendered:
 def stack_doc() -> Callable[[str], dict[str, Any]]:
     """A deep copy of a stack file's YAML document, for mutation."""
     return lambda name: copy.deepcopy(load_stack_doc(name))
-
-
-def policy_json(value: Any) -> dict[str, Any]:
-    """An IAM policy input as data, whether rendered as a JSON string or an object."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 @pytest.fixture(scope="session")

@@ -8,9 +8,18 @@ import shlex
 
 import yaml
 
-from tests.conftest import ROOT, load_stack_doc, render_doc
-from tests.golden import (CONFIG_REFERENCE, REFERENCE_END, REFERENCE_START, SAMPLE_END, SAMPLE_START, between,
-                          elapsed_free, render_dev_output, sample_block)
+from tests.golden import (
+    CONFIG_REFERENCE,
+    REFERENCE_END,
+    REFERENCE_START,
+    SAMPLE_END,
+    SAMPLE_START,
+    between,
+    elapsed_free,
+    render_dev_output,
+    sample_block,
+)
+from tests.support.stacks import ROOT, load_stack_doc, render_doc
 from warmstart import cli, exit_codes, render
 from warmstart.reference import config_reference
 
@@ -160,8 +169,9 @@ def test_the_diagram_is_in_docs_and_shown():
 
 
 def test_every_config_key_is_documented():
-    from warmstart.config import StackConfig
     from pydantic import BaseModel
+
+    from warmstart.config import StackConfig
 
     def walk(model: type[BaseModel]):
         for name, info in model.model_fields.items():

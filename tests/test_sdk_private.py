@@ -9,8 +9,8 @@ import importlib
 
 import pytest
 
+from tests.support.stacks import ROOT
 from warmstart import sdk_private as sdk_private
-from tests.conftest import ROOT
 
 FIX = ("the installed Pulumi SDK no longer has {use}, which warmstart/sdk_private.py uses; pin that SDK in "
        "pyproject.toml to the last version that has it, or replace the use there (and only there) with the "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.stacks import ROOT
 
 # Packages of this repository, by the name they are imported under here.
 PACKAGES = {"warmstart": ROOT / "warmstart", "components": ROOT / "components"}
@@ -152,8 +152,9 @@ def test_every_core_package_is_packaged():
 
 
 def _test_imports_of_test_modules(root: Path = ROOT) -> list[str]:
-    """Each `importer -> test module` edge where a module of tests/ imports a `test_*.py` module
-    (at any depth, inside functions too)."""
+    """Each `importer -> test module` edge where a module of tests/ imports a `test_*.py` module or a
+    `conftest.py` (at any depth, inside functions too): pytest loads a conftest itself, so what a
+    test module needs from one belongs in tests/support/."""
     found = []
     for path in sorted((root / "tests").rglob("*.py")):
         importer = ".".join(path.relative_to(root).with_suffix("").parts)
@@ -169,7 +170,8 @@ def _test_imports_of_test_modules(root: Path = ROOT) -> list[str]:
             else:
                 continue
             for name in names:
-                if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_") and (
+                last = name.rpartition(".")[2]
+                if name.startswith("tests.") and (last.startswith("test_") or last == "conftest") and (
                         root / (name.replace(".", "/") + ".py")).is_file():
                     found.append(f"{importer} imports {name}")
     return sorted(set(found))
@@ -187,8 +189,11 @@ def test_the_test_import_check_finds_one(tmp_path):
     (tmp_path / "tests" / "a").mkdir(parents=True)
     (tmp_path / "tests" / "test_x.py").write_text("X = 1\n")
     (tmp_path / "tests" / "a" / "test_y.py").write_text("def test_y():\n    from ..test_x import X\n")
+    (tmp_path / "tests" / "conftest.py").write_text("X = 1\n")
     (tmp_path / "tests" / "test_z.py").write_text("import tests.test_x\nfrom tests.support import x\n")
-    assert _test_imports_of_test_modules(tmp_path) == ["tests.a.test_y imports tests.test_x",
+    (tmp_path / "tests" / "a" / "test_w.py").write_text("from tests.conftest import X\n")
+    assert _test_imports_of_test_modules(tmp_path) == ["tests.a.test_w imports tests.conftest",
+                                                       "tests.a.test_y imports tests.test_x",
                                                        "tests.test_z imports tests.test_x"]
 
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.support import tools
-from tests.conftest import ROOT
+from tests.support.stacks import ROOT
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 ScaledObject that KEDA's operator activates from the routers' front queues (metrics-api, polled
 every second, not through AMP's scrape), front queues whose bounds follow the model's predicted
 cold start, and sizing and rules that know it. The queue itself runs for real in
-tests/podside/test_front_queue.py; who reaches it, in tests/test_reachability.py (`zero-pods`)."""
+tests/podside/test_front_queue.py; who reaches it, in tests/network/test_reachability.py (`zero-pods`)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import urllib.parse
 
 import pytest
 
-from tests.conftest import load_stack_doc, render_doc
 from tests.support.keda import validate_keda
+from tests.support.stacks import load_stack_doc, render_doc
 from warmstart import render
 from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as scaling

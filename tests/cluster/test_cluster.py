@@ -15,13 +15,27 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import STACK_NAMES, STACKS_DIR, load_stack_doc, policy_json, render_doc, render_stack
 from tests.support.node_classes import crd_schema, validator
+from tests.support.stacks import (
+    STACK_NAMES,
+    STACKS_DIR,
+    load_stack_doc,
+    policy_json,
+    render_doc,
+    render_stack,
+)
 from warmstart import mocks, render, versions
-from warmstart.manifests.nvme_check import nvme_check_min_bytes
-from warmstart.decisions import cluster_access, gpu_pools, instances, karpenter, naming, placement
+from warmstart.decisions import (
+    cluster_access,
+    gpu_pools,
+    instances,
+    karpenter,
+    naming,
+    placement,
+)
 from warmstart.decisions.instances import GB, GIB
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
+from warmstart.manifests.nvme_check import nvme_check_min_bytes
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 MODES = ("auto", "karpenter")

@@ -284,7 +284,7 @@ def test_the_record_fits_what_the_history_reads(rclone_s3, tmp_path):
 
 
 def test_every_staged_serving_pod_shows_the_sidecar_the_pickers_choice():
-    from tests.conftest import STACK_NAMES, render_stack
+    from tests.support.stacks import STACK_NAMES, render_stack
     from warmstart.manifests import node_cache
 
     checked = 0

@@ -13,8 +13,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.conftest import render_stack
 from tests.podside.servers import BUCKET
+from tests.support.stacks import render_stack
 from warmstart.decisions import placement
 from warmstart.manifests import bench_loader, first_token
 from warmstart.podside import bench_loader as bench_script

@@ -77,7 +77,7 @@ def update() -> None:
     """Rewrite render/<stack>/ for every shipped stack, the README's render sample,
     docs/config-reference.md and the generated Args (components/model_args.py, section_args.py)."""
     from components import model_args_gen
-    from tests.conftest import ALL_STACK_NAMES, STACKS_DIR
+    from tests.support.stacks import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
     from warmstart.reference import config_reference
 

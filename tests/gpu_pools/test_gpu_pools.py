@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from components.gpu_pools import GpuPools, GpuPoolsArgs
-from tests.conftest import STACKS_DIR
 from tests.support.node_classes import validator
+from tests.support.stacks import STACKS_DIR
 from warmstart import mocks, render
 
 KINDS = {"auto": "NodeClass", "karpenter": "EC2NodeClass"}

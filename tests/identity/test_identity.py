@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import components
-from tests.conftest import policy_json
 from tests.support.policy_eval import allowed, statements
+from tests.support.stacks import policy_json
 from warmstart import mocks
 
 ISSUER = "oidc.eks.us-east-1.amazonaws.com/id/ABCDEF"

@@ -10,7 +10,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.karpenter import Karpenter, KarpenterArgs
-from tests.conftest import STACKS_DIR
+from tests.support.stacks import STACKS_DIR
 from warmstart import mocks, render, versions
 
 ISSUER = "oidc.eks.us-west-2.amazonaws.com/id/ABCDEF"

@@ -12,12 +12,19 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, PLATFORM_STACK_NAMES, STACKS_DIR, load_stack_doc, render_stack
 from tests.support.keda import validate_keda
+from tests.support.stacks import (
+    ALL_STACK_NAMES,
+    MODEL_STACK_NAMES,
+    PLATFORM_STACK_NAMES,
+    STACKS_DIR,
+    load_stack_doc,
+    render_stack,
+)
 from tests.support.validation import validate_rendered
 from warmstart import config, mocks, policies, render, versions
-from warmstart.plan import platform
 from warmstart.errors import ConfigError, ConfigErrors
+from warmstart.plan import platform
 
 
 def _doc(stack: str) -> dict:

@@ -8,7 +8,7 @@ import typing
 
 import pytest
 
-from tests.conftest import load_stack_doc, render_doc
+from tests.support.stacks import load_stack_doc, render_doc
 from warmstart.config import ModelSpec
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import node_cache as objects

@@ -1,4 +1,4 @@
-"""The node cache's pods follow the rules of every warmstart pod (tests/test_network_policy.py),
+"""The node cache's pods follow the rules of every warmstart pod (tests/network/test_network_policy.py),
 have their NetworkPolicies, wire the compile-cache key's `weights` factor, really run as the
 non-root UID on a root-created node directory, and fail only the checkov checks
 docs/security-exceptions.yaml justifies."""
@@ -19,16 +19,22 @@ import yaml
 
 import components
 from components.serving import plan as plan_model
-from tests.node_cache.conftest import model_files
-from tests.support.node_cache import DIGEST, IMAGE, K8S, SELECT, SOURCE, STAGE, node_cache_component
+from tests.support.node_cache import (
+    DIGEST,
+    IMAGE,
+    K8S,
+    SELECT,
+    SOURCE,
+    STAGE,
+    model_files,
+    node_cache_component,
+)
 from tests.support.pod_security import _selects, assert_pod_hardened
 from warmstart.decisions import instances, placement
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import compile_cache as ccm
-from warmstart.manifests import network_policy
+from warmstart.manifests import network_policy, pod_scripts, serving
 from warmstart.manifests import node_cache as nc
-from warmstart.manifests import pod_scripts
-from warmstart.manifests import serving
 from warmstart.manifests.serving import deployment_spec, merge_extras
 
 

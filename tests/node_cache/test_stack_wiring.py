@@ -7,7 +7,7 @@ import email
 
 import yaml
 
-from tests.conftest import render_stack
+from tests.support.stacks import render_stack
 from warmstart.manifests import node_cache as objects
 
 

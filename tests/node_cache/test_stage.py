@@ -13,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.node_cache.conftest import Node, Version, model_files
-from tests.podside.servers import BUCKET
-from tests.support.node_cache import SELECT, STAGE, digest_of, tree, wait_for
+from tests.support.node_cache import (
+    SELECT,
+    STAGE,
+    Node,
+    Version,
+    digest_of,
+    model_files,
+    tree,
+    wait_for,
+)
 from warmstart.podside import weights_select, weights_stage
 
 pytestmark = pytest.mark.servers  # the staging script with s5cmd against rclone

@@ -23,10 +23,9 @@ from typing import Iterator
 
 import pytest
 
-from tests.node_cache.conftest import Node, Version, model_files
 from tests.podside.faults import FaultProxy, Rule
 from tests.podside.servers import BUCKET, RcloneS3, SeaweedS3
-from tests.support.node_cache import STAGE, digest_of, tree
+from tests.support.node_cache import STAGE, Node, Version, digest_of, model_files, tree
 from warmstart.podside import weights_stage
 
 MIB = 1 << 20

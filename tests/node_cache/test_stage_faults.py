@@ -19,11 +19,19 @@ from typing import Iterator
 
 import pytest
 
-from tests.node_cache.conftest import Node, Version, model_files
-from tests.support.node_cache import SELECT, STAGE, digest_of, tree, wait_for
 from tests.podside.faults import FaultProxy, Rule, get_of
 from tests.podside.servers import BUCKET, RcloneS3
 from tests.support.loopback import LoopbackServer
+from tests.support.node_cache import (
+    SELECT,
+    STAGE,
+    Node,
+    Version,
+    digest_of,
+    model_files,
+    tree,
+    wait_for,
+)
 from warmstart.podside import weights_select, weights_stage
 
 pytestmark = pytest.mark.servers  # the staging script with s5cmd against S3 servers

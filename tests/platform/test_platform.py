@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 import components
 from components import platform as platform_component
 from components.platform import POD_SCRIPTS, PlatformArgs
-from tests.conftest import STACKS_DIR, render_stack
 from tests.support.platforms import PLATFORM
+from tests.support.stacks import STACKS_DIR, render_stack
 from warmstart import mocks
 from warmstart.plan import platform as contract
 from warmstart.plan import platform_args

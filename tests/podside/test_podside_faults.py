@@ -4,7 +4,6 @@ cause, no temp file and nothing half-restored in the node's cache, so vLLM simpl
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
 import tarfile

@@ -15,7 +15,15 @@ import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
 from tests.podside.servers import BUCKET, SeaweedS3, find_binary
-from tests.support.weights_import import DST, SRC, WANTED, assert_copied, objects, sha, through
+from tests.support.weights_import import (
+    DST,
+    SRC,
+    WANTED,
+    assert_copied,
+    objects,
+    sha,
+    through,
+)
 from warmstart.podside import weights_import as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers
@@ -222,7 +230,7 @@ def test_the_largest_json_the_import_parses_fits_the_jobs_memory_limit(shape):
 
 
 def test_every_import_job_gets_the_derived_memory_limit():
-    from tests.conftest import STACK_NAMES, render_stack
+    from tests.support.stacks import STACK_NAMES, render_stack
     from warmstart.manifests import weights_import as manifest
     from warmstart.manifests.serving import _quantity
 

@@ -2,7 +2,7 @@
 `VLLM_SERVER_DEV_MODE=1`, which exposes /sleep, /wake_up, /collective_rpc, /reset_prefix_cache and
 more (vLLM 0.33.0 `vllm/entrypoints/serve/__init__.py`, `register_vllm_dev_api_routers`, and
 `vllm/entrypoints/rl/`). Clients reach the engines only through SMG (the NetworkPolicies admit
-the routers and the actuator alone, tests/test_reachability.py), so SMG must forward none of them:
+the routers and the actuator alone, tests/network/test_reachability.py), so SMG must forward none of them:
 its route table is fixed and anything else falls through to a 404 (smg-project/smg
 `model_gateway/src/server.rs`, `sink_handler`). Checked here against the pinned SMG binary in
 front of a fake engine in dev mode that counts every path it is sent."""

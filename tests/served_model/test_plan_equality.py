@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import STACK_NAMES, load_stack_doc
+from tests.support.stacks import STACK_NAMES, load_stack_doc
 from tests.support.strategies import config_entries, key_paths
 from warmstart import config
 from warmstart.errors import ConfigError, ConfigErrors

@@ -155,7 +155,7 @@ def test_the_components_pages_yaml_program_reaches_the_served_model_intact():
     from pulumi.provider.experimental.component import ComponentProvider
 
     from components.__main__ import HOSTED
-    from tests.conftest import ROOT
+    from tests.support.stacks import ROOT
 
     doc = (ROOT / "docs" / "components.md").read_text()
     program = next(yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, re.S) if "ServedModel" in b)

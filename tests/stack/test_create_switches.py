@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import load_stack_doc, render_doc, render_stack
+from tests.support.stacks import load_stack_doc, render_doc, render_stack
 from tests.support.validation import validate_rendered
 from warmstart import render
 

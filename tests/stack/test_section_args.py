@@ -15,10 +15,16 @@ from components import cluster as cluster_component
 from components import model_args_gen, network, section_args, storage
 from components.cluster import ClusterArgs
 from components.sections import nested_section, section_config, section_entry
-from tests.conftest import ALL_STACK_NAMES, MODEL_STACK_NAMES, STACKS_DIR
 from tests.support.model_entry import args_gaps
+from tests.support.stacks import ALL_STACK_NAMES, MODEL_STACK_NAMES, STACKS_DIR
 from warmstart import config
-from warmstart.config import ClusterConfig, CompileCacheBucketConfig, GpuPool, ModelBucketConfig, NetworkConfig
+from warmstart.config import (
+    ClusterConfig,
+    CompileCacheBucketConfig,
+    GpuPool,
+    ModelBucketConfig,
+    NetworkConfig,
+)
 from warmstart.errors import ConfigError, ConfigErrors
 
 # Each section and the TypedDict generated for it.

@@ -1,13 +1,13 @@
 """WarmstartStack alone, from its own Args (a stack's config) under Pulumi mocks: one of each
 platform component, one VllmModel per model, and each pod-side script shipped once per
-namespace for all its models. (Each component's decisions inside it: tests/test_components.py.)"""
+namespace for all its models. (Each component's decisions inside it: tests/stack/test_components.py.)"""
 
 from __future__ import annotations
 
 from collections import Counter
 
 import components
-from tests.conftest import STACKS_DIR
+from tests.support.stacks import STACKS_DIR
 from warmstart import mocks, render
 
 

@@ -16,18 +16,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from components.standby import ModelStandby, ModelStandbyArgs
-from tests.conftest import load_stack_doc, render_doc, render_stack
+from tests.support.stacks import load_stack_doc, render_doc, render_stack
 from warmstart import mocks, render, versions
-from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, RoutingConfig, StandbyConfig
-from warmstart.decisions import autoscaling as scaling
 from warmstart.coldstart import history
-from warmstart.decisions import instances, phases, standby, tuning
-from warmstart.decisions.instances import GIB
-from warmstart.decisions import placement
-from warmstart.errors import ConfigErrors
+from warmstart.config import (
+    AutoscalingConfig,
+    LoaderTuning,
+    ModelSpec,
+    RoutingConfig,
+    StandbyConfig,
+)
+from warmstart.decisions import autoscaling as scaling
+from warmstart.decisions import instances, phases, placement, standby, tuning
 from warmstart.decisions import routing as routing_decisions
-from warmstart.manifests import routing as router_objects
+from warmstart.decisions.instances import GIB
+from warmstart.errors import ConfigErrors
 from warmstart.manifests import network_policy, serving
+from warmstart.manifests import routing as router_objects
 from warmstart.manifests import standby as objects
 from warmstart.plan.model import plan_model
 

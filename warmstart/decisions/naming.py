@@ -132,7 +132,7 @@ def s3_service_name(region: str) -> str:
 # pods, load balancer, KEDA authentication, scripts) and from a pool's (its warm spares). Two
 # models whose names and derived names meet would own one object, or one IAM role
 # (`<prefix>-<name>-irsa`), and the `up` fails with a conflict or EntityAlreadyExists.
-# tests/test_naming_iam.py checks this list against every object name of every render.
+# tests/identity/test_naming_iam.py checks this list against every object name of every render.
 MODEL_NAME_SUFFIXES = ("-router", "-router-control-plane", "-vllm", "-internal", "-import", "-hf-token",
                        "-keda-aws", "-weights", "-first-token", "-nvme-check", "-compile-cache", "-weights-import",
                        "-weights-select", "-weights-stage", "-bench-loader")

@@ -206,7 +206,7 @@ NODE_MEMORY_SHARE = 0.80
 # (kube-proxy, the VPC CNI and its policy agent: node_fit.NODE_DAEMONS) and warmstart's (the node
 # cache's staging pod, 500m / 512Mi, or the image pre-pull, 10m / 32Mi); and what the serving pod
 # runs beside vLLM (the compile-cache, first-token and metrics sidecars, 160m / 416Mi today).
-# On a 4-vCPU node the share above leaves too little for them (tests/test_node_fit.py packs
+# On a 4-vCPU node the share above leaves too little for them (tests/node_fit/test_node_fit.py packs
 # every GPU type), so the pod gets what is left instead.
 GPU_NODE_RESERVE_CPU_MILLIS = 150 + 500 + 10
 GPU_NODE_RESERVE_MEMORY_MIB = 512 + 32

@@ -18,15 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import render_stack
+from tests.support.stacks import render_stack
 from warmstart import config
-from warmstart.plan import stack as plan
-from warmstart.manifests.nvme_check import nvme_check_min_bytes
-from warmstart.manifests import nvme_check as nvme_check_manifest, pod_scripts
-from warmstart.manifests.serving import COMPILE_CACHE_VOLUME
 from warmstart.decisions import gpu_pools, instances, placement
 from warmstart.decisions.instances import GB, GIB, GpuInstance
 from warmstart.errors import ConfigErrors
+from warmstart.manifests import nvme_check as nvme_check_manifest
+from warmstart.manifests import pod_scripts
+from warmstart.manifests.nvme_check import nvme_check_min_bytes
+from warmstart.manifests.serving import COMPILE_CACHE_VOLUME
+from warmstart.plan import stack as plan
 from warmstart.podside import nvme_check
 
 SCRIPT = Path(nvme_check.__file__)
@@ -195,7 +196,7 @@ def test_every_cached_model_runs_the_nvme_check_on_its_cache_volume(stack):
 
 
 def test_nvme_check_fail_mode_reaches_the_pod(stack_doc, tmp_path):
-    from tests.conftest import render_doc
+    from tests.support.stacks import render_doc
 
     doc = stack_doc("dev")
     doc["config"]["warmstart:cluster"] = {"nvmeCheck": "fail"}

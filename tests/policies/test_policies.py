@@ -22,17 +22,25 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pulumi_policy import EnforcementLevel, ResourceValidationPolicy, StackValidationPolicy
-from pulumi_policy.policy import PolicyResource, ResourceValidationArgs, StackValidationArgs
+from pulumi_policy import (
+    EnforcementLevel,
+    ResourceValidationPolicy,
+    StackValidationPolicy,
+)
+from pulumi_policy.policy import (
+    PolicyResource,
+    ResourceValidationArgs,
+    StackValidationArgs,
+)
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
+from tests.support.stacks import ROOT, STACK_NAMES, render_stack
 from warmstart import mocks, policies, policy_pack, versions
-from warmstart.manifests import serving
 from warmstart.config import LoaderTuning
 from warmstart.decisions import tuning
 from warmstart.decisions.instances import GIB, MIB
+from warmstart.manifests import serving
 from warmstart.policies import Resource, eks_version
-from tests.conftest import ROOT, STACK_NAMES, render_stack
 
 _records: dict[str, list[Resource]] = {}
 

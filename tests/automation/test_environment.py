@@ -1,6 +1,6 @@
 """`warmstart preview | up | refresh | destroy --env ENV`, up to the Pulumi CLI boundary.
 
-The engine is faked where tests/test_automation.py fakes it: `engine.open_stack` hands back a
+The engine is faked where tests/automation/test_automation.py fakes it: `engine.open_stack` hands back a
 Stack (FakeStack, the Automation API's own result classes and CommandError) per stack name, and
 every engine call is recorded, in order, across the threads the model stacks run in. Everything
 before it is real: argument parsing, the environment's stack files, the single-stack path each
@@ -22,11 +22,11 @@ from pulumi import automation as auto
 from pulumi.automation._cmd import CommandResult
 from pulumi.automation.errors import StackNotFoundError
 
+from tests.support.automation import FakeStack
+from tests.support.stacks import ROOT
 from warmstart import automation, cli, config, render
 from warmstart.automation import environment
 from warmstart.errors import ConfigError, ConfigErrors
-from tests.conftest import ROOT
-from tests.support.automation import FakeStack
 
 MODELS = ("dev-a", "dev-b", "dev-c")
 PLATFORM_OUTPUTS = {environment.PLATFORM_OUTPUT: auto.OutputValue({"clusterName": "ws-dev"}, False)}

@@ -18,15 +18,15 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import load_stack_doc, render_doc, render_stack
 from tests.support.node_classes import crd_schema, validator
+from tests.support.stacks import load_stack_doc, render_doc, render_stack
 from warmstart import config
-from warmstart.plan import stack as plan
 from warmstart.decisions import capacity, karpenter
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import gpu_pools as manifests
+from warmstart.plan import stack as plan
 
-SCHEMAS = Path(__file__).parent / "schemas"
+SCHEMAS = Path(__file__).parent.parent / "schemas"
 MODES = ("auto", "karpenter")
 TERMS = "capacityReservationSelectorTerms"
 
@@ -256,8 +256,8 @@ def test_a_capacity_block_that_ends_is_refused_once_it_has_ended():
     values = _stack("karpenter", {"types": ["reserved"], "reservations": [{"id": "cr-0123456789abcdef0"}],
                                   "capacityBlock": {"endsAt": ends.isoformat()}})
     cfg = config.parse_config(values)
-    from warmstart.plan.cluster import plan_capacity
     from warmstart.errors import Problems
+    from warmstart.plan.cluster import plan_capacity
 
     for now, ok in ((ends - timedelta(minutes=1), True), (ends, False), (ends + timedelta(days=1), False)):
         problems = Problems()

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from tests.support.policy_eval import ALLOW, DENY, allowed, evaluate, statements
+from tests.support.policy_eval import DENY, allowed, evaluate, statements
 from tests.support.strategies import dns_label, models, prefixes
 from warmstart.decisions import iam, naming, network
 

@@ -15,14 +15,18 @@ import pulumi
 import pytest
 import yaml
 
-from tests.conftest import STACK_NAMES, load_stack_doc, policy_json, render_doc
 from tests.support.policy_eval import DENY, allowed, evaluate, statements
+from tests.support.stacks import STACK_NAMES, load_stack_doc, policy_json, render_doc
 from warmstart import config as config_mod
-from warmstart.plan import stack as plan_mod
 from warmstart import mocks, render
 from warmstart.decisions import iam, naming
-from warmstart.decisions.network import ELB_ROLE_TAG, INTERNAL_ELB_ROLE_TAG, KARPENTER_DISCOVERY_TAG
+from warmstart.decisions.network import (
+    ELB_ROLE_TAG,
+    INTERNAL_ELB_ROLE_TAG,
+    KARPENTER_DISCOVERY_TAG,
+)
 from warmstart.errors import ConfigErrors
+from warmstart.plan import stack as plan_mod
 
 BUCKET = "aws:s3/bucket:Bucket"
 VPC = "aws:ec2/vpc:Vpc"
@@ -290,7 +294,7 @@ def _roles_under_mocks(stack: str):
     """The IRSA roles of a stack's models, one ModelRole component each, on a fake OIDC provider."""
     from components import ModelRole, ModelRoleArgs
 
-    _, sp = render.load_plan(Path(__file__).resolve().parent.parent / "stacks", stack)
+    _, sp = render.load_plan(Path(__file__).resolve().parents[2] / "stacks", stack)
     issuer = "oidc.eks.us-west-2.amazonaws.com/id/EXAMPLED539D4633E53DE1B71EXAMPLE"
 
     def build():
@@ -348,7 +352,7 @@ def test_every_irsa_trust_policy_pins_sub_and_aud_to_exactly_one_service_account
 
 
 def test_no_role_can_write_to_the_model_bucket(rendered):
-    """None but a weights-import role, which tests/test_weights_import.py holds to its own prefix."""
+    """None but a weights-import role, which tests/serving/test_weights_import.py holds to its own prefix."""
     aws = rendered.stack_plan.aws
     objects = [f"arn:aws:s3:::{aws.model_bucket}/{a.model_prefix}/model.safetensors" for a in aws.access]
     for doc in identity_policies(rendered, but_roles=frozenset(a.role_name for a in aws.imports)):

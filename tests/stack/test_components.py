@@ -10,14 +10,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import ROOT, STACK_NAMES, STACKS_DIR
-from warmstart import config, mocks, policies, render
-from warmstart.decisions import placement
-from warmstart.errors import ConfigErrors
-
 import components
 from components import schema as package_schema
 from components.__main__ import HOSTED
+from tests.support.stacks import ROOT, STACK_NAMES, STACKS_DIR
+from warmstart import config, mocks, policies, render
+from warmstart.decisions import placement
+from warmstart.errors import ConfigErrors
 
 EXAMPLES = ROOT / "examples"
 KUBECONFIG = json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []})

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, SHIPPED_STACK_NAMES, STACKS_DIR, USER_STACK_NAMES, render_stack
+from tests.support.stacks import (
+    ROOT,
+    SHIPPED_STACK_NAMES,
+    STACKS_DIR,
+    USER_STACK_NAMES,
+    render_stack,
+)
 from tests.support.validation import validate_rendered
 from warmstart.errors import ConfigError, ConfigErrors
 
@@ -78,22 +84,22 @@ def test_your_stacks_never_break_the_shipped_stacks_tests(tmp_path):
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-3000:]
     ids = [line for line in collected.stdout.splitlines() if "::" in line]
     assert len(ids) > 500, "the whole suite was collected"
-    leaked = [i for i in ids if ("yours-" in i) and not i.startswith("tests/test_user_stacks.py")]
+    leaked = [i for i in ids if ("yours-" in i) and not i.startswith("tests/stack/test_user_stacks.py")]
     assert not leaked, f"tests outside test_user_stacks.py are parametrized over the user's stacks: {leaked[:5]}"
 
     junit = tmp_path / "junit.xml"
-    proc = subprocess.run([*run, f"--junitxml={junit}", "tests/test_user_stacks.py", "tests/test_golden.py",
-                           "tests/test_automation.py::test_workflow_runs_the_readme_tests_and_the_engine_commands"],
+    proc = subprocess.run([*run, f"--junitxml={junit}", "tests/stack/test_user_stacks.py", "tests/golden/test_golden.py",
+                           "tests/automation/test_automation.py::test_workflow_runs_the_readme_tests_and_the_engine_commands"],
                           cwd=project, env=env, capture_output=True, text=True, timeout=900)
     outcomes = _outcomes(junit)
     failed = [t for t, state in outcomes.items() if state in ("failed", "error")]
-    assert failed == ["tests.test_user_stacks::test_a_stack_of_your_own_renders_and_validates[yours-typo]"], \
+    assert failed == ["tests.stack.test_user_stacks::test_a_stack_of_your_own_renders_and_validates[yours-typo]"], \
         proc.stdout[-4000:]
     assert "stacks/Pulumi.yours-typo.yaml is invalid" in proc.stdout and "did you mean `gpuPools`" in proc.stdout, \
         proc.stdout[-4000:]
-    assert outcomes["tests.test_user_stacks::test_a_stack_of_your_own_renders_and_validates[yours-ok]"] == "passed"
-    golden = [t for t in outcomes if t.startswith("tests.test_golden::test_render_matches_its_golden_files")]
-    assert sorted(golden) == sorted(f"tests.test_golden::test_render_matches_its_golden_files[{s}]"
+    assert outcomes["tests.stack.test_user_stacks::test_a_stack_of_your_own_renders_and_validates[yours-ok]"] == "passed"
+    golden = [t for t in outcomes if t.startswith("tests.golden.test_golden::test_render_matches_its_golden_files")]
+    assert sorted(golden) == sorted(f"tests.golden.test_golden::test_render_matches_its_golden_files[{s}]"
                                     for s in SHIPPED_STACK_NAMES)
     assert all(outcomes[t] == "passed" for t in outcomes if t not in failed and "[yours-typo]" not in t
                and outcomes[t] != "skipped"), outcomes

@@ -18,7 +18,13 @@ import pytest
 
 from tests.support import cluster, renders
 from tests.support.renders import platform_of
-from tests.conftest import ALL_STACK_NAMES, load_stack_doc, policy_json, render_doc, render_stack
+from tests.support.stacks import (
+    ALL_STACK_NAMES,
+    load_stack_doc,
+    policy_json,
+    render_doc,
+    render_stack,
+)
 from warmstart import render
 from warmstart.decisions import image_cache
 

@@ -20,9 +20,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc, render_doc, render_stack
 from tests.support import cluster
-from tests.support.renders import EXAMPLE_NAMES, cluster_from, example_cluster, shipped_cluster
+from tests.support.renders import (
+    EXAMPLE_NAMES,
+    cluster_from,
+    example_cluster,
+    shipped_cluster,
+)
+from tests.support.stacks import (
+    ALL_STACK_NAMES,
+    ROOT,
+    load_stack_doc,
+    render_doc,
+    render_stack,
+)
 from warmstart import render
 from warmstart.decisions import instances, placement
 

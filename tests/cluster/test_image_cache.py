@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import load_stack_doc, render_doc
+from tests.support.stacks import load_stack_doc, render_doc
 from warmstart import config, mocks, policies
 from warmstart.decisions import image_cache
 from warmstart.errors import ConfigErrors

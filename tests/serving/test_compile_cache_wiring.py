@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-
-from warmstart.manifests import compile_cache
-from warmstart.decisions import placement
-from tests.conftest import render_doc
 from tests.support.policy_eval import allowed
+from tests.support.stacks import render_doc
+from warmstart.decisions import placement
+from warmstart.manifests import compile_cache
 
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 

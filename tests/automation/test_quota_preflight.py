@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import os
-from pathlib import Path
 from typing import Any
 
 import boto3
@@ -18,12 +17,12 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from tests.conftest import STACKS_DIR, load_stack_doc
+from tests.support.stacks import STACKS_DIR, load_stack_doc
 from warmstart import automation, cli, config, render
-from warmstart.plan import stack as plan
 from warmstart.automation import preflight, quotas
 from warmstart.decisions import capacity, gpu_pools, instances
 from warmstart.exit_codes import EXIT_OK, EXIT_QUOTA
+from warmstart.plan import stack as plan
 
 P_ON_DEMAND, G_ON_DEMAND, P_SPOT, G_SPOT = "L-417A185B", "L-DB2E81BA", "L-7212CCBC", "L-3819A6DF"
 NAMES = {P_ON_DEMAND: "Running On-Demand P instances", G_ON_DEMAND: "Running On-Demand G and VT instances",

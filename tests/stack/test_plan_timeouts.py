@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, render_stack
+from tests.support.stacks import ALL_STACK_NAMES, render_stack
 
 TIMEOUT = "pulumi.com/timeoutSeconds"
 

@@ -4,14 +4,13 @@ and on the pure builders."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.conftest import ROOT, render_stack
 from tests.support.pod_security import _selects, assert_pod_hardened
+from tests.support.stacks import ROOT, render_stack
 from warmstart.manifests import gpu_pools, network_policy, serving
 from warmstart.manifests import standby as standby_objects
 from warmstart.manifests import weights_import as import_job

@@ -8,7 +8,7 @@ import ast
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.stacks import ROOT
 
 MUTATORS = {"update", "append", "extend", "insert", "pop", "setdefault", "clear", "remove"}
 

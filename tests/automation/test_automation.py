@@ -23,10 +23,10 @@ from pulumi import automation as auto
 from pulumi.automation import events
 from pulumi.automation._cmd import CommandResult
 
+from tests.support.automation import FakeStack
+from tests.support.stacks import ALL_STACK_NAMES, ROOT, load_stack_doc
 from warmstart import automation, cli
 from warmstart.exit_codes import EXIT_PREFLIGHT
-from tests.conftest import ALL_STACK_NAMES, ROOT, load_stack_doc
-from tests.support.automation import FakeStack
 
 BAD_CONFIG = ROOT / "tests" / "bad_configs" / "bad-cluster-mode.yaml"
 
@@ -41,7 +41,7 @@ BAD_CONFIG = ROOT / "tests" / "bad_configs" / "bad-cluster-mode.yaml"
 
 @pytest.fixture
 def engine(monkeypatch):
-    """Prerequisites satisfied, the preflight passed (tests/test_preflight.py runs it for real)
+    """Prerequisites satisfied, the preflight passed (tests/automation/test_preflight.py runs it for real)
     and the Stack faked; returns a setter for the fake."""
     state: dict = {"stack": FakeStack()}
     monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))

@@ -2,7 +2,7 @@
 
 Each test here renders a whole stack (the real program under the mocks) and checks a property
 that spans objects: which address a policy must name for the traffic its pod really sends, which
-node role pulls which image, which object must exist before which pod. tests/test_reachability.py
+node role pulls which image, which object must exist before which pod. tests/network/test_reachability.py
 evaluates every flow of every stack; these are the findings one by one, each against the render
 that broke it.
 """
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import load_stack_doc, policy_json, render_doc, render_stack
 from tests.support import reachability as R
+from tests.support.stacks import load_stack_doc, policy_json, render_doc, render_stack
 from warmstart import mocks, render, versions
 from warmstart.decisions import image_cache, network
 from warmstart.manifests import network_policy, serving

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from tests.conftest import ROOT, load_stack_doc
 from tests.podside.servers import REGION, RcloneS3, SeaweedS3, find_binary
+from tests.support.stacks import ROOT, load_stack_doc
 from warmstart import automation, cli, config
-from warmstart.plan import stack as plan
 from warmstart.automation import preflight, prerequisites
 from warmstart.exit_codes import EXIT_OK, EXIT_PREFLIGHT, EXIT_PREREQUISITES
+from warmstart.plan import stack as plan
 
 GIB = 2**30
 WEIGHTS_GIB = 0.001  # 1 MiB of "weights" per model keeps every upload small

@@ -16,8 +16,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, PLATFORM_STACK_NAMES, ROOT, render_stack
-from tests.support.checkov import checkov_executable, justified, load_exceptions, run_checkov
+from tests.support.checkov import (
+    checkov_executable,
+    justified,
+    load_exceptions,
+    run_checkov,
+)
+from tests.support.stacks import (
+    ALL_STACK_NAMES,
+    PLATFORM_STACK_NAMES,
+    ROOT,
+    render_stack,
+)
 from warmstart import render
 
 SECURITY_DOC = ROOT / "docs" / "security.md"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.stacks import STACK_NAMES, STACKS_DIR
 from warmstart import cli, render
-from tests.conftest import STACKS_DIR, STACK_NAMES
 
 PLAN_KEYS = {"name", "instanceType", "gpuName", "gpusPerNode", "tensorParallelSize", "weightsBytes",
              "chunkBytes", "concurrency", "distributed", "compileCacheHostPath"}

@@ -14,7 +14,7 @@ import yaml
 from warmstart import cli
 from warmstart.errors import ConfigErrors
 
-BAD = sorted((Path(__file__).parent / "bad_configs").glob("*.yaml"))
+BAD = sorted((Path(__file__).parent).glob("*.yaml"))
 
 
 def _write_stack(tmp_path: Path, case: Path) -> Path:
@@ -85,7 +85,7 @@ def test_an_instance_without_a_gpu_is_one_line_naming_every_gpu_family(tmp_path,
     line, short, that says there is no GPU and names each family of the GPU table once."""
     from warmstart.decisions import instances
 
-    doc = yaml.safe_load((Path(__file__).parent / "bad_configs" / "non-gpu-instance-type.yaml").read_text())
+    doc = yaml.safe_load((Path(__file__).parent / "non-gpu-instance-type.yaml").read_text())
     rc, _, err = _render_err(tmp_path, monkeypatch, capsys, doc["config"])
     problems = [line for line in err.splitlines() if line.startswith("  - ")]
     assert rc == cli.EXIT_CONFIG and len(problems) == 1, err
@@ -100,7 +100,7 @@ def test_an_instance_without_a_gpu_is_one_line_naming_every_gpu_family(tmp_path,
 def test_an_unknown_size_of_a_gpu_family_lists_that_familys_sizes(tmp_path, monkeypatch, capsys):
     from warmstart.decisions import instances
 
-    doc = yaml.safe_load((Path(__file__).parent / "bad_configs" / "non-gpu-instance-type.yaml").read_text())
+    doc = yaml.safe_load((Path(__file__).parent / "non-gpu-instance-type.yaml").read_text())
     doc["config"]["warmstart:gpuPools"][0]["instanceTypes"] = ["g6e.3xlarge"]
     rc, _, err = _render_err(tmp_path, monkeypatch, capsys, doc["config"])
     sizes = [t for t, i in instances.catalog().items() if i.family == "g6e"]
@@ -333,7 +333,7 @@ def test_an_inner_components_rule_is_reported_under_the_stack_key(tmp_path, monk
     stacks.mkdir()
     (stacks / "Pulumi.routed.yaml").write_text(yaml.safe_dump(doc))
     with pytest.raises(ConfigErrors) as err:
-        render.run_program(stacks, "routed", program_dir=Path(__file__).resolve().parents[1])
+        render.run_program(stacks, "routed", program_dir=Path(__file__).resolve().parents[2])
     keys = [str(e) for e in err.value.errors]
     assert keys == ["warmstart:models[0].routing.loadFactor=1.5: above this test's bound; fix: lower it",
                     "warmstart:models[0].routing=256: (its prefixTokens) not this test's count; fix: derive another"], keys

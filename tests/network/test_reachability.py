@@ -12,10 +12,15 @@ import itertools
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, load_stack_doc, render_doc, render_stack
 from tests.support import reachability as R
 from tests.support import renders
 from tests.support.renders import EXAMPLE_NAMES
+from tests.support.stacks import (
+    ALL_STACK_NAMES,
+    load_stack_doc,
+    render_doc,
+    render_stack,
+)
 from warmstart import mocks
 from warmstart.decisions import network
 

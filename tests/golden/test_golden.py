@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.conftest import ALL_STACK_NAMES, STACKS_DIR, render_stack
 from tests.golden import RENDER, STATE
+from tests.support.stacks import ALL_STACK_NAMES, STACKS_DIR, render_stack
 from warmstart import render
 
 ROOT_STACK = "pulumi:pulumi:Stack"

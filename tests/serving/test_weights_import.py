@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
 
 import components
-from tests.conftest import render_doc, render_stack
 from tests.support.policy_eval import allowed, statements
+from tests.support.stacks import render_doc, render_stack
 from tests.support.strategies import models, prefixes
 from warmstart import config, mocks, policies, render
 from warmstart.decisions import iam, naming, placement
@@ -45,7 +43,7 @@ def _prod_with_imports(stack_doc) -> dict:
 
 @pytest.fixture(scope="module")
 def prod_imports(tmp_path_factory) -> render.Rendered:
-    from tests.conftest import load_stack_doc
+    from tests.support.stacks import load_stack_doc
     return render_doc(_prod_with_imports(lambda s: copy.deepcopy(load_stack_doc(s))), tmp_path_factory.mktemp("p"),
                       "prodimports")
 
