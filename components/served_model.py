@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
-import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import ModelConfig
@@ -25,7 +24,6 @@ from warmstart.decisions import routing as routing_rules
 from warmstart.errors import rekeyed
 from warmstart.manifests import network_policy
 from warmstart.manifests import node_cache as staging_objects
-from warmstart.manifests import serving as serving_objects
 from warmstart.plan.model import ModelPlan
 from warmstart.plan.platform import Contract, check_platform_runs, plan_on_platform
 
@@ -33,6 +31,7 @@ from .autoscaling import ModelAutoscaling
 from .identity import ModelImportRole, ModelRole
 from .model_entry import ModelEntryArgs, model_config
 from .platform import PlatformArgs, checked, contract
+from .providers import kubernetes_provider
 from .routing import ModelRouter, RoutingPolicy
 from .serving import VllmModel, VllmModelArgs
 from .standby import ModelStandby
@@ -110,8 +109,8 @@ class ServedModel(pulumi.ComponentResource):
         # A platform given by its kubeconfig gets a provider of this model's own; else the
         # Kubernetes provider of the resource options (the warmstart stack's cluster's).
         kubeconfig = platform.get("kubeconfig")
-        kube: dict[str, Any] = {"provider": k8s.Provider(
-            f"{name}-k8s", kubeconfig=kubeconfig, opts=pulumi.ResourceOptions(parent=self))} if kubeconfig is not None else {}
+        kube: dict[str, Any] = {"provider": kubernetes_provider(
+            name, kubeconfig, pulumi.ResourceOptions(parent=self))} if kubeconfig is not None else {}
         wired = dict(oidc_provider_arn=p.oidc_provider_arn, oidc_issuer=p.oidc_issuer, name_prefix=p.name_prefix,
                      region=p.region, namespace=p.namespace, source=m.source)
         bucket = p.compile_cache_bucket if m.compile_cache else None
@@ -198,8 +197,7 @@ class ServedModel(pulumi.ComponentResource):
         if not m.routed:
             return None
         vpc = list(p.vpc_cidrs)
-        wait = m.startup_budget_seconds + serving_objects.NODE_LAUNCH_SECONDS + (
-            m.weights_import.deadline_seconds if m.weights_import else 0)
+        wait = m.router_ready_timeout_seconds
         return ModelRouter(f"{prefix}-{m.name}-router", _args(
             model_name=m.name, namespace=p.namespace, policy=RoutingPolicy(m.routing_policy),
             cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,

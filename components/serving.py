@@ -23,10 +23,16 @@ import pulumi_kubernetes as k8s
 from pulumi.provider.experimental.util import camel_case
 
 from warmstart import versions
-from warmstart.decisions import placement
 from warmstart.config import LoaderTuning
+from warmstart.decisions import placement
 from warmstart.errors import ConfigError, rekeyed
-from warmstart.manifests import compile_cache, first_token, metrics_proxy, network_policy, nvme_check
+from warmstart.manifests import (
+    compile_cache,
+    first_token,
+    metrics_proxy,
+    network_policy,
+    nvme_check,
+)
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import standby as standby_objects
@@ -48,10 +54,11 @@ from warmstart.plan.model import (
     plan_model,
 )
 
+from .enums import ClusterMode, NvmeCheckMode, mode_value
 from .model_entry import ModelEntryArgs, model_spec
 from .node_cache import ModelNodeCache
 from .pod_scripts import PodScript
-from .enums import ClusterMode, NvmeCheckMode, mode_value
+from .providers import kubernetes_provider
 
 DEFAULT_NAMESPACE = "default"
 
@@ -381,7 +388,7 @@ class VllmModel(pulumi.ComponentResource):
         ns = args.get("namespace") or DEFAULT_NAMESPACE
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
-            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
 
         bucket = args.get("compile_cache_bucket") if m.compile_cache else None
@@ -446,7 +453,7 @@ class VllmModel(pulumi.ComponentResource):
             # Not staged: the image alone goes onto every node of the pool before the pods roll.
             before_pods.append(self._image_prepull(name, ns, child))
         dep = deployment_spec(m, ns, args["region"], extras)
-        timeout = int(dep["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        timeout = m.rollout_timeout_seconds
         k8s.apps.v1.Deployment(
             f"{name}-deployment", metadata=dep["metadata"], spec=dep["spec"],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
@@ -498,7 +505,7 @@ class VllmModel(pulumi.ComponentResource):
         k8s.networking.v1.NetworkPolicy(f"{name}-image-netpol", metadata=fence["metadata"], spec=fence["spec"],
                                         opts=child)
         ds = prepull.daemonset_spec(m, ns)
-        wait = ds["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]
+        wait = prepull.ROLLOUT_TIMEOUT_SECONDS
         return k8s.apps.v1.DaemonSet(f"{name}-image-prepull", metadata=ds["metadata"], spec=ds["spec"],
                                      opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(
                                          custom_timeouts=pulumi.CustomTimeouts(create=f"{wait}s", update=f"{wait}s"))))
@@ -553,7 +560,7 @@ class VllmModel(pulumi.ComponentResource):
             needs.append(k8s.core.v1.Secret(f"{name}-hf-token", metadata=secret["metadata"], type=secret["type"],
                                             string_data=secret["stringData"], opts=child))
         job = import_job.job_spec(m, ns, args["region"], script_map, secret_name)
-        wait = int(job["metadata"]["annotations"]["pulumi.com/timeoutSeconds"])
+        wait = m.weights_import.pulumi_wait_seconds
         return k8s.batch.v1.Job(
             f"{name}-import", metadata=job["metadata"], spec=job["spec"],
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(

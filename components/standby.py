@@ -17,8 +17,9 @@ import pulumi_kubernetes as k8s
 from warmstart.decisions import standby as decide
 from warmstart.manifests import standby as objects
 
-from .serving import NonGpuPlacementArgs, non_gpu_placement
 from .pod_scripts import PodScript
+from .providers import kubernetes_provider
+from .serving import NonGpuPlacementArgs, non_gpu_placement
 
 
 class ModelStandbyArgs(TypedDict):
@@ -79,7 +80,7 @@ class ModelStandby(pulumi.ComponentResource):
             api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")))
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
-            provider = k8s.Provider(f"{name}-k8s", kubeconfig=args["kubeconfig"], opts=child)
+            provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
         script_map = objects.CONFIGMAP_NAME
         needs: list[pulumi.Resource] = []

@@ -114,6 +114,12 @@ class ImportPlan:
     """Where the Job's pod runs: the platform's non-GPU nodes."""
 
     @property
+    def pulumi_wait_seconds(self) -> int:
+        """How long `pulumi up` waits for the import Job (`pulumi.com/timeoutSeconds`): its own
+        deadline and a margin for the pod to be scheduled and report."""
+        return self.deadline_seconds + PULUMI_WAIT_MARGIN_SECONDS
+
+    @property
     def hugging_face_repo(self) -> str | None:
         return self.source.removeprefix("hf://") if self.kind == "huggingFace" else None
 

@@ -24,6 +24,10 @@ CONTAINER = "image-hold"
 HOLD_COMMAND = ["python3", "-c", "import signal; signal.pause()"]
 
 
+# How long `pulumi up` waits for the pre-pull DaemonSet's rollout: every node of the pool has
+# pulled the image (an image of tens of GB over a node's link, on a pool of many nodes).
+ROLLOUT_TIMEOUT_SECONDS = 1800
+
 def name(model: str, pool: str) -> str:
     return f"{model}-image-{pool}"
 
@@ -43,7 +47,7 @@ def daemonset_spec(m: ServingPlan, namespace: Any) -> dict[str, Any]:
         "kind": "DaemonSet",
         "metadata": {"name": name(m.name, m.pool), "namespace": namespace, "labels": pod_labels,
                      # The rollout ends once every node of the pool has pulled the image.
-                     "annotations": {"pulumi.com/timeoutSeconds": "1800"}},
+                     "annotations": {"pulumi.com/timeoutSeconds": str(ROLLOUT_TIMEOUT_SECONDS)}},
         "spec": {
             "selector": {"matchLabels": pod_labels},
             # Every node pulls at once: each pull is independent of the others.

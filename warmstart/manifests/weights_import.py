@@ -171,7 +171,7 @@ def job_spec(m: ServingPlan, namespace: Any, region: str, config_map: str = CONF
         "securityContext": container_security_context() | {"runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GID},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pulumi_wait = imp.deadline_seconds + imports.PULUMI_WAIT_MARGIN_SECONDS
+    pulumi_wait = imp.pulumi_wait_seconds
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
