@@ -31,7 +31,7 @@ import pulumi_kubernetes as k8s
 
 from warmstart import versions
 from warmstart.config import ClusterConfig, GpuPool, SystemNodeGroupConfig
-from warmstart.decisions import iam, image_cache, karpenter, naming, placement
+from warmstart.decisions import cluster_access, iam, image_cache, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigError
 from warmstart.plan.cluster import ClusterPlan, plan_cluster_layer, pool_model_of
@@ -284,15 +284,15 @@ class Cluster(pulumi.ComponentResource):
         self.kubeconfig = pulumi.Output.secret(self.eks.kubeconfig_json)
         self.kubernetes_provider = kubernetes_provider(name, self.eks.kubeconfig_json, child)
 
-        for role, arns, policy in (("admin", p.admins, karpenter.CLUSTER_ADMIN_ACCESS_POLICY),
-                                   ("viewer", p.viewers, karpenter.VIEWER_ACCESS_POLICY)):
+        for role, arns, policy in (("admin", p.admins, cluster_access.CLUSTER_ADMIN_ACCESS_POLICY),
+                                   ("viewer", p.viewers, cluster_access.VIEWER_ACCESS_POLICY)):
             for arn in arns:
                 key = naming.short_hash(arn)
                 entry = aws.eks.AccessEntry(f"{name}-{role}-{key}", cluster_name=p.name, principal_arn=arn,
                                             type="STANDARD", opts=after_cluster)
                 aws.eks.AccessPolicyAssociation(
                     f"{name}-{role}-{key}", cluster_name=p.name, principal_arn=arn,
-                    policy_arn=karpenter.access_policy_arn(p.partition, policy),
+                    policy_arn=cluster_access.access_policy_arn(p.partition, policy),
                     access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
                     opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
 
@@ -419,7 +419,7 @@ class Cluster(pulumi.ComponentResource):
                                     opts=pulumi.ResourceOptions(parent=self, depends_on=[self.eks]))
         association = aws.eks.AccessPolicyAssociation(
             f"{name}-gpu-node", cluster_name=p.name, principal_arn=role.arn,
-            policy_arn=karpenter.access_policy_arn(p.partition, karpenter.AUTO_NODE_ACCESS_POLICY),
+            policy_arn=cluster_access.access_policy_arn(p.partition, cluster_access.AUTO_NODE_ACCESS_POLICY),
             access_scope=aws.eks.AccessPolicyAssociationAccessScopeArgs(type="cluster"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[entry]))
         return role, association

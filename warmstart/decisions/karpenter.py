@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import capacity, cluster_access, iam, placement
+from . import capacity, iam, placement
 
 CONTROLLER_NAMESPACE = "kube-system"
 # The chart's fullname; `serviceAccount.name: ""` means this
@@ -57,12 +57,6 @@ SYSTEM_NODE_ROLE_POLICIES = KARPENTER_NODE_ROLE_POLICIES
 # Node role of a custom Auto Mode NodeClass
 # (https://docs.aws.amazon.com/eks/latest/userguide/auto-learn-iam.html#auto-learn-node-iam-role).
 AUTO_NODE_ROLE_POLICIES = ("AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodeMinimalPolicy")
-# The cluster's access policies are cluster_access.py's (who may act in the cluster is not
-# Karpenter's); named here too until components/cluster.py imports them from there.
-AUTO_NODE_ACCESS_POLICY = cluster_access.AUTO_NODE_ACCESS_POLICY
-CLUSTER_ADMIN_ACCESS_POLICY = cluster_access.CLUSTER_ADMIN_ACCESS_POLICY
-VIEWER_ACCESS_POLICY = cluster_access.VIEWER_ACCESS_POLICY
-access_policy_arn = cluster_access.access_policy_arn
 
 # Controller requests = limits, as the reference install sets them
 # (https://karpenter.sh/v1.14/getting-started/getting-started-with-karpenter/).
