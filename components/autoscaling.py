@@ -15,10 +15,13 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
+from warmstart.config import AutoscalingConfig
 from warmstart.decisions import autoscaling as decide
 from warmstart.manifests import autoscaling as objects
 
+from .model_args import ModelEntryAutoscalingArgs
 from .providers import kubernetes_provider
+from .sections import nested_section
 
 
 class ModelAutoscalingArgs(TypedDict):
@@ -29,20 +32,17 @@ class ModelAutoscalingArgs(TypedDict):
     ScaledObject's name."""
     namespace: str
     """Namespace of the model's Deployment (the queries' `namespace`)."""
-    min_replicas: int
-    """Fewest replicas KEDA keeps (>= 1 unless `frontQueue`)."""
-    max_replicas: int
-    """Most replicas KEDA runs; the GPU pool's limit must hold them plus one surge pod."""
+    autoscaling: NotRequired[ModelEntryAutoscalingArgs]
+    """The model's `autoscaling` section, as a stack config writes it: `minReplicas` (>= 1 unless
+    `frontQueue`), `maxReplicas` (required), `targetWaitingPerReplica`, `kvCacheUsageCeiling`.
+    Its validation and defaults are the config's. Deprecated, still read: those keys at the top
+    of the Args."""
     startup_budget_seconds: int
     """The model's start-up budget: scale-down waits at least this long."""
     server_address: pulumi.Input[str]
     """Prometheus-compatible base URL KEDA queries (the Monitoring component's `serverAddress`)."""
     deployment_name: NotRequired[str]
     """The Deployment KEDA scales (default: the model's name)."""
-    target_waiting_per_replica: NotRequired[float]
-    """Requests waiting per replica above which KEDA adds replicas (default 5)."""
-    kv_cache_usage_ceiling: NotRequired[float]
-    """Highest KV-cache usage (0-1) any replica may reach before KEDA adds replicas (default: no such trigger)."""
     region: NotRequired[str]
     """AWS region of the AMP workspace: KEDA signs its queries with SigV4 as the operator's role.
     Omit for an endpoint that takes unsigned queries."""
@@ -72,12 +72,14 @@ class ModelAutoscaling(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelAutoscalingArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:ModelAutoscaling", name, None, opts)
         model, namespace = args["model_name"], args["namespace"]
+        section, where = nested_section(AutoscalingConfig, args, "autoscaling", "ModelAutoscalingArgs", self)
         spec = decide.AutoscalingSpec(
-            min_replicas=args["min_replicas"], max_replicas=args["max_replicas"],
-            target_waiting_per_replica=args.get("target_waiting_per_replica",
-                                                decide.DEFAULT_TARGET_WAITING_PER_REPLICA),
-            kv_cache_usage_ceiling=args.get("kv_cache_usage_ceiling"), standby=args.get("standby_count", 0))
-        decide.check_spec(spec, key="ModelAutoscalingArgs", model=model, front_queue=bool(args.get("front_queue")))
+            min_replicas=section.min_replicas, max_replicas=section.max_replicas,
+            target_waiting_per_replica=section.target_waiting_per_replica,
+            kv_cache_usage_ceiling=section.kv_cache_usage_ceiling, standby=args.get("standby_count", 0))
+        # The section's rules beyond its own fields' (minReplicas 0 needs a front queue, ...),
+        # under the section's key.
+        decide.check_spec(spec, key=where, model=model, front_queue=bool(args.get("front_queue")))
         # Every decision is made here, from the Args alone, by the pure planner.
         self.plan = decide.plan_scaling(model, namespace, spec, args["startup_budget_seconds"],
                                         args.get("deployment_name"),

@@ -8,20 +8,25 @@ the model's endpoint, the NetworkPolicies, and optionally an internal load balan
 control-plane key Secret.
 """
 
+from collections.abc import Mapping
 from enum import Enum
-from typing import NotRequired, Optional, TypedDict
+from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
+from warmstart.config import RoutingConfig
+from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.decisions import routing
 from warmstart.decisions.routing import RoutingPlan
 from warmstart.manifests import routing as objects
 from warmstart.manifests.routing import SERVICE_PORT
 
 from .enums import ClusterMode, mode_value
+from .model_args import ModelEntryRoutingArgs
 from .providers import kubernetes_provider
+from .sections import nested_section
 from .serving import NonGpuPlacementArgs, ScraperPodsArgs, non_gpu_placement
 
 DEFAULT_NAMESPACE = "default"
@@ -44,8 +49,14 @@ class ModelRouterArgs(TypedDict):
     """The model (the VllmModel's `modelName`): the router discovers exactly its vLLM pods."""
     namespace: NotRequired[str]
     """Namespace of the model's pods, where the router runs (default `default`)."""
-    policy: NotRequired[RoutingPolicy]
-    """Routing policy (default prefix_hash)."""
+    routing: NotRequired[ModelEntryRoutingArgs]
+    """The model's `routing` section, as a stack config writes it: `policy` (`auto`, the default,
+    is `prefix_hash` here: a router exists only for a routed model; `none` is refused),
+    `loadFactor`, `maxExcessRequests` and `internalLoadBalancer` (also put an internal Network
+    Load Balancer in front of the routers: Auto Mode provisions it itself; in karpenter mode the
+    cluster's cloud provider does, with the legacy NLB annotations). Its validation and defaults
+    are the config's. Deprecated, still read: `policy`, `loadFactor`, `maxExcessRequests` and
+    `expose` (= `internalLoadBalancer`) at the top of the Args."""
     cluster_mode: NotRequired[ClusterMode]
     """How the cluster runs its nodes, which decides the load balancer's annotations (default auto)."""
     non_gpu_placement: NotRequired[NonGpuPlacementArgs]
@@ -53,21 +64,14 @@ class ModelRouterArgs(TypedDict):
     `nonGpuPlacement`). Default: anywhere off the GPU nodes."""
     router_replicas: NotRequired[int]
     """Router pods, one per node (default 2, so one can be drained while the other serves)."""
-    load_factor: NotRequired[float]
-    """A replica is over the bound once it carries this multiple of the mean load, and also
-    `maxExcessRequests` more than the mean (default 1.25, SMG's)."""
-    max_excess_requests: NotRequired[int]
-    """In-flight requests a replica may carry above the mean, across all routers, before requests
-    for its prefixes go elsewhere (default 4, below SMG's 10: see docs/routing.md); each router
-    applies its share."""
     prefix_tokens: NotRequired[int]
     """Leading tokens hashed to choose a replica (default 256; text counts 4 characters a token)."""
     waiting_requests: NotRequired[int]
     """A replica whose vLLM queue holds this many waiting requests is left out while another
     is below it (default 8, SMG's)."""
     client_cidrs: NotRequired[list[str]]
-    """CIDRs besides the namespace's pods that may call the endpoint (needed with `expose`: the
-    load balancer's clients, e.g. the VPC CIDR)."""
+    """CIDRs besides the namespace's pods that may call the endpoint (needed with
+    `routing.internalLoadBalancer`: the load balancer's clients, e.g. the VPC CIDR)."""
     metrics_cidrs: NotRequired[list[str]]
     """CIDRs that may scrape the routers' Prometheus metrics on port 29000 (default none: the
     listener is bound to 127.0.0.1)."""
@@ -81,10 +85,6 @@ class ModelRouterArgs(TypedDict):
     """Where the routers reach the Kubernetes API, for their egress policy (default any address).
     Tighter: the `kubernetes` Service's ClusterIP as a /32 (the first address of the Service range,
     e.g. 172.20.0.1/32), which pods call and the AWS network policy agent judges before DNAT."""
-    expose: NotRequired[bool]
-    """Also put an internal Network Load Balancer in front of the routers (default false). Auto
-    Mode provisions it itself; in karpenter mode the cluster's cloud provider does, with the
-    legacy NLB annotations (install the AWS Load Balancer Controller for its features)."""
     ready_timeout_seconds: NotRequired[int]
     """How long `up` waits for the routers to become Ready, which they are once one vLLM pod is:
     give the model's start-up allowance (default 1800)."""
@@ -123,27 +123,55 @@ class ModelRouterArgs(TypedDict):
     resource options (or the ambient one)."""
 
 
-def plan(args: ModelRouterArgs) -> RoutingPlan:
-    """The router's decisions from its Args alone (ConfigErrors keyed `ModelRouterArgs.*`)."""
-    return routing.plan(
-        args["model_name"], args.get("namespace") or DEFAULT_NAMESPACE,
-        mode_value(args.get("policy", RoutingPolicy.PREFIX_HASH)),
-        mode_value(args.get("cluster_mode", ClusterMode.AUTO)),  # type: ignore[arg-type]
-        args.get("image") or versions.SMG_IMAGE, key="ModelRouterArgs",
-        router_replicas=args.get("router_replicas", routing.ROUTER_REPLICAS),
-        load_factor=args.get("load_factor", routing.DEFAULT_LOAD_FACTOR),
-        max_excess_requests=args.get("max_excess_requests", routing.DEFAULT_MAX_EXCESS_REQUESTS),
-        prefix_tokens=args.get("prefix_tokens", routing.DEFAULT_PREFIX_TOKENS),
-        waiting_requests=args.get("waiting_requests", routing.DEFAULT_WAITING_REQUESTS),
-        client_cidrs=args.get("client_cidrs") or (), metrics_cidrs=args.get("metrics_cidrs") or (),
-        metrics_pods=[(s["namespace"], s["pod_labels"]) for s in args.get("metrics_scrapers") or []],
-        vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
-        api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
-        expose=args.get("expose", False), ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
-        non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
-        front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
-        front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),
-        front_queue_scaled=bool(args.get("front_queue_scaled")), keda_namespace=args.get("keda_namespace", "keda"))
+# The planner's keys of the routing section's fields (`routing.plan` names the policy `mode`).
+_SECTION_KEYS = {"mode": "policy", "loadFactor": "loadFactor", "maxExcessRequests": "maxExcessRequests"}
+
+
+def routing_section(args: Mapping[str, Any], resource: pulumi.Resource | None = None) -> tuple[RoutingConfig, str]:
+    """The Args' `routing` section as the config model, and the key its errors are under
+    (`ModelRouterArgs.routing`; `ModelRouterArgs` for the deprecated flat keys)."""
+    given = dict(args)
+    if "expose" in given:
+        # The flat Args called `internalLoadBalancer` `expose`: read as that field.
+        given["internal_load_balancer"] = given.pop("expose")
+    return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
+
+
+def plan(args: ModelRouterArgs, resource: pulumi.Resource | None = None) -> RoutingPlan:
+    """The router's decisions from its Args alone (ConfigErrors keyed `ModelRouterArgs.*`, the
+    routing section's `ModelRouterArgs.routing.*`)."""
+    section, where = routing_section(args, resource)
+    try:
+        return routing.plan(
+            args["model_name"], args.get("namespace") or DEFAULT_NAMESPACE, section.policy,
+            mode_value(args.get("cluster_mode", ClusterMode.AUTO)),  # type: ignore[arg-type]
+            args.get("image") or versions.SMG_IMAGE, key="ModelRouterArgs",
+            router_replicas=args.get("router_replicas", routing.ROUTER_REPLICAS),
+            load_factor=section.load_factor, max_excess_requests=section.max_excess_requests,
+            prefix_tokens=args.get("prefix_tokens", routing.DEFAULT_PREFIX_TOKENS),
+            waiting_requests=args.get("waiting_requests", routing.DEFAULT_WAITING_REQUESTS),
+            client_cidrs=args.get("client_cidrs") or (), metrics_cidrs=args.get("metrics_cidrs") or (),
+            metrics_pods=[(s["namespace"], s["pod_labels"]) for s in args.get("metrics_scrapers") or []],
+            vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
+            api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
+            expose=section.internal_load_balancer, ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
+            non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
+            front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
+            front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),
+            front_queue_scaled=bool(args.get("front_queue_scaled")), keda_namespace=args.get("keda_namespace", "keda"))
+    except ConfigErrors as err:
+        # The planner's rules on the section's fields (`policy: none` has no router) are
+        # reported under the section's key, as the config's own are.
+        raise ConfigErrors([_section_key(e, where) for e in err.errors]) from None
+    except ConfigError as err:
+        raise _section_key(err, where) from None
+
+
+def _section_key(err: ConfigError, where: str) -> ConfigError:
+    field = err.key.removeprefix("ModelRouterArgs.")
+    if err.key.startswith("ModelRouterArgs.") and field in _SECTION_KEYS:
+        return ConfigError(f"{where}.{_SECTION_KEYS[field]}", err.rule, err.fix, err.value)
+    return err
 
 
 class ModelRouter(pulumi.ComponentResource):
@@ -158,7 +186,7 @@ class ModelRouter(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ModelRouterArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:ModelRouter", name, None, opts)
-        self.plan: RoutingPlan = plan(args)
+        self.plan: RoutingPlan = plan(args, self)
         p = self.plan
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
@@ -209,4 +237,4 @@ class ModelRouter(pulumi.ComponentResource):
         self.register_outputs({"serviceName": self.service_name, "endpoint": self.endpoint})
 
 
-__all__ = ["ModelRouter", "ModelRouterArgs", "RoutingPolicy", "ScraperPodsArgs", "plan"]
+__all__ = ["ModelRouter", "ModelRouterArgs", "RoutingPolicy", "ScraperPodsArgs", "plan", "routing_section"]

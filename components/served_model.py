@@ -32,15 +32,12 @@ from .identity import ModelImportRole, ModelRole
 from .model_entry import ModelEntryArgs, model_config
 from .platform import PlatformArgs, checked, contract
 from .providers import kubernetes_provider
-from .routing import ModelRouter, RoutingPolicy
+from .routing import ModelRouter
+from .sections import section_entry
 from .serving import VllmModel, VllmModelArgs
 from .standby import ModelStandby
 
 KEY = "ServedModelArgs.model"
-# The inner components' Args keys a model entry's user writes, by the block they come from
-# (any other is derived here and reported as the block itself).
-ROUTER_KEYS = {"loadFactor": "loadFactor", "maxExcessRequests": "maxExcessRequests", "mode": "policy"}
-AUTOSCALING_KEYS = {k: k for k in ("minReplicas", "maxReplicas", "targetWaitingPerReplica", "kvCacheUsageCeiling")}
 
 
 class ServedModelArgs(TypedDict):
@@ -135,7 +132,10 @@ class ServedModel(pulumi.ComponentResource):
         self.staging_role = ModelRole(f"{prefix}-staging-{m.name}", _args(
             model_name=staging_sa, service_account=staging_sa, **wired), opts=child("staging")) if m.staged else None
 
-        with rekeyed("ModelRouterArgs", f"{KEY}.routing", ROUTER_KEYS):
+        # The inner components' sections are the model entry's, key for key; any other of their
+        # Args is derived here and reported as the block itself.
+        with rekeyed("ModelRouterArgs", f"{KEY}.routing", {}), \
+                rekeyed("ModelRouterArgs.routing", f"{KEY}.routing"):
             self.router = self._router(prefix, p, m, child("router", depends_on=after, **kube))
         scraped_cidrs = list(p.vpc_cidrs) if p.managed_scraper else None
         token = args.get("hugging_face_token")
@@ -160,12 +160,12 @@ class ServedModel(pulumi.ComponentResource):
         a = m.autoscaling
         if a is not None:
             assert p.monitoring is not None  # check_platform_runs
-            with rekeyed("ModelAutoscalingArgs", f"{KEY}.autoscaling", AUTOSCALING_KEYS):
+            with rekeyed("ModelAutoscalingArgs", f"{KEY}.autoscaling", {}), \
+                    rekeyed("ModelAutoscalingArgs.autoscaling", f"{KEY}.autoscaling"):
                 self.autoscaler = ModelAutoscaling(f"{prefix}-{m.name}-autoscaling", _args(
-                    model_name=m.name, namespace=p.namespace, min_replicas=a.min_replicas, max_replicas=a.max_replicas,
+                    model_name=m.name, namespace=p.namespace, autoscaling=section_entry(a),
                     startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
-                    region=p.monitoring.get("region") or None, target_waiting_per_replica=a.target_waiting_per_replica,
-                    kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
+                    region=p.monitoring.get("region") or None,
                     standby_count=m.standby.count if m.standby else None,
                     # The routers' front queue holds requests while no engine is awake (minReplicas 0);
                     # without standby KEDA scales from zero pods on it (the model's Service's endpoints).
@@ -199,10 +199,13 @@ class ServedModel(pulumi.ComponentResource):
         vpc = list(p.vpc_cidrs)
         wait = m.router_ready_timeout_seconds
         return ModelRouter(f"{prefix}-{m.name}-router", _args(
-            model_name=m.name, namespace=p.namespace, policy=RoutingPolicy(m.routing_policy),
-            cluster_mode=p.cluster_mode, load_factor=m.routing.load_factor,
+            # The model's routing section as written, its policy the plan's resolved one
+            # (`auto` resolved by the model's replicas, which a lone router does not know; a
+            # router's own `auto` always means prefix_hash).
+            model_name=m.name, namespace=p.namespace,
+            routing={**section_entry(m.routing), "policy": m.routing_policy},
+            cluster_mode=p.cluster_mode,
             non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
-            max_excess_requests=m.routing.max_excess_requests,
             client_cidrs=vpc if m.routing.internal_load_balancer else None,
             # The routers' metrics listener serves only metrics: the managed collector's ENIs are in
             # the VPC's subnets, a Prometheus of your own is named by its pods.
@@ -216,7 +219,7 @@ class ServedModel(pulumi.ComponentResource):
             # entry (`aws_conntrack_map`, tc.v4ingress.bpf.c), so that one /32 suffices: no VPC
             # block, no other ClusterIP.
             api_server_cidrs=[f"{network_rules.kubernetes_service_ip(p.service_cidr)}/32"],
-            expose=m.routing.internal_load_balancer, ready_timeout_seconds=wait,
+            ready_timeout_seconds=wait,
             image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.

@@ -18,7 +18,7 @@ from pulumi.provider.experimental.analyzer import Analyzer
 import components.autoscaling as autoscaling_component
 import components.monitoring as monitoring_component
 from tests.support.keda import SCALED_OBJECT, SCHEMAS, validate_keda
-from warmstart import mocks, versions
+from warmstart import config, mocks, versions
 from warmstart.config import LoaderTuning, ModelSpec
 from warmstart.decisions import autoscaling as decide
 from warmstart.decisions import gpu_pools, instances, placement, tuning
@@ -365,9 +365,10 @@ def test_the_chart_pin_is_the_keda_release_of_the_vendored_crds():
 
 def _autoscaling(**overrides):
     args = autoscaling_component.ModelAutoscalingArgs(
-        model_name="llama", namespace="inference", min_replicas=1, max_replicas=4, startup_budget_seconds=1300,
+        model_name="llama", namespace="inference", startup_budget_seconds=1300,
+        autoscaling={"min_replicas": 1, "max_replicas": 4, "kv_cache_usage_ceiling": 0.8},
         server_address="https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-1", region=REGION,
-        kv_cache_usage_ceiling=0.8, kubeconfig="{}") | overrides
+        kubeconfig="{}") | overrides
     built = {}
     rs = mocks.run(lambda: built.setdefault("a", autoscaling_component.ModelAutoscaling("llama-autoscaling", args)),
                    region=REGION, stack="alone")
@@ -399,8 +400,45 @@ def test_model_autoscaling_without_region_queries_unsigned():
 
 
 def test_model_autoscaling_refuses_min_zero_without_a_queue():
-    with pytest.raises(Exception, match=r"ModelAutoscalingArgs\.minReplicas=0"):
-        _autoscaling(min_replicas=0)
+    with pytest.raises(Exception, match=r"ModelAutoscalingArgs\.autoscaling\.minReplicas=0"):
+        _autoscaling(autoscaling={"min_replicas": 0, "max_replicas": 4})
+
+
+@pytest.mark.parametrize("section, key", [
+    ({"max_replicas": 0}, "ModelAutoscalingArgs.autoscaling.maxReplicas"),
+    ({}, "ModelAutoscalingArgs.autoscaling.maxReplicas"),
+    ({"max_replicas": 4, "target_waiting_per_replica": 0}, "ModelAutoscalingArgs.autoscaling.targetWaitingPerReplica"),
+    ({"max_replicas": 4, "kv_cache_usage_ceiling": 1.5}, "ModelAutoscalingArgs.autoscaling.kvCacheUsageCeiling"),
+])
+def test_model_autoscalings_section_is_validated_as_the_configs_under_its_nested_key(section, key):
+    with pytest.raises(ConfigErrors) as err:
+        _autoscaling(autoscaling=section)
+    assert [e.key for e in err.value.errors] == [key]
+
+
+def test_model_autoscalings_section_defaults_are_the_configs():
+    a, _ = _autoscaling(autoscaling={"max_replicas": 4})
+    d = config.AutoscalingConfig(max_replicas=4)
+    spelled, _ = _autoscaling(autoscaling={"min_replicas": d.min_replicas, "max_replicas": 4,
+                                           "target_waiting_per_replica": d.target_waiting_per_replica})
+    assert a.plan == spelled.plan and a.plan.min_replicas == d.min_replicas
+    assert [t.threshold for t in a.plan.triggers] == [d.target_waiting_per_replica], "no KV-cache trigger unless set"
+
+
+def test_model_autoscalings_flat_keys_of_before_scale_as_the_section_with_a_warning(monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    nested, rs_nested = _autoscaling()
+    assert warned == []
+    flat, rs_flat = _autoscaling(autoscaling=None, min_replicas=1, max_replicas=4, kv_cache_usage_ceiling=0.8)
+    assert flat.plan == nested.plan
+    assert [r.inputs for r in rs_flat if r.typ.startswith("kubernetes:")] == \
+        [r.inputs for r in rs_nested if r.typ.startswith("kubernetes:")]
+    assert len(warned) == 1 and "ModelAutoscalingArgs: kvCacheUsageCeiling, maxReplicas, minReplicas" in warned[0]
+    with pytest.raises(ConfigError, match="ModelAutoscalingArgs.maxReplicas"):
+        _autoscaling(max_replicas=4)
 
 
 def test_pulumi_infers_a_documented_schema_for_both_components():

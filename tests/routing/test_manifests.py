@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from warmstart import config, mocks, render, versions
 from warmstart.decisions import routing
 from warmstart.decisions import placement
-from warmstart.errors import ConfigErrors
+from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import routing as router, serving
 
 import components
@@ -334,7 +334,7 @@ def test_the_component_registers_the_planned_objects_and_exposes_the_endpoint():
 
 
 def test_a_given_control_plane_key_reaches_the_pods_only_through_its_secret():
-    r, resources, _ = _router_alone(control_plane_api_key="not-in-the-deployment", policy=RoutingPolicy.ROUND_ROBIN)
+    r, resources, _ = _router_alone(control_plane_api_key="not-in-the-deployment", routing={"policy": "round_robin"})
     (secret,) = [x.inputs for x in resources if x.typ == "kubernetes:core/v1:Secret"]
     assert secret["metadata"]["name"] == router.control_plane_secret_name("llama")
     (dep,) = [x.inputs for x in resources if x.typ == "kubernetes:apps/v1:Deployment"]
@@ -353,4 +353,48 @@ def test_without_the_vllm_fence_only_the_routers_own_policy_is_registered():
 
 def test_the_component_names_the_arg_it_cannot_use():
     with pytest.raises(ConfigErrors, match="ModelRouterArgs.clientCidrs"):
-        _router_alone(expose=True)
+        _router_alone(routing={"internal_load_balancer": True})
+
+
+def _router_plan(**overrides):
+    return components.routing.plan(ModelRouterArgs(model_name="llama", namespace="ml") | overrides)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("routing_section, key", [
+    ({"policy": "none"}, "ModelRouterArgs.routing.policy"),
+    ({"policy": "least_load"}, "ModelRouterArgs.routing.policy"),
+    ({"load_factor": 0.9}, "ModelRouterArgs.routing.loadFactor"),
+    ({"max_excess_requests": -1}, "ModelRouterArgs.routing.maxExcessRequests"),
+    ({"load_factor": float("inf")}, "ModelRouterArgs.routing.loadFactor"),
+])
+def test_the_routing_sections_errors_are_keyed_by_the_nested_key(routing_section, key):
+    with pytest.raises(ConfigErrors) as err:
+        _router_plan(routing=routing_section)
+    assert [e.key for e in err.value.errors] == [key]
+
+
+def test_a_routers_auto_policy_is_prefix_hash_and_the_sections_defaults_are_the_configs():
+    p = _router_plan(routing={"policy": "auto"})
+    assert p == _router_plan() and p.policy == "prefix_hash"
+    d = config.RoutingConfig()
+    assert (p.expose, p.load_factor, p.max_excess_requests) == (False, d.load_factor, d.max_excess_requests)
+
+
+def test_the_flat_keys_of_before_plan_what_the_section_plans_with_a_warning(monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    cidrs = {"client_cidrs": ["10.0.0.0/16"]}
+    nested = _router_plan(routing={"policy": "round_robin", "load_factor": 1.5, "max_excess_requests": 2,
+                                   "internal_load_balancer": True}, **cidrs)
+    assert warned == []
+    flat = _router_plan(policy=RoutingPolicy.ROUND_ROBIN, load_factor=1.5, max_excess_requests=2, expose=True, **cidrs)
+    assert flat == nested and (flat.policy, flat.expose, flat.max_excess_requests) == ("round_robin", True, 2)
+    assert len(warned) == 1 and "ModelRouterArgs: internalLoadBalancer, loadFactor" in warned[0]
+    # Flat, an error keeps the key it had at the top of the Args.
+    with pytest.raises(ConfigErrors) as err:
+        _router_plan(load_factor=0.5)
+    assert [e.key for e in err.value.errors] == ["ModelRouterArgs.loadFactor"]
+    with pytest.raises(ConfigError, match="ModelRouterArgs.loadFactor"):
+        _router_plan(load_factor=1.5, routing={"policy": "round_robin"})

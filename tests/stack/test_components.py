@@ -59,6 +59,15 @@ def test_pulumi_infers_a_schema_for_every_hosted_component():
         assert all((p.description or "").strip() for p in props), t.name
 
 
+def test_the_per_model_components_take_the_model_entrys_sections_nested():
+    inputs = {name: c.inputs for name, c in package_schema.analyze()["component_definitions"].items()}
+    assert inputs["ModelRouter"]["routing"].ref.endswith(":ModelEntryRoutingArgs")
+    assert inputs["ModelAutoscaling"]["autoscaling"].ref.endswith(":ModelEntryAutoscalingArgs")
+    assert not {"policy", "loadFactor", "maxExcessRequests", "expose"} & set(inputs["ModelRouter"])
+    assert not {"minReplicas", "maxReplicas", "targetWaitingPerReplica", "kvCacheUsageCeiling"} & set(
+        inputs["ModelAutoscaling"])
+
+
 def test_the_schema_names_every_component_by_its_token():
     doc = package_schema.schema()
     assert doc["name"] == "warmstart"
