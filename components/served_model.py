@@ -199,9 +199,10 @@ class ServedModel(pulumi.ComponentResource):
         vpc = list(p.vpc_cidrs)
         wait = m.router_ready_timeout_seconds
         return ModelRouter(f"{prefix}-{m.name}-router", _args(
-            # The model's routing section as written, its policy the plan's resolved one
-            # (`auto` resolved by the model's replicas, which a lone router does not know; a
-            # router's own `auto` always means prefix_hash).
+            # The model's routing section as written, its policy replaced by the plan's resolved
+            # one: `auto` is resolved by the model's replicas, which a router alone does not know
+            # (to it `auto` always means prefix_hash). Inside the section, not a separate input,
+            # so a routing field still has one key in the router's Args.
             model_name=m.name, namespace=p.namespace,
             routing={**section_entry(m.routing), "policy": m.routing_policy},
             cluster_mode=p.cluster_mode,
