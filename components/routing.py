@@ -131,10 +131,23 @@ def routing_section(args: Mapping[str, Any], resource: pulumi.Resource | None = 
     """The Args' `routing` section as the config model, and the key its errors are under
     (`ModelRouterArgs.routing`; `ModelRouterArgs` for the deprecated flat keys)."""
     given = dict(args)
-    if "expose" in given:
-        # The flat Args called `internalLoadBalancer` `expose`: read as that field.
-        given["internal_load_balancer"] = given.pop("expose")
-    return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
+    if "expose" not in given:
+        return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
+    # The flat Args called `internalLoadBalancer` `expose`: read as that field, its errors
+    # under the key it was given by.
+    given["internal_load_balancer"] = given.pop("expose")
+    try:
+        return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
+    except ConfigErrors as err:
+        raise ConfigErrors([_expose_key(e) for e in err.errors]) from None
+    except ConfigError as err:
+        raise _expose_key(err) from None
+
+
+def _expose_key(err: ConfigError) -> ConfigError:
+    if err.key != "ModelRouterArgs.internalLoadBalancer":
+        return err
+    return ConfigError("ModelRouterArgs.expose", err.rule, err.fix, err.value)
 
 
 def plan(args: ModelRouterArgs, resource: pulumi.Resource | None = None) -> RoutingPlan:

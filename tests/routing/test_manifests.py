@@ -398,3 +398,6 @@ def test_the_flat_keys_of_before_plan_what_the_section_plans_with_a_warning(monk
     assert [e.key for e in err.value.errors] == ["ModelRouterArgs.loadFactor"]
     with pytest.raises(ConfigError, match="ModelRouterArgs.loadFactor"):
         _router_plan(load_factor=1.5, routing={"policy": "round_robin"})
+    with pytest.raises(ConfigErrors) as err:
+        _router_plan(expose="sometimes")
+    assert [e.key for e in err.value.errors] == ["ModelRouterArgs.expose"]
