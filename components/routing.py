@@ -130,12 +130,11 @@ _SECTION_KEYS = {"mode": "policy", "loadFactor": "loadFactor", "maxExcessRequest
 def routing_section(args: Mapping[str, Any], resource: pulumi.Resource | None = None) -> tuple[RoutingConfig, str]:
     """The Args' `routing` section as the config model, and the key its errors are under
     (`ModelRouterArgs.routing`; `ModelRouterArgs` for the deprecated flat keys)."""
-    given = dict(args)
-    if "expose" not in given:
-        return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
+    if "expose" not in args:
+        return nested_section(RoutingConfig, args, "routing", "ModelRouterArgs", resource)
     # The flat Args called `internalLoadBalancer` `expose`: read as that field, its errors
     # under the key it was given by.
-    given["internal_load_balancer"] = given.pop("expose")
+    given = {**{k: v for k, v in args.items() if k != "expose"}, "internal_load_balancer": args["expose"]}
     try:
         return nested_section(RoutingConfig, given, "routing", "ModelRouterArgs", resource)
     except ConfigErrors as err:
