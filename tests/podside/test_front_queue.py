@@ -179,3 +179,111 @@ def test_a_request_being_answered_counts_as_demand_not_as_held():
         assert counts["held"] == 0 and _demand(q) == 1, counts
         t.join(30)
         assert [s for s, _, _ in out] == [200] and _demand(q) == 0
+
+
+class Upstream:
+    """A stand-in router on 127.0.0.1 that records each request (method, path, body) and answers
+    with them, or, for a path under /drop, reads the request and closes the connection unanswered
+    (a router that died mid-request). `/ready` answers 200."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        seen = self.seen = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path == "/ready":
+                    data = b"{}"
+                else:
+                    seen.append((self.command, self.path, body))
+                    if self.path.startswith("/drop"):
+                        self.close_connection = True
+                        self.connection.shutdown(2)
+                        return
+                    data = json.dumps({"method": self.command, "path": self.path, "body": body.decode()}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_HEAD = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _send(url: str, method: str, path: str, body: bytes | None = None,
+          headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    import http.client
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        if headers and headers.get("Transfer-Encoding") == "chunked":
+            conn.putrequest(method, path)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.endheaders()
+            for part in (body[:5], body[5:]):
+                conn.send(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            conn.send(b"0\r\n\r\n")
+        else:
+            conn.request(method, path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_every_method_and_a_chunked_body_pass_through():
+    """The OpenAI API's DELETE and GET by id, and a body sent chunked, reach the router as sent."""
+    with ExitStack() as stack:
+        up = Upstream()
+        stack.callback(up.stop)
+        q = Queue(up.url, up.url + "/ready")
+        stack.callback(q.stop)
+        for method, path in (("DELETE", "/v1/responses/resp_1"), ("GET", "/v1/models"), ("PUT", "/x"),
+                             ("PATCH", "/y")):
+            status, body = _send(q.url, method, path)
+            assert status == 200 and json.loads(body)["method"] == method, (method, body)
+        status, body = _send(q.url, "HEAD", "/v1/models")
+        assert status == 200 and body == b""
+        payload = b'{"model": "m", "prompt": "chunked"}'
+        status, body = _send(q.url, "POST", "/v1/completions", payload,
+                             {"Transfer-Encoding": "chunked", "Content-Type": "application/json"})
+        assert status == 200 and json.loads(body)["body"] == payload.decode()
+        assert [(m, p) for m, p, _ in up.seen] == [("DELETE", "/v1/responses/resp_1"), ("GET", "/v1/models"),
+                                                   ("PUT", "/x"), ("PATCH", "/y"), ("HEAD", "/v1/models"),
+                                                   ("POST", "/v1/completions")]
+        status, body = _send(q.url, "GET", "/v1/realtime", headers={"Upgrade": "websocket", "Connection": "Upgrade"})
+        assert status == 501 and len(up.seen) == 6, "a protocol switch is refused, not half-carried"
+
+
+def test_a_request_the_router_may_have_run_is_never_sent_twice():
+    """The router read the request and died before answering: the client gets 502, and the
+    router saw it once (a held-and-retried completion would run twice)."""
+    with ExitStack() as stack:
+        up = Upstream()
+        stack.callback(up.stop)
+        q = Queue(up.url, up.url + "/ready", "--max-hold-seconds", "10")
+        stack.callback(q.stop)
+        status, body = _send(q.url, "POST", "/drop/v1/completions", b'{"prompt": "once"}',
+                             {"Content-Type": "application/json"})
+        assert status == 502 and "not retried" in json.loads(body)["error"]["message"], body
+        assert [p for _, p, _ in up.seen] == ["/drop/v1/completions"]
+        assert q.held()["in_flight"] == 0

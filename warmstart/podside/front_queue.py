@@ -11,10 +11,12 @@ Every request is forwarded to `--upstream` (the model's router) once `--ready-ur
 requests for at most `--max-hold-seconds` each; a request past either bound gets `429 Too Many
 Requests` with `Retry-After: --retry-after` (the predicted seconds until an engine is ready,
 https://www.rfc-editor.org/rfc/rfc9110#field.retry-after), never a reset or a bare 503. A forward
-answered 503 (an engine that went to sleep between the check and the request: vLLM's
-`RetryableRequestError` is "safe for clients to retry", `vllm/exceptions.py`) is held and retried
-the same way. Each response streams through as the upstream sends it (server-sent events
-included).
+whose connection is refused, or that is answered 503 (an engine that went to sleep between the
+check and the request: vLLM's `RetryableRequestError` is "safe for clients to retry",
+`vllm/exceptions.py`), is held and retried the same way; one that failed after it was sent is
+answered 502 and never sent twice. Every method is passed on (the OpenAI API's DELETEs
+included), bodies of a Content-Length or chunked, each response streamed through as the
+upstream sends it (server-sent events included).
 
 `GET /warmstart/held` answers `{"held": H, "in_flight": F, "demand": H + F, ...}`, JSON that
 KEDA's `metrics-api` scaler reads by its `valueLocation` (a GJSON path, `getValueFromJSONResponse`
@@ -38,6 +40,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HELD_PATH = "/warmstart/held"
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# Longest wait for the router's next bytes (per socket read, not per request): a streamed answer
+# keeps sending; a generation that sends nothing for this long is cut.
+UPSTREAM_TIMEOUT_S = 600
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "content-length"}
 
@@ -118,13 +123,56 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] == HELD_PATH:
                 return self._json(200, gate.counts())
-            self._serve(b"")
+            self._proxy()
 
+        # Every method of the OpenAI API (GET, POST, DELETE: `DELETE /v1/responses/{id}`,
+        # https://platform.openai.com/docs/api-reference/responses/delete) and the rest HTTP
+        # defines, passed on as they come.
         def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                return self._json(413, {"error": {"message": "body too large", "type": "invalid_request_error"}})
-            self._serve(self.rfile.read(length))
+            self._proxy()
+
+        do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = do_POST
+
+        def _proxy(self) -> None:
+            if self.headers.get("Upgrade"):
+                # A protocol switch (a WebSocket) is not carried through the queue.
+                return self._json(501, {"error": {"message": "protocol upgrades are not served through the front "
+                                                  "queue", "type": "invalid_request_error"}})
+            body = self._body()
+            if body is not None:
+                self._serve(body)
+
+        def _body(self) -> bytes | None:
+            """The request's body, within MAX_BODY_BYTES (None: answered 400/413 already)."""
+            if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                out = bytearray()
+                while True:
+                    size_line = self.rfile.readline(128)
+                    try:
+                        size = int(size_line.split(b";", 1)[0].strip(), 16)
+                    except ValueError:
+                        self._json(400, {"error": {"message": "malformed chunked body", "type": "invalid_request_error"}})
+                        return None
+                    if size == 0:
+                        while self.rfile.readline(8192).strip():  # trailers, then the blank line
+                            pass
+                        return bytes(out)
+                    if len(out) + size > MAX_BODY_BYTES:
+                        self.close_connection = True
+                        self._json(413, {"error": {"message": "body too large", "type": "invalid_request_error"}})
+                        return None
+                    out += self.rfile.read(size)
+                    self.rfile.readline(8)  # the chunk's CRLF
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self._json(400, {"error": {"message": "bad Content-Length", "type": "invalid_request_error"}})
+                return None
+            if length > MAX_BODY_BYTES or length < 0:
+                self.close_connection = True
+                self._json(413, {"error": {"message": "body too large", "type": "invalid_request_error"}})
+                return None
+            return self.rfile.read(length)
 
         def _serve(self, body: bytes) -> None:
             deadline = time.monotonic() + max_hold_s
@@ -136,8 +184,7 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
                         if holding:
                             gate.leave()
                             holding = False
-                        resp = self._forward(body)
-                        if resp is not None:
+                        if self._forward(body):
                             return
                     if not holding:
                         if not gate.enter():
@@ -150,26 +197,42 @@ def handler(gate: Gate, upstream: str, max_hold_s: float, retry_after_s: int) ->
                 if holding:
                     gate.leave()
 
-        def _forward(self, body: bytes) -> bool | None:
-            """Send upstream and stream the answer back: True when answered, None to hold and retry
-            (the upstream refused the connection or answered 503 before sending a body)."""
+        def _forward(self, body: bytes) -> bool:
+            """Send upstream and stream the answer back. True when the client has its answer; False
+            to hold and try again, only where the upstream cannot have acted on the request: the
+            connection was refused, or it answered 503 (an engine that went to sleep between the
+            check and the request: vLLM's `RetryableRequestError` is "safe for clients to retry",
+            `vllm/exceptions.py`). Once the request may have reached the upstream (it was sent and
+            the connection then failed), it is never sent again: a completion must not run twice,
+            so the client gets 502."""
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() != "host"}
+            if body or self.command in ("POST", "PUT", "PATCH"):
+                headers["Content-Length"] = str(len(body))
             gate.forwarding(1)
+            conn = http.client.HTTPConnection(up.hostname, up.port or 80, timeout=UPSTREAM_TIMEOUT_S)
             try:
-                conn = http.client.HTTPConnection(up.hostname, up.port or 80, timeout=600)
-                conn.request(self.command, self.path, body=body or None, headers=headers)
-                resp = conn.getresponse()
-            except OSError:
-                gate.forwarding(-1)
-                return None
-            try:
+                try:
+                    conn.connect()
+                except OSError:
+                    return False  # nothing was sent
+                try:
+                    conn.request(self.command, self.path, body=body or None, headers=headers)
+                    resp = conn.getresponse()
+                except OSError as exc:
+                    self._json(502, {"error": {"message": f"the router failed mid-request ({type(exc).__name__}); "
+                                               "it was not retried, as it may have run", "type": "api_error"}})
+                    return True
                 if resp.status == 503:
                     resp.read()
-                    return None
+                    return False
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in HOP_BY_HOP:
                         self.send_header(k, v)
+                if self.command == "HEAD" or resp.status in (204, 304):
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return True
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
                 while True:
