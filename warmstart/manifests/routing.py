@@ -29,7 +29,7 @@ from typing import Any
 
 from ..decisions import routing
 from ..decisions.routing import METRICS_PORT, PROBE_PORT, ROUTER_PORT, RoutingPlan
-from . import network_policy, serving
+from . import network_policy, pod_scripts, serving
 
 # The image's user (docker/Dockerfile of smg-project/smg: `useradd --uid 65532 smg`).
 RUN_AS_USER = 65532
@@ -50,6 +50,8 @@ FRONT_QUEUE_CONFIGMAP = "warmstart-front-queue"
 FRONT_QUEUE_SCRIPT = "front_queue.py"
 FRONT_QUEUE_MOUNT = "/opt/warmstart-front-queue"
 FRONT_QUEUE_VOLUME = "front-queue"
+# The front queue script's digest on the router pods' template, so a new script rolls them.
+FRONT_QUEUE_SCRIPT_ANNOTATION = f"{serving.ANNOTATION_DOMAIN}/front-queue-sha256"
 
 # Internal NLB annotations. Auto Mode provisions NLBs itself for this load balancer class
 # (https://docs.aws.amazon.com/eks/latest/userguide/auto-configure-nlb.html); in karpenter mode
@@ -136,7 +138,10 @@ def container_args(p: RoutingPlan) -> list[str]:
 def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
     probe_get = {"port": "probe"}
     serving_port = [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}]
-    ports = [*([] if p.front_queue else serving_port), {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}]
+    # Behind a front queue SMG listens on the pod's loopback alone (routing.flags), its probe
+    # listener included: the front queue takes the serving port, and no probe port is offered.
+    probe_port = {"name": "probe", "containerPort": PROBE_PORT, "protocol": "TCP"}
+    ports = [] if p.front_queue else [*serving_port, probe_port]
     if p.scraped:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"})
     container = {
@@ -155,8 +160,7 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
         **({} if p.front_queue else {"readinessProbe": {
             "httpGet": {"path": "/readiness", **probe_get}, "periodSeconds": 5, "timeoutSeconds": 2,
             "failureThreshold": 2}}),
-        "livenessProbe": {"httpGet": {"path": "/liveness", **probe_get}, "periodSeconds": 10, "timeoutSeconds": 5,
-                          "failureThreshold": 6, "initialDelaySeconds": 10},
+        "livenessProbe": router_liveness_probe(p),
         # A Rust proxy: little CPU per request (AWS measured 1.3-1.9 ms routing overhead).
         "resources": {"requests": dict(routing.ROUTER_REQUESTS), "limits": {"memory": routing.ROUTER_MEMORY_LIMIT}},
         "volumeMounts": [{"name": TMP_VOLUME, "mountPath": TMP_MOUNT},
@@ -185,7 +189,8 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
             "progressDeadlineSeconds": p.ready_timeout_seconds,
             "revisionHistoryLimit": 3,
             "template": {
-                "metadata": {"labels": labels(p.model)},
+                "metadata": {"labels": labels(p.model), **({"annotations": {
+                    FRONT_QUEUE_SCRIPT_ANNOTATION: pod_scripts.script_digest(FRONT_QUEUE_SCRIPT)}} if p.front_queue else {})},
                 "spec": {
                     "serviceAccountName": p.name,
                     "automountServiceAccountToken": True,
@@ -208,6 +213,24 @@ def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
             },
         },
     }
+
+
+# SMG's liveness seen from inside its own container, for a router behind a front queue: SMG then
+# listens on the pod's loopback only, and its probe listener binds the same host as its serving one
+# (`health::start_probe_listener(&config.host, ...)`, smg model_gateway/src/server.rs at 1.13.0),
+# which the kubelet's httpGet (sent to the pod's IP) cannot reach. The image's python3 (the front
+# queue runs on it too), standard library only; argv[1] is the URL.
+_LOOPBACK_LIVENESS = "import sys,urllib.request as u\nu.urlopen(sys.argv[1],timeout=4).read()\n"
+
+
+def router_liveness_probe(p: RoutingPlan) -> dict[str, Any]:
+    """SMG's /liveness on its probe port: an httpGet, or behind a front queue (SMG on the pod's
+    loopback) the same request made from inside the container."""
+    probe: dict[str, Any] = {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 6, "initialDelaySeconds": 10}
+    if p.front_queue:
+        return {"exec": {"command": ["python3", "-c", _LOOPBACK_LIVENESS,
+                                     f"http://127.0.0.1:{PROBE_PORT}/liveness"]}, **probe}
+    return {"httpGet": {"path": "/liveness", "port": "probe"}, **probe}
 
 
 def front_queue_container(p: RoutingPlan, ports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -288,9 +311,11 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
         # router's load balancer clients).
         {"from": [{"podSelector": {}}, *({"ipBlock": {"cidr": c}} for c in p.client_cidrs)],
          "ports": [_tcp(ROUTER_PORT)]},
-        # The probe listener serves only /liveness, /readiness and /health; the kubelet calls it.
-        {"ports": [_tcp(PROBE_PORT)]},
     ]
+    if not p.front_queue:
+        # The probe listener serves only /liveness, /readiness and /health; the kubelet calls it.
+        # (Behind a front queue it is on the pod's loopback: router_liveness_probe.)
+        ingress.append({"ports": [_tcp(PROBE_PORT)]})
     if p.scraped:
         ingress.append({"from": network_policy.scraper_peers(p.metrics_cidrs, p.metrics_pods),
                         "ports": [_tcp(METRICS_PORT)]})
