@@ -3,21 +3,23 @@
 
 Everything but the engines is real: the pinned SMG router (PyPI `smg`, the binary the routing tests
 run), warmstart's standby actuator (warmstart/podside/standby.py) and front queue
-(warmstart/podside/front_queue.py) run as their pods run them, and the serving pods' sleep-aware
-readiness probe (warmstart/manifests/serving.py, `SLEEP_AWARE_READINESS`) is run every
-`STANDBY_READINESS_PERIOD_SECONDS` against each engine, as the kubelet would; the engines it
-passes are what SMG discovers (its file discovery standing in for its Kubernetes pod watch, which
-counts Ready pods). The engines are tests/routing/fake_vllm.py in dev mode: vLLM's sleep API as
-its 0.33.0 source defines it (`/sleep`, `/wake_up`, `/is_sleeping`, 503 on the inference routes
-while asleep), a wake that takes the modelled time for the model's weights (about 3 s per 64 GiB
-at sleep level 1, llm-d Fast Model Actuation's README), and a scheduler that runs
-`--max-num-seqs` requests at once and queues the rest (`vllm:num_requests_waiting`).
+(warmstart/podside/front_queue.py) run as their pods run them. What stands in for Kubernetes: the
+serving pods' rendered readiness probe (warmstart/manifests/serving.py, `readiness_probe`: `/health`,
+which a sleeping engine passes) run as the kubelet would, and the pods SMG's Kubernetes discovery
+selects (Ready and labelled `warmstart.io/engine=awake`, the label the actuator writes, here to
+its `--labels-file`) written to SMG's discovery file. The engines are tests/routing/fake_vllm.py in
+dev mode: vLLM's sleep API as its 0.33.0 source defines it (`/sleep`, `/wake_up`, `/is_sleeping`,
+503 on the inference routes while asleep), a wake that takes the modelled time for the model's
+weights (about 3 s per 64 GiB at sleep level 1, llm-d Fast Model Actuation's README), and a
+scheduler that runs `--max-num-seqs` requests at once and queues the rest
+(`vllm:num_requests_waiting`).
 
 1. Load step: one awake engine, one asleep (prod's qwen-67b: 67 GiB, one standby engine,
    targetWaitingPerReplica 5). `--clients` clients start at once and keep sending; the awake
-   engine's queue passes the target, the actuator wakes the sleeper, which serves once its
-   readiness passes. S: seconds from the load step to the first reply the woken engine served;
-   W: its modelled wake. S - W is warmstart's own share (signal, actuation, readiness, router).
+   engine's queue passes the target, the actuator wakes the sleeper and labels it awake once its
+   warm-up token is served, and SMG adds it. S: seconds from the load step to the first reply the
+   woken engine served; W: its modelled wake. S - W is warmstart's own share (signal, actuation,
+   the label, the router's discovery).
 2. From zero: no awake engine, one asleep, the front queue in front of the router. `--clients`
    requests arrive at once: they are held (the actuator counts them as waiting and wakes the
    sleeper) and answered once it serves. Dropped: any answer that is not a 200.
@@ -55,37 +57,65 @@ from warmstart.podside import front_queue, standby  # noqa: E402
 BOUND_S = 120.0  # the most any wait here takes
 
 
-class Readiness(threading.Thread):
-    """The kubelet's part: the rendered readiness probe every period, the Ready engines written
-    to SMG's discovery file (SMG's Kubernetes discovery counts Ready pods)."""
+class Discovery(threading.Thread):
+    """Kubernetes' part: the rendered readiness probe of each engine (its period), as the kubelet
+    runs it, and the engines SMG's pod watch would select, Ready and labelled awake (the labels the
+    actuator writes to `labels`), written to SMG's discovery file whenever they change."""
 
-    def __init__(self, engines: list[FakeVllm], manifest: Path) -> None:
+    def __init__(self, engines: list[FakeVllm], manifest: Path, labels: Path, asleep: set[str]) -> None:
         super().__init__(daemon=True)
-        self.engines, self.manifest, self.stop = engines, manifest, threading.Event()
-        self.ready_at: dict[str, float] = {}
+        self.engines, self.manifest, self.labels, self.stop = engines, manifest, labels, threading.Event()
+        # The sleepers were put to sleep by the actuator earlier: labelled asleep first (its drain).
+        labels.write_text(json.dumps({e.url: standby.ASLEEP if e.url in asleep else standby.AWAKE for e in engines}))
+        self.probe_spec = serving.readiness_probe(_standby_plan())
+        self.ready: set[str] = set()
+        self.selected_at: dict[str, float] = {}
         write_discovery_file(manifest, [])
 
     def probe(self, url: str) -> bool:
-        cmd = ["python3", "-c", serving.SLEEP_AWARE_READINESS, url]
-        return subprocess.run([sys.executable, "-I", "-S", *cmd[1:]], capture_output=True, timeout=10).returncode == 0
+        get = self.probe_spec["httpGet"]
+        try:
+            with urllib.request.urlopen(url + get["path"], timeout=self.probe_spec["timeoutSeconds"]) as r:
+                return 200 <= r.status < 400
+        except OSError:
+            return False
 
     def run(self) -> None:
         last: list[str] | None = None
+        next_probe = 0.0
         while not self.stop.is_set():
-            ready = [e.url for e in self.engines if self.probe(e.url)]
-            for u in ready:
-                self.ready_at.setdefault(u, time.monotonic())
-            if ready != last:
-                write_discovery_file(self.manifest, ready)
-                last = ready
-            self.stop.wait(serving.STANDBY_READINESS_PERIOD_SECONDS)
+            if time.monotonic() >= next_probe:
+                self.ready = {e.url for e in self.engines if self.probe(e.url)}
+                next_probe = time.monotonic() + self.probe_spec["periodSeconds"]
+            try:
+                labels = json.loads(self.labels.read_text())
+            except (OSError, ValueError):
+                labels = {}
+            selected = sorted(u for u in self.ready if labels.get(u) == standby.AWAKE)
+            for u in selected:
+                self.selected_at.setdefault(u, time.monotonic())
+            if selected != last:
+                write_discovery_file(self.manifest, selected)
+                last = selected
+            # The API server's watch delivers a label change at once; this poll stands in for it.
+            self.stop.wait(0.05)
+
+
+def _standby_plan():
+    """A standby model's serving plan (the probe it renders)."""
+    from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
+    from warmstart.plan.model import plan_model
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15,
+                     autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=2), standby=StandbyConfig())
+    return plan_model(spec, key="bench", instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(),
+                      compile_cache=True, compile_cache_host_path="/mnt/k8s-disks/0/c").serving
 
 
 class Actuator:
-    def __init__(self, engines: list[str], *args: str) -> None:
+    def __init__(self, engines: list[str], labels: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", standby.__file__, "--model", MODEL, "--engines", ",".join(engines),
-             "--period", "1", "--probe-timeout", "2", *args],
+             "--labels-file", str(labels), "--period", "1", "--probe-timeout", "2", *args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={"PATH": "/usr/bin:/bin"})
         self.lines: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -184,12 +214,12 @@ def load_step(a: argparse.Namespace, tmp: Path) -> tuple[float, float, int, int]
         sleeper = stack.enter_context(FakeVllm("woken", dev_mode=True, asleep=True, delay_ms=a.decode_ms,
                                                max_num_seqs=a.max_num_seqs, weights_gib=a.weights_gib,
                                                wake_s_per_gib=a.wake_s_per_gib))
-        manifest = tmp / "step.json"
-        ready = Readiness([awake, sleeper], manifest)
+        manifest, labels = tmp / "step.json", tmp / "step-labels.json"
+        ready = Discovery([awake, sleeper], manifest, labels, asleep={sleeper.url})
         ready.start()
         stack.callback(ready.stop.set)
         r = stack.enter_context(SmgRouter(router_flags(manifest), wait_for_workers=1, ready_timeout_s=60))
-        act = Actuator([awake.url, sleeper.url], "--standby", "1", "--min-awake", "1", "--target-waiting",
+        act = Actuator([awake.url, sleeper.url], labels, "--standby", "1", "--min-awake", "1", "--target-waiting",
                        f"{a.target_waiting:g}", "--awake-idle-seconds", "600")
         stack.callback(act.stop)
         time.sleep(2.0)  # the actuator's first reads: no load, nothing to do
@@ -202,8 +232,9 @@ def load_step(a: argparse.Namespace, tmp: Path) -> tuple[float, float, int, int]
               f"woken engine's first reply at {woken[0]:.2f} s" if woken else "load step: the sleeper never served")
         if wakes:
             print(f"  actuator: {json.dumps(wakes[0]['phases'])} (signal measured from the tick that saw the queue)")
-        if sleeper.url in ready.ready_at:
-            print(f"  woken engine Ready (probe) {ready.ready_at[sleeper.url] - t0:.2f} s after the step")
+        if sleeper.url in ready.selected_at:
+            print(f"  woken engine labelled awake, in SMG's discovery, {ready.selected_at[sleeper.url] - t0:.2f} s "
+                  "after the step")
         return (woken[0] if woken else float("inf")), sleeper.stats()["wake_s"], failed, len(replies)
 
 
@@ -212,15 +243,15 @@ def from_zero(a: argparse.Namespace, tmp: Path) -> tuple[int, int, int]:
         sleeper = stack.enter_context(FakeVllm("woken", dev_mode=True, asleep=True, delay_ms=a.decode_ms,
                                                max_num_seqs=a.max_num_seqs, weights_gib=a.weights_gib,
                                                wake_s_per_gib=a.wake_s_per_gib))
-        manifest = tmp / "zero.json"
-        ready = Readiness([sleeper], manifest)
+        manifest, labels = tmp / "zero.json", tmp / "zero-labels.json"
+        ready = Discovery([sleeper], manifest, labels, asleep={sleeper.url})
         ready.start()
         stack.callback(ready.stop.set)
         r = stack.enter_context(SmgRouter(router_flags(manifest), ready_timeout_s=60))
         fq = FrontQueue(r.url, f"http://127.0.0.1:{r.probe_port}/readiness",
                         retry_after=int(sleeper.stats()["wake_s"]) + 3)
         stack.callback(fq.stop)
-        act = Actuator([sleeper.url], "--standby", "1", "--min-awake", "0", "--target-waiting",
+        act = Actuator([sleeper.url], labels, "--standby", "1", "--min-awake", "0", "--target-waiting",
                        f"{a.target_waiting:g}", "--awake-idle-seconds", "600", "--front-queue", fq.url)
         stack.callback(act.stop)
         time.sleep(2.0)

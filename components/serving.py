@@ -383,6 +383,14 @@ class VllmModel(pulumi.ComponentResource):
         self._entry = model_entry(args)
         self.plan: ServingPlan = plan if plan is not None else plan_serving(args)
         m = self.plan
+        if m.standby is not None and not args.get("router_pod_labels"):
+            # Standby turns on vLLM's dev routes (/sleep, /wake_up, /collective_rpc), and a
+            # sleeping engine stays Ready: only a router's worker selector keeps it out of the
+            # traffic, and only with a router does the NetworkPolicy keep the namespace's pods
+            # off vLLM's port (docs/scale-out.md).
+            raise ConfigError(f"{KEY}.routerPodLabels", f"{m.name}: a model with standby engines needs a router in "
+                              "front of it, and none is given", "put a ModelRouter in front and pass its pod labels "
+                              "(routerPodLabels), or remove standby")
         # An autoscaler owns the replica count: one the entry declares, or one wired beside it.
         autoscaled = bool(args.get("autoscaled")) or (isinstance(m, ModelPlan) and m.autoscaling is not None)
         ns = args.get("namespace") or DEFAULT_NAMESPACE

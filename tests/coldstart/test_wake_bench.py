@@ -114,13 +114,18 @@ def test_the_record_is_filed_where_the_history_reads_it(rclone_s3):
     assert set(summary[("standby wake", "sleep level 1", "-")]) == {"wake", "first_token"}
 
 
-def test_the_sleeper_picked_by_default_is_running_and_not_ready():
-    def pod(name, phase, ready):
-        return {"metadata": {"name": name}, "status": {"phase": phase, "conditions": [
-            {"type": "Ready", "status": "True" if ready else "False"}]}}
-    assert command._pick_sleeper([pod("a", "Running", True), pod("b", "Pending", False),
-                                  pod("c", "Running", False)]) == "c"
-    assert command._pick_sleeper([pod("a", "Running", True)]) is None
+def test_the_sleeper_picked_by_default_is_a_ready_pod_the_actuator_labelled_asleep():
+    from warmstart.manifests import serving
+    from warmstart.podside import standby
+
+    def pod(name, phase, ready, engine):
+        return {"metadata": {"name": name, "labels": {serving.ENGINE_LABEL: engine}},
+                "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+    assert command._pick_sleeper([pod("a", "Running", True, standby.AWAKE), pod("b", "Pending", False, standby.ASLEEP),
+                                  pod("c", "Running", False, standby.AWAKE), pod("d", "Running", True, standby.ASLEEP)]
+                                 ) == "d"
+    assert command._pick_sleeper([pod("a", "Running", True, standby.AWAKE), pod("c", "Running", False, standby.AWAKE)]
+                                 ) is None, "awake, or still loading: not a sleeper"
 
 
 def test_the_command_fails_clearly_without_standby_or_a_cluster(tmp_path, capsys):

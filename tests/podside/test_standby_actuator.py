@@ -1,7 +1,7 @@
 """The standby actuator (warmstart/podside/standby.py) run as its pod runs it (the file, the
 interpreter isolated, standard library only) against fake vLLM engines that implement vLLM's
 sleep API (tests/routing/fake_vllm.py, `--dev-mode`) on 127.0.0.1, and the serving pods'
-sleep-aware readiness probe (warmstart/manifests/serving.py) run against the same engines.
+readiness probe (warmstart/manifests/serving.py) run against the same engines as the kubelet would.
 Every loop is bounded in ticks and in time; nothing here is timed."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
+from tests.support import kubelet
 from warmstart.manifests import serving
 from warmstart.podside import standby as actuator
 
@@ -40,10 +41,15 @@ def _post(url: str, path: str, body: dict | None = None, timeout: float = 30.0) 
         return e.code
 
 
-def _readiness(url: str) -> int:
-    cmd = serving.readiness_probe(_standby_plan())["exec"]["command"]
-    assert cmd[0] == "python3"
-    return subprocess.run([sys.executable, "-I", "-S", *cmd[1:3], url], capture_output=True, timeout=20).returncode
+def _ready(port: int) -> bool:
+    """The rendered readiness probe of a standby model's vLLM container, as the kubelet runs it
+    against the engine listening on `port` (its container port is vLLM's). vLLM listens on every
+    address of the pod (`--host` unset), so the fake engine on 127.0.0.1 stands in for the pod's IP."""
+    from warmstart.manifests.serving import deployment_spec
+
+    (c,) = [c for c in deployment_spec(_standby_plan(), "ns", "us-east-1")["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "vllm"]
+    return kubelet.run_probe(c, "readinessProbe", {serving.HTTP_PORT: port}, pod_ip="127.0.0.1")
 
 
 def _standby_plan():
@@ -119,15 +125,18 @@ def _load(url: str, n: int) -> list[threading.Thread]:
 # The readiness probe
 
 
-def test_the_readiness_probe_fails_while_the_engine_sleeps():
+def test_a_sleeping_engine_stays_ready_and_a_loading_one_is_not():
+    """Every standby pod counts as available, so the Deployment completes (Pulumi's await, a
+    rollout with maxUnavailable 0, the disruption budget); the routing label, not readiness,
+    keeps a sleeper out of the traffic (tests/standby/test_sleep_drain.py)."""
     with FakeVllm("e", dev_mode=True, asleep=True) as e:
-        assert _readiness(e.url) == 1, "asleep: out of the Service and the router's discovery"
+        assert _ready(e.port), "asleep, and Ready"
         assert _post(e.url, "/wake_up") == 200
-        assert _readiness(e.url) == 0, "awake: back in"
+        assert _ready(e.port), "awake, and Ready"
         e.set_healthy(False)
-        assert _readiness(e.url) != 0, "/health failing: not ready either"
+        assert not _ready(e.port), "/health failing: not Ready"
     (port,) = free_ports(1)
-    assert _readiness(f"http://127.0.0.1:{port}") != 0, "still loading (nothing listens yet)"
+    assert not _ready(port), "still loading (nothing listens yet)"
 
 
 # --------------------------------------------------------------------------------------

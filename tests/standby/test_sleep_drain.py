@@ -156,10 +156,9 @@ class FileDiscovery(actuator.Static):
     """The pods' labels as SMG's file discovery: a pod labelled asleep leaves the file, as it leaves
     the label-selected pod watch of SMG's Kubernetes discovery."""
 
-    labels = True
-
     def __init__(self, urls: list[str], manifest: Path) -> None:
         super().__init__(urls)
+        self.labels = True
         self.manifest, self.awake, self.lock = manifest, set(urls), threading.Lock()
         write_discovery_file(manifest, self.awake)
 

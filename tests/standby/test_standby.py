@@ -97,6 +97,38 @@ def test_standby_needs_autoscaling():
     assert [x.key for x in e.value.errors] == [f"{KEY}.standby"]
 
 
+def test_standby_needs_a_router(tmp_path):
+    """Standby turns on vLLM's dev routes and a sleeper stays Ready: without a router the
+    namespace's pods would reach /sleep and /wake_up, and the Service would send to sleepers."""
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15, routing=RoutingConfig(policy="none"),
+                     autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=3), standby=StandbyConfig(count=1))
+    with pytest.raises(ConfigErrors) as e:
+        plan_model(spec, key=KEY, instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
+                   compile_cache_host_path="/mnt/k8s-disks/0/c")
+    (err,) = e.value.errors
+    assert err.key == f"{KEY}.routing.policy" and "router" in err.rule and "remove standby" in err.fix
+    # A stack file: one line, the key a user edits.
+    doc = load_stack_doc("prod")
+    doc["config"]["warmstart:models"][0]["routing"] = {"policy": "none"}
+    with pytest.raises(ConfigErrors) as e:
+        render_doc(doc, tmp_path, "prod-unrouted")
+    assert [x.key for x in e.value.errors] == ["warmstart:models[0].routing.policy"]
+    # VllmModel alone: the router is another component, named by its pods' labels.
+    from components.serving import VllmModel
+    from warmstart.errors import ConfigError
+    entry = {"name": "m", "source": "s3://b-models/m", "weights_gib": 15, "instance_type": "g6e.xlarge", "pool": "p",
+             "autoscaling": {"min_replicas": 1, "max_replicas": 3}, "standby": {"count": 1}}
+    with pytest.raises(ConfigError) as one:
+        mocks.run(lambda: VllmModel("m", {"model": entry, "autoscaled": True, "region": "us-east-1"}),
+                  region="us-east-1", stack="alone")
+    assert one.value.key == "VllmModelArgs.routerPodLabels" and "ModelRouter" in one.value.fix
+    routed = mocks.run(lambda: VllmModel("m", {"model": entry, "autoscaled": True, "region": "us-east-1",
+                                               "router_pod_labels": {"app.kubernetes.io/name": "router",
+                                                                     "app.kubernetes.io/instance": "m"}}),
+                       region="us-east-1", stack="alone")
+    assert any(r.typ == "kubernetes:apps/v1:Deployment" for r in routed)
+
+
 @given(st.integers(0, 10_000), st.integers(0, 8), st.integers(1, 50))
 def test_keda_keeps_the_sleepers_beside_what_the_queue_needs(waiting, count, target):
     # The HPA's answer for an AverageValue target is ceil(value / target).
@@ -128,14 +160,12 @@ def test_sleep_mode_and_dev_mode_only_with_standby():
         assert (standby.SLEEP_MODE_FLAG in c["args"]) == with_standby
         assert (env.get(standby.DEV_MODE_ENV) == "1") == with_standby
         assert standby.DEV_MODE_ENV in env or not with_standby
+        # A sleeper stays Ready (the routing label keeps it out of the traffic): the same probe
+        # with standby or without, so its Deployment completes like any other.
         probe = c["readinessProbe"]
-        if with_standby:
-            cmd = probe["exec"]["command"]
-            assert cmd[:2] == ["python3", "-c"] and "/is_sleeping" in cmd[2] and "/health" in cmd[2]
-            assert cmd[3] == f"http://127.0.0.1:{serving.HTTP_PORT}"
-            assert probe["periodSeconds"] == 1
-        else:
-            assert probe["httpGet"]["path"] == "/health"
+        assert probe["httpGet"]["path"] == "/health"
+        assert probe == _vllm(serving.deployment_spec(_plan(with_standby=False).serving, "ns", "us-east-1"))[
+            "readinessProbe"]
         # The start-up probe still owns the load: no probe kills a loading pod.
         assert c["startupProbe"]["httpGet"]["path"] == "/health"
 
@@ -263,7 +293,9 @@ def test_min_replicas_0_is_refused_without_a_router_and_held_by_a_front_queue_wi
     with pytest.raises(ConfigErrors) as e:
         plan_model(spec, key=KEY, instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
                    compile_cache_host_path="/mnt/k8s-disks/0/c")
-    assert [x.key for x in e.value.errors] == [f"{KEY}.autoscaling.minReplicas"] and "routing.policy" in e.value.errors[0].fix
+    by_key = {x.key: x for x in e.value.errors}
+    assert set(by_key) == {f"{KEY}.autoscaling.minReplicas", f"{KEY}.routing.policy"}, by_key
+    assert "routing.policy" in by_key[f"{KEY}.autoscaling.minReplicas"].fix
 
     doc = load_stack_doc("prod")
     doc["config"]["warmstart:models"][0]["autoscaling"]["minReplicas"] = 0

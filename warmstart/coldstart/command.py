@@ -171,12 +171,15 @@ def parse_wake_output(text: str) -> dict[str, Any] | None:
 
 
 def _pick_sleeper(pods: list[dict[str, Any]]) -> str | None:
-    """A Running pod whose readiness is false: a standby model's sleeper (its readiness fails
-    while `/is_sleeping` is true; a loading pod the script finds without /is_sleeping answering)."""
+    """A Running, Ready pod the standby actuator has labelled asleep (`warmstart.io/engine`; a
+    sleeping engine's pod stays Ready, docs/scale-out.md): a standby model's sleeper."""
+    from ..manifests.serving import ENGINE_LABEL
+
     for p in sorted(pods, key=lambda p: p["metadata"]["name"]):
         status = p.get("status") or {}
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if status.get("phase") == "Running" and not ready:
+        asleep = (p["metadata"].get("labels") or {}).get(ENGINE_LABEL) == "asleep"
+        if status.get("phase") == "Running" and ready and asleep:
             return p["metadata"]["name"]
     return None
 
@@ -194,7 +197,8 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
         cluster = reader.connect(args.kubeconfig, args.context)
         pod = args.pod or _pick_sleeper(reader.model_pods(cluster, namespace, m.name, selector(m.name)))
         if pod is None:
-            return _fail(f"no sleeping standby pod of {m.name} in {namespace} (a Running pod that is not Ready); "
+            return _fail(f"no sleeping standby pod of {m.name} in {namespace} (a Running, Ready pod labelled "
+                         "warmstart.io/engine=asleep); "
                          "pass --pod to measure one that is idle", EXIT_FAILED)
         from kubernetes.stream import stream
 

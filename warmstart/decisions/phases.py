@@ -275,8 +275,9 @@ WAKE_LEVEL1_BYTES_PER_S = 64 * GIB / 3.0
 # The standby actuator reads every engine once per period (warmstart/decisions/standby.py,
 # ACTUATOR_PERIOD_SECONDS): the signal is at most one period old.
 STANDBY_SIGNAL_SECONDS = 1.0
-# A woken engine rejoins the router when its sleep-aware readiness passes: one probe period
-# (warmstart/manifests/serving.py, STANDBY_READINESS_PERIOD_SECONDS) and SMG's pod watch.
+# A woken engine rejoins the router when the actuator labels its pod awake again: SMG's pod watch
+# delivers the change and SMG rebuilds its workers one second after a watch event
+# (smg model_gateway/src/service_discovery/kubernetes.rs, at 1.13.0).
 STANDBY_JOIN_SECONDS = 1.0
 
 

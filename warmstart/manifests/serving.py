@@ -109,8 +109,10 @@ def selector(model: str) -> dict[str, str]:
 
 # Whether the pod's engine takes traffic: `awake` on every pod the template makes (a fresh pod is
 # kept out by its readiness until loaded), `asleep` once the standby actuator takes it out of the
-# routers before `POST /sleep` (warmstart/podside/standby.py ENGINE_LABEL, a test holds the two
-# together). Only the routers' worker selector (`worker_selector`) reads it; the Deployment's,
+# routers before `POST /sleep`, until it has woken the engine again (warmstart/podside/standby.py
+# ENGINE_LABEL, a test holds the two together). A sleeping engine stays Ready (readiness_probe), so
+# this label is what keeps it out of the traffic: a model with standby always has a router
+# (plan/model.py plan_standby). Only the routers' worker selector (`worker_selector`) reads it; the Deployment's,
 # the Service's and the PDB's selectors and the NetworkPolicies leave it out, so a relabelled pod
 # keeps its ReplicaSet, its disruption budget and its admitted peers (the actuator among them).
 ENGINE_LABEL = f"{ANNOTATION_DOMAIN}/engine"
@@ -200,29 +202,18 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
-# A standby engine's readiness: vLLM's /health answers 200 while the engine sleeps (it only checks
-# that the engine is alive, vllm/entrypoints/serve/instrumentator/health.py at v0.33.0), so the
-# probe also asks /is_sleeping and fails while it is true: a sleeping pod leaves the Service and
-# SMG's discovery (Ready pods only), and rejoins with the same address, so the same arcs of the
-# prefix-hash ring. The image's own Python, standard library only; argv[1] is the server.
-SLEEP_AWARE_READINESS = (
-    "import json,sys,urllib.request as u\n"
-    "b=sys.argv[1]\n"
-    "u.urlopen(b+'/health',timeout=1).read()\n"
-    "sys.exit(1 if json.load(u.urlopen(b+'/is_sleeping',timeout=1)).get('is_sleeping',True) else 0)\n"
-)
-# Readiness period of a standby model's pods: a woken engine joins the router within a second.
-STANDBY_READINESS_PERIOD_SECONDS = 1
-
-
 def readiness_probe(m: ServingPlan) -> dict[str, Any]:
-    """/health, or for a model with standby engines the sleep-aware check above."""
-    if m.standby is None:
-        return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": tuning.PROBE_PERIOD_SECONDS,
-                "timeoutSeconds": 5, "failureThreshold": 3}
-    return {"exec": {"command": ["python3", "-c", SLEEP_AWARE_READINESS, f"http://127.0.0.1:{HTTP_PORT}"]},
-            "periodSeconds": STANDBY_READINESS_PERIOD_SECONDS, "timeoutSeconds": 3, "failureThreshold": 1,
-            "successThreshold": 1}
+    """/health, for a model with standby engines too: a sleeping engine stays Ready (vLLM's
+    /health answers 200 while it sleeps, vllm/entrypoints/serve/instrumentator/health.py at
+    v0.33.0), and the routing label (ENGINE_LABEL) alone keeps it out of the traffic. A readiness
+    that failed while asleep would make every sleeper an unavailable replica, so the Deployment
+    would never complete: a rollout with maxUnavailable 0 could never retire its last old pod
+    (kubernetes pkg/controller/deployment/rolling.go, reconcileOldReplicaSets), Pulumi's await
+    waits for the new ReplicaSet's readyReplicas to reach its replicas
+    (pulumi-kubernetes provider/pkg/await/deployment.go, checkReplicaSetStatus), and the
+    PodDisruptionBudget would count every sleeper as a disruption already."""
+    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": tuning.PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5, "failureThreshold": 3}
 
 
 # Every JIT cache the pinned vLLM image (warmstart/versions.py) fills at start-up besides

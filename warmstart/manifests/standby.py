@@ -22,7 +22,7 @@ from typing import Any
 from .. import versions
 from ..decisions import routing
 from ..decisions.standby import ACTUATOR_REQUESTS, ActuatorPlan
-from . import network_policy, serving
+from . import network_policy, pod_scripts, serving
 
 CONFIGMAP_NAME = "warmstart-standby"
 SCRIPT_KEY = "standby.py"
@@ -33,6 +33,9 @@ IMAGE = versions.SMG_IMAGE
 RUN_AS_USER = 65532
 TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
 HEARTBEAT = f"{TMP_MOUNT}/heartbeat"
+# The script's digest on the pod template: a new script rolls the actuator (a ConfigMap change alone
+# restarts nothing, https://kubernetes.io/docs/concepts/configuration/configmap/#mounted-configmaps-are-updated-automatically).
+SCRIPT_ANNOTATION = f"{serving.ANNOTATION_DOMAIN}/standby-sha256"
 # Restart the actuator when its loop has not turned for this long (30 periods).
 HEARTBEAT_MAX_AGE_SECONDS = 30
 _LIVENESS = (
@@ -119,7 +122,8 @@ def deployment_spec(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) ->
             "selector": {"matchLabels": selector(p.model)},
             "revisionHistoryLimit": 3,
             "template": {
-                "metadata": {"labels": labels(p.model)},
+                "metadata": {"labels": labels(p.model),
+                             "annotations": {SCRIPT_ANNOTATION: pod_scripts.script_digest(SCRIPT_KEY)}},
                 "spec": {
                     "serviceAccountName": p.name,
                     "automountServiceAccountToken": True,

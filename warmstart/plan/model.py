@@ -220,6 +220,15 @@ def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, 
     if m.autoscaling is None and not autoscaled:
         problems.add(key, f"{m.name}: standby engines are pods KEDA keeps beside the awake ones, and the model "
                      "has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or remove standby", s.count)
+    if m.routing.policy == "none":
+        # Without a router the model's Service and its NetworkPolicy admit every pod of the
+        # namespace to vLLM's port, and standby turns on vLLM's dev routes there (/sleep,
+        # /wake_up, /collective_rpc; VLLM_SERVER_DEV_MODE): only the router keeps a sleeper out
+        # of the traffic (its worker selector) and the dev routes away from clients.
+        problems.add(f"{key.removesuffix('.standby')}.routing.policy",
+                     f"{m.name}: standby engines need the model's router (it sends only to awake engines, and "
+                     "only it and the standby actuator may reach vLLM's sleep and wake routes), and routing is none",
+                     "set routing.policy: auto (or a named policy), or remove standby", m.routing.policy)
     pod = tuning.pod_size(inst, tp)
     rule = standby_mod.check_host_memory(weights_bytes=weights_bytes, sleep_level=s.sleep_level,
                                          pod_memory_bytes=pod.memory_bytes, shm_bytes=pod.shm_bytes)

@@ -15,16 +15,18 @@ Then (`decide`, pure):
 - **wake** as many sleepers as the awake engines' queue asks for: more than `--target-waiting`
   requests waiting per awake engine, or fewer awake engines than `--min-awake`. A wake is
   `POST /wake_up`, at sleep level 2 also `POST /collective_rpc {"method": "reload_weights"}` and
-  `POST /reset_prefix_cache` (vLLM `docs/features/sleep_mode.md`), then a one-token completion,
-  so the engine's readiness (which fails while `/is_sleeping` is true) passes with its first
-  token already served and it joins the router with the same address, so the same arcs of the
-  prefix-hash ring;
+  `POST /reset_prefix_cache` (vLLM `docs/features/sleep_mode.md`), then a one-token completion;
+  only then is its pod labelled `warmstart.io/engine=awake` again, so it rejoins the routers with
+  its first token already served, at the same address, so on the same arcs of the prefix-hash
+  ring;
 - **sleep** one awake engine when fewer than `--standby` engines sleep and more than
   `--min-awake` are awake: the idlest, nothing running or waiting, idle for
   `--awake-idle-seconds` once it has served (a freshly loaded engine that never served sleeps at
-  once). A sleeping engine must never receive a request, and its readiness turns false only a
-  probe period (plus the router's pod watch) after `/sleep`; so the actuator first takes it out
-  of the router (`drain`): it labels the pod `warmstart.io/engine=asleep`, which the routers'
+  once). A sleeping engine must never receive a request. Its pod stays Ready (vLLM's /health
+  answers while it sleeps, and a Deployment whose sleepers were unready would never complete:
+  warmstart/manifests/serving.py `readiness_probe`), so the routing label is what keeps it out:
+  the actuator first takes it out of the router (`drain`): it labels the pod
+  `warmstart.io/engine=asleep`, which the routers'
   worker selector requires to be `awake` (SMG drops a pod that stops matching its selector:
   `compute_desired_state` in smg `model_gateway/src/service_discovery/kubernetes.rs`); waits
   until no `--router` lists the engine in `GET /workers`, or `--unlist-seconds` (one discovery
@@ -35,9 +37,14 @@ Then (`decide`, pure):
 
 On Kubernetes it also sets each pod's `controller.kubernetes.io/pod-deletion-cost`
 (https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): a
-scale-down by KEDA deletes not-Ready pods before Ready ones, and among them the lower cost first,
-so a sleeper (-100) goes before a loading pod (100), which is never scaled down while a sleeper
-is left; the actuator then puts the idlest awake engine to sleep to keep `--standby` sleepers.
+scale-down by KEDA deletes among the Ready pods the lower cost first, so a sleeper (-100) before an
+awake engine (0); the actuator then puts the idlest awake engine to sleep to keep `--standby`
+sleepers. A ReplicaSet deletes a pod that is not Ready (still loading) before any Ready one,
+whatever its cost (`ActivePodsWithRanks` in kubernetes pkg/controller/controller_utils.go): what
+keeps a pod that a scale-up started from being scaled down while it loads is the ScaledObject's
+scale-down stabilization window, at least the model's start-up budget
+(warmstart/decisions/autoscaling.py), within which the startup probe has either seen it load or
+restarted it. The cost 100 written on a loading pod ranks it last among the not-Ready ones.
 
 Each wake is one JSON line on stdout (`warmstart.wake`: signal, wake and first-token seconds),
 each sleep `warmstart.sleep`. Engines come from the Kubernetes API (pods of `--selector` in the
@@ -364,10 +371,17 @@ class Kubernetes:
 
 
 class Static:
-    labels = False
+    """Engines by URL (tests, benchmarks). With `labels_file`, the routing label of each (its URL
+    standing for its pod) is written there as JSON, `{url: "awake" | "asleep"}`, replaced whole
+    on every change: what a stand-in for SMG's label-selected pod watch reads."""
 
-    def __init__(self, urls: list[str]) -> None:
-        self.urls = urls
+    def __init__(self, urls: list[str], labels_file: str = "") -> None:
+        self.urls, self.labels_file = urls, labels_file
+        self.labels = bool(labels_file)
+        self._written: dict[str, str] = {}
+        if labels_file and os.path.exists(labels_file):
+            with open(labels_file) as f:
+                self._written = {str(k): str(v) for k, v in json.load(f).items()}
 
     def engines(self) -> list[tuple[str, str]]:
         return [(u, u) for u in self.urls]
@@ -376,7 +390,13 @@ class Static:
         pass
 
     def set_label(self, pod: str, value: str) -> None:
-        pass
+        if not self.labels_file:
+            return
+        self._written[pod] = value
+        tmp = f"{self.labels_file}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self._written, f, sort_keys=True)
+        os.replace(tmp, self.labels_file)
 
 
 def held_requests(url: str | None, timeout: float) -> int:
@@ -392,7 +412,7 @@ def held_requests(url: str | None, timeout: float) -> int:
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
-    source = source or (Static([u for u in args.engines.split(",") if u]) if args.engines else
+    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file) if args.engines else
                         Kubernetes(args.namespace, args.selector, args.port))
     routers = [u for u in args.router.split(",") if u]
     policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
@@ -506,6 +526,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--selector", default="", help="label selector of the model's vLLM pods")
     p.add_argument("--port", type=int, default=8000, help="vLLM's serving port on each pod")
     p.add_argument("--engines", default="", help="comma-separated engine URLs instead of the Kubernetes API")
+    p.add_argument("--labels-file", default="", help="with --engines: where each engine's routing label is "
+                   "written (JSON {url: label}), standing in for the pods' labels")
     p.add_argument("--standby", type=int, required=True, help="engines to keep asleep")
     p.add_argument("--min-awake", type=int, required=True, help="fewest awake engines")
     p.add_argument("--sleep-level", type=int, choices=(1, 2), default=1)
