@@ -242,3 +242,32 @@ def test_metrics_are_read_per_model():
             'vllm:num_requests_waiting{engine="0",model_name="other"} 9.0\n'
             'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n# HELP x\n')
     assert actuator.parse_metrics(text, "m") == (3.0, 2.0)
+
+
+def test_an_answer_is_read_within_its_bound(monkeypatch):
+    """A peer that sends without end (a wedged or hostile /metrics) costs the actuator at most
+    MAX_READ_BYTES of memory: the read stops there, and a cut document fails to parse."""
+    import http.server
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(256):  # 4 MiB, far past the bound below
+                    self.wfile.write(b"#" * 16384)
+            except OSError:
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr(actuator, "MAX_READ_BYTES", 64 << 10)
+        code, body = actuator.http("GET", f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=10)
+        assert code == 200 and len(body) == 64 << 10
+    finally:
+        server.shutdown()
+        server.server_close()

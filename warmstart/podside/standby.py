@@ -119,14 +119,20 @@ def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
     return out["vllm:num_requests_waiting"], out["vllm:num_requests_running"]
 
 
+# Most bytes read of one answer: an engine's /metrics is tens of KiB, a pod list of a namespace a
+# few MiB at most; a peer that sends more is cut there (the read then fails to parse: a tick's
+# error, never the actuator's memory).
+MAX_READ_BYTES = 16 << 20
+
+
 def http(method: str, url: str, body: object = None, timeout: float = 2.0) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
+            return r.status, r.read(MAX_READ_BYTES)
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        return e.code, e.read(MAX_READ_BYTES)
 
 
 def probe(e: Engine, model: str | None, timeout: float) -> None:
@@ -342,7 +348,7 @@ class Kubernetes:
         req = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
                                      headers={"Authorization": f"Bearer {token}", "Content-Type": ctype})
         with urllib.request.urlopen(req, timeout=5, context=self.ctx) as r:
-            return json.loads(r.read())
+            return json.loads(r.read(MAX_READ_BYTES))
 
     def engines(self) -> list[tuple[str, str]]:
         """(pod name, engine URL) of every running pod not being deleted."""
