@@ -118,7 +118,7 @@ def _merged(config: dict, fragment: dict) -> dict:
 def test_the_recipes_yaml_is_the_dev_stack_and_each_step_renders(tmp_path):
     first, *steps = [yaml.safe_load(b) for b in _blocks("yaml")]
     assert first == {"config": load_stack_doc("dev")["config"]}, "recipe 1 shows stacks/Pulumi.dev.yaml"
-    assert len(steps) == 4
+    assert len(steps) == 5
     config = first["config"]
     for i, step in enumerate(steps, start=2):
         config = _merged(config, step)
@@ -127,6 +127,9 @@ def test_the_recipes_yaml_is_the_dev_stack_and_each_step_renders(tmp_path):
         assert names == [m["name"] for m in config["warmstart:models"]], i
     qwen = next(m for m in rendered.stack_plan.models if m.name == "qwen-2-5-7b")
     assert qwen.autoscaling is not None and qwen.routing_policy == "prefix_hash"
+    assert qwen.serving.standby is not None and qwen.serving.standby.count == 1
+    assert any(o["kind"] == "Deployment" and o["metadata"]["name"] == "qwen-2-5-7b-standby"
+               for o in rendered.kubernetes_objects), "the recipe's standby gets its actuator"
     assert rendered.stack_plan.config.compile_cache_bucket.expire_after_days == 90
     assert any(o["kind"] == "ScaledObject" and o["metadata"]["name"].startswith("qwen-2-5-7b")
                for o in rendered.kubernetes_objects)
