@@ -29,6 +29,7 @@ from warmstart.config import (
     RoutingConfig,
 )
 from warmstart.errors import ConfigError, ConfigErrors
+from warmstart.plan import platform_rules
 
 # Each section and the TypedDict generated for it.
 SECTIONS = {NetworkConfig: section_args.NetworkSectionArgs, ClusterConfig: section_args.ClusterSectionArgs,
@@ -192,6 +193,11 @@ def test_a_pool_model_on_no_pool_is_refused():
     with pytest.raises(ConfigError) as err:
         cluster_component.plan(_cluster(pool_models=[_model(pool="h100")]))
     assert err.value.key == "ClusterArgs.poolModels[0].pool" and "l40s" in err.value.fix
+    # The one rule every model meeting its pools is checked by (warmstart/plan/platform_rules.py),
+    # in the words of the Args the fix edits.
+    side = platform_rules.cluster_component("unit")
+    assert (err.value.rule, err.value.fix) == platform_rules.pool_problem("h100", ["l40s"], "k", side)[1:3]
+    assert "ClusterArgs.gpuPools" in err.value.fix
 
 
 def test_the_derived_system_size_applies_only_where_the_section_leaves_it_unset():
