@@ -82,10 +82,10 @@ class ModelStandby(pulumi.ComponentResource):
         if args.get("kubeconfig") is not None:
             provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
-        script_map = objects.CONFIGMAP_NAME
+        ship = bool(args.get("ship_pod_script", True))
+        script_map = self.plan.script_config_map(objects.CONFIGMAP_NAME, ship)
         needs: list[pulumi.Resource] = []
-        if args.get("ship_pod_script", True):
-            script_map = f"{model}-standby-script"
+        if ship:
             needs.append(PodScript(f"{name}-script", args["namespace"], script_map, objects.SCRIPT_KEY, opts=child))
         for obj in objects.objects(self.plan, script_map):
             kind, meta = obj["kind"], obj["metadata"]
