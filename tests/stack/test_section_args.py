@@ -32,9 +32,7 @@ from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.plan import platform_rules
 
 # Each section and the TypedDict generated for it.
-SECTIONS = {NetworkConfig: section_args.NetworkSectionArgs, ClusterConfig: section_args.ClusterSectionArgs,
-            GpuPool: section_args.GpuPoolSectionArgs, ModelBucketConfig: section_args.ModelBucketSectionArgs,
-            CompileCacheBucketConfig: section_args.CompileCacheBucketSectionArgs}
+SECTIONS = {m: getattr(section_args, model_args_gen.section_name(m)) for m in model_args_gen.SECTIONS}
 # The hand-written Args that take a section, and the sections each takes.
 TAKERS = {network.NetworkArgs: (NetworkConfig,), ClusterArgs: (ClusterConfig, GpuPool),
           storage.ModelStorageArgs: (ModelBucketConfig, CompileCacheBucketConfig),
@@ -124,7 +122,22 @@ def test_generated_names_are_apart_from_the_components_types_and_each_other():
                 if isinstance(n, ast.ClassDef)}
     entries = {n.name for n in ast.walk(ast.parse(model_args_gen.TARGET.read_text())) if isinstance(n, ast.ClassDef)}
     assert {"ClusterArgs", "NetworkArgs", "ModelStorageArgs", "PoolModelArgs"} <= existing
-    assert len(sections) == 9 and not existing & sections and not entries & sections
+    # One TypedDict per section and per model nested in one, none named like another type.
+    assert sections == {model_args_gen.section_name(m) for m in _reachable(model_args_gen.SECTIONS)}
+    assert not existing & sections and not entries & sections
+
+
+def _reachable(roots) -> set[type]:
+    from tests.support.model_entry import _models_in
+
+    out: set[type] = set()
+    todo = list(roots)
+    while todo:
+        model = todo.pop()
+        if model not in out:
+            out.add(model)
+            todo += [m for info in model.model_fields.values() for m in _models_in(info.annotation)]
+    return out
 
 
 def test_a_literal_of_mixed_kinds_is_refused():
@@ -135,7 +148,8 @@ def test_a_literal_of_mixed_kinds_is_refused():
 @pytest.mark.parametrize("stack", ENVIRONMENTS)
 def test_every_shipped_sections_entry_reads_back_as_the_section(stack):
     cfg = config.from_pulumi_config(config.read_stack_file(config.stack_file(STACKS_DIR, stack)))
-    sections = [cfg.network, cfg.cluster, cfg.model_bucket, cfg.compile_cache_bucket, *cfg.gpu_pools]
+    sections = [cfg.network, cfg.cluster, cfg.model_bucket, cfg.compile_cache_bucket, cfg.monitoring, *cfg.gpu_pools]
+    assert {type(s) for s in sections} == set(model_args_gen.SECTIONS)
     for section in sections:
         back = section_config(type(section), section_entry(section), "Args.section")
         assert back == section and back.model_fields_set == section.model_fields_set
