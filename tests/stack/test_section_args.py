@@ -23,15 +23,7 @@ from components.sections import nested_section, section_config, section_entry
 from tests.support.model_entry import args_gaps
 from tests.support.stacks import ALL_STACK_NAMES, MODEL_STACK_NAMES, STACKS_DIR
 from warmstart import config
-from warmstart.config import (
-    AutoscalingConfig,
-    ClusterConfig,
-    CompileCacheBucketConfig,
-    GpuPool,
-    ModelBucketConfig,
-    NetworkConfig,
-    RoutingConfig,
-)
+from warmstart.config import ClusterConfig, GpuPool, NetworkConfig
 from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.plan import platform_rules
 
