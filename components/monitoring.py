@@ -219,11 +219,7 @@ def _platform_monitoring(server_address: pulumi.Output[str], region: str,
     managed path only; the managed collector scrapes unless the section names an endpoint of its
     own, whose Prometheus pods (`scraper`) the models then admit."""
     managed = section.prometheus_url is None
-    out: PlatformMonitoringArgs = {"server_address": server_address, "managed_scraper": managed,
-                                   "scraper_pods": [{"namespace": section.scraper.namespace,
-                                                     "pod_labels": dict(section.scraper.pod_labels)}]
-                                   if section.scraper is not None else [],
-                                   "keda_namespace": section.keda.namespace}
-    if managed:
-        out["region"] = region
-    return out
+    return {"server_address": server_address, **({"region": region} if managed else {}), "managed_scraper": managed,
+            "scraper_pods": [{"namespace": section.scraper.namespace, "pod_labels": dict(section.scraper.pod_labels)}]
+            if section.scraper is not None else [],
+            "keda_namespace": section.keda.namespace}

@@ -91,13 +91,13 @@ def autoscaling_section(args: Mapping[str, Any], resource: pulumi.Resource | Non
                           "give the model's autoscaling section alone (minAwake is its minReplicas)", sorted(flat))
     pulumi.log.warn(f"{KEY}: {names} at the top of the Args are deprecated; pass the model's `autoscaling` "
                     f"section ({KEY}.autoscaling.<key>; minAwake is its minReplicas)", resource=resource)
-    entry = {FLAT_AUTOSCALING[k]: v for k, v in flat.items()}
+    given = {FLAT_AUTOSCALING[k]: v for k, v in flat.items()}
     # The flat Args had no maxReplicas, which the actuator does not read and the section requires:
     # read at its least, so only what was given can be refused.
-    least = entry.get("min_replicas")
-    entry["max_replicas"] = max(1, least) if isinstance(least, int) and not isinstance(least, bool) else 1
+    least = given.get("min_replicas")
+    most = max(1, least) if isinstance(least, int) and not isinstance(least, bool) else 1
     try:
-        return section_config(AutoscalingConfig, entry, KEY)
+        return section_config(AutoscalingConfig, given | {"max_replicas": most}, KEY)
     except ConfigErrors as err:
         raise ConfigErrors([_flat_key(e) for e in err.errors]) from None
 
