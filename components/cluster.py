@@ -34,6 +34,7 @@ from warmstart.config import ClusterConfig, GpuPool, SystemNodeGroupConfig
 from warmstart.decisions import cluster_access, iam, image_cache, karpenter, naming, placement
 from warmstart.decisions.network import KARPENTER_DISCOVERY_TAG
 from warmstart.errors import ConfigError
+from warmstart.plan import platform_rules
 from warmstart.plan.cluster import ClusterPlan, plan_cluster_layer, pool_model_of
 
 from .enums import ClusterMode, mode_value
@@ -177,11 +178,13 @@ def plan(args: ClusterArgs, resource: pulumi.Resource | None = None,
     `config`: what `cluster_config(args)` gave, when the caller has it already."""
     section, key = config or cluster_config(args, resource)
     models = _pool_models(args, resource)
-    names = [p.get("name") for p in args["gpu_pools"]]
+    names = [str(p.get("name")) for p in args["gpu_pools"]]
+    side = platform_rules.cluster_component(args["cluster_name"])
     for where, m in models:
-        if m.get("pool") not in names:
-            raise ConfigError(f"{where}.pool", "names no pool of gpuPools", f"use one of: {', '.join(map(str, names))}",
-                              m.get("pool"))
+        # The one rule of a model's pool (a stack's models, a model stack's, a ServedModel's).
+        problem = platform_rules.pool_problem(m.get("pool"), names, where, side)  # type: ignore[arg-type]
+        if problem:
+            raise ConfigError(*problem)
     pools = []
     for i, pool in enumerate(args["gpu_pools"]):
         where = f"ClusterArgs.gpuPools[{i}]"

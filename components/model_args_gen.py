@@ -5,8 +5,9 @@ model) and no component's Args can drift from it (as awsx generates its types fr
 - components/model_args.py: one `models[]` entry (`ModelConfig`), as `ModelEntry*Args`, which
   ServedModel takes;
 - components/section_args.py: the platform sections (`network`, `cluster`, `gpuPools[]`,
-  `modelBucket`, `compileCacheBucket`), as `*SectionArgs`, which Network, Cluster and
-  ModelStorage take nested beside their wired inputs (`components.sections` reads one back).
+  `modelBucket`, `compileCacheBucket`, `monitoring`), as `*SectionArgs`, which Network, Cluster,
+  ModelStorage and Monitoring take nested beside their wired inputs (`components.sections` reads
+  one back).
 
 Pulumi's schema inference (`pulumi.provider.experimental.analyzer`) reads a component's Args from
 TypedDicts whose attribute docstrings sit in real source (it calls `inspect.getsource`), so the
@@ -60,14 +61,14 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from warmstart.config import (ClusterConfig, CompileCacheBucketConfig, GpuPool, ModelBucketConfig, ModelConfig,
-                              NetworkConfig, StackConfig)
+                              MonitoringConfig, NetworkConfig, StackConfig)
 
 HERE = Path(__file__).resolve().parent
 TARGET = HERE / "model_args.py"
 SECTIONS_TARGET = HERE / "section_args.py"
 # The stack config's sections a platform component takes nested (each with the models nested in it).
 SECTIONS: tuple[type[BaseModel], ...] = (NetworkConfig, ClusterConfig, GpuPool, ModelBucketConfig,
-                                         CompileCacheBucketConfig)
+                                         CompileCacheBucketConfig, MonitoringConfig)
 TOP = "ModelEntryArgs"
 _SUFFIXES = ("Tuning", "Config", "Source")
 _SCALARS = {str: "str", int: "int", float: "float", bool: "bool"}
@@ -87,9 +88,10 @@ SECTIONS_HEADER = '''\
 # Generated from warmstart.config's platform sections by components/model_args_gen.py: do not edit.
 # Regenerate with `python -m tests.golden` (tests/stack/test_section_args.py fails while stale).
 """The platform sections of a stack config as Args: every field of each of
-`warmstart.config.NetworkConfig`, `ClusterConfig`, `GpuPool`, `ModelBucketConfig` and
-`CompileCacheBucketConfig`, key for key, for the components that take a section nested (Network,
-Cluster, ModelStorage; `components.sections.section_config` validates one)."""
+`warmstart.config.NetworkConfig`, `ClusterConfig`, `GpuPool`, `ModelBucketConfig`,
+`CompileCacheBucketConfig` and `MonitoringConfig`, key for key, for the components that take a
+section nested (Network, Cluster, ModelStorage, Monitoring; `components.sections.section_config`
+validates one)."""
 
 from typing import NotRequired, TypedDict
 '''

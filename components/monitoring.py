@@ -16,7 +16,6 @@ EKS keeps one access entry per principal, so a second one from here would fail t
 component creates none (`scraperAccessEntry: true` is refused).
 """
 
-import re
 from typing import NotRequired, Optional, TypedDict
 
 import pulumi
@@ -24,33 +23,24 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
-from warmstart.config import DNS_LABEL, DNS_SUBDOMAIN
+from warmstart.config import KedaConfig, MonitoringConfig
 from warmstart.decisions import autoscaling as decide
 from warmstart.decisions import iam
 from warmstart.errors import ConfigError
 from warmstart.manifests import autoscaling as objects
 
 from .enums import ClusterMode, mode_value
+from .model_args_gen import camel_case
+from .platform import PlatformMonitoringArgs
 from .providers import kubernetes_provider
+from .section_args import MonitoringSectionArgs
+from .sections import nested_section
 
 KEDA_POLICY_NAME = "amp-query"
 # The managed collector tags its destination workspace with this key; declaring it keeps
 # `pulumi up` from removing it again (pulumi-aws `aws.amp.Scraper`, "Ignoring changes to
 # Prometheus Workspace destination").
 SCRAPER_WORKSPACE_TAG = "AMPAgentlessScraper"
-
-
-class MonitoringKedaArgs(TypedDict):
-    """KEDA: the component's own, or one that runs already."""
-
-    create: NotRequired[bool]
-    """Install KEDA's chart in `namespace` (default true). False: a KEDA of yours runs there; the
-    ScaledObjects need its CRDs, and on the AMP path the query role trusts its operator's
-    ServiceAccount, which you annotate with `kedaOperatorRoleArn`."""
-    namespace: NotRequired[str]
-    """KEDA's namespace (default `keda`)."""
-    operator_service_account: NotRequired[str]
-    """The KEDA operator's ServiceAccount, the query role's IRSA subject (default `keda-operator`)."""
 
 
 class MonitoringArgs(TypedDict):
@@ -73,16 +63,22 @@ class MonitoringArgs(TypedDict):
     """Namespaces whose vLLM (and router) pods are scraped; pods anywhere else are not."""
     router: NotRequired[bool]
     """Also scrape the routers' `metrics` port (default false: no routing)."""
+    monitoring: NotRequired[MonitoringSectionArgs]
+    """The stack's `monitoring` section, as a stack config writes it: `prometheusUrl` (an existing
+    Prometheus-compatible endpoint, its base URL without `/api/v1/query`, that already scrapes the
+    pods; then no workspace, no collector and no AWS identity for KEDA), `scraper` (that
+    Prometheus's pods, which the models' NetworkPolicies admit: the `platformMonitoring` this
+    component gives Python programs carries them) and `keda` (KEDA's namespace and operator, and
+    whether the component installs it). Its validation and defaults are the config's. Deprecated,
+    still read: `prometheusUrl` at the top of the Args."""
     cluster_arn: NotRequired[pulumi.Input[str]]
-    """ARN of the EKS cluster the collector scrapes; required unless `prometheusUrl` is given."""
+    """ARN of the EKS cluster the collector scrapes; required unless `monitoring.prometheusUrl` is
+    given."""
     subnet_ids: NotRequired[pulumi.Input[list[str]]]
     """The cluster's subnets (at least two AZs), where the collector puts its network interfaces;
-    required unless `prometheusUrl` is given."""
+    required unless `monitoring.prometheusUrl` is given."""
     security_group_ids: NotRequired[pulumi.Input[list[str]]]
     """Security groups of the collector's network interfaces: the cluster's, so it reaches the pods."""
-    prometheus_url: NotRequired[str]
-    """An existing Prometheus-compatible endpoint (base URL, without `/api/v1/query`) that
-    already scrapes the pods; then no workspace, no collector and no AWS identity for KEDA."""
     scraper_access_entry: NotRequired[bool]
     """Refused when true: AMP creates the collector's access entry itself on every cluster that
     uses access entries (`API` or `API_AND_CONFIG_MAP`), and a second entry for the same
@@ -92,8 +88,6 @@ class MonitoringArgs(TypedDict):
     resource options (or the ambient one)."""
     tags: NotRequired[dict[str, str]]
     """Tags on the workspace, the collector and the IAM role."""
-    keda: NotRequired[MonitoringKedaArgs]
-    """KEDA's namespace and operator, and whether the component installs it (default: it does, in `keda`)."""
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -125,20 +119,23 @@ class Monitoring(pulumi.ComponentResource):
             raise ConfigError("MonitoringArgs.namespaces", "names no namespace, so nothing would be scraped",
                               "list the namespaces of the models that autoscale")
         tags = dict(args.get("tags") or {})
-        keda = keda_settings(args.get("keda"))
+        # The monitoring section, read back through the config model it is generated from (no
+        # field of it is declared here).
+        section, where = nested_section(MonitoringConfig, args, "monitoring", "MonitoringArgs", self)
+        keda = section.keda
         child = pulumi.ResourceOptions(parent=self)
         k8s_opts = child
         if args.get("kubeconfig") is not None:
             provider = kubernetes_provider(name, args["kubeconfig"], child)
             k8s_opts = pulumi.ResourceOptions(parent=self, provider=provider)
 
-        url = args.get("prometheus_url")
+        url = section.prometheus_url
         role_arn: Optional[pulumi.Output[str]] = None
         if url is not None:
             try:
                 address = objects.server_address(url)
             except ValueError as err:
-                raise ConfigError("MonitoringArgs.prometheusUrl", str(err), "give the server's base URL, e.g. "
+                raise ConfigError(f"{where}.prometheusUrl", str(err), "give the server's base URL, e.g. "
                                   "http://prometheus-operated.monitoring.svc:9090", url) from None
             self.server_address = pulumi.Output.from_input(address)
             self.sigv4_region = pulumi.Output.from_input("")
@@ -146,21 +143,25 @@ class Monitoring(pulumi.ComponentResource):
         else:
             missing = [k for k in ("cluster_arn", "subnet_ids", "security_group_ids") if args.get(k) is None]
             if missing:
-                raise ConfigError(f"MonitoringArgs.{naming_camel(missing[0])}", "the managed collector needs the "
-                                  "cluster's ARN, subnets and security groups", "give them, or prometheusUrl for "
-                                  "an existing endpoint")
+                raise ConfigError(f"MonitoringArgs.{camel_case(missing[0])}", "the managed collector needs the "
+                                  "cluster's ARN, subnets and security groups", "give them, or "
+                                  "monitoring.prometheusUrl for an existing endpoint")
             role_arn = self._amp(name, args, namespaces, tags, child, k8s_opts, keda)
         self.keda_operator_role_arn = role_arn if role_arn is not None else pulumi.Output.from_input("")
+        self.platform_monitoring: PlatformMonitoringArgs = _platform_monitoring(
+            self.server_address, args["region"], section)
+        """What this monitoring gives a platform's models (`PlatformArgs.monitoring`, Python
+        programs): the endpoint KEDA queries, who scrapes the pods, where KEDA runs."""
 
         self.keda: Optional[k8s.helm.v3.Release] = None
         """The KEDA release: every ScaledObject must depend on it (it serves the CRDs); None when
         KEDA is the user's (`keda.create: false`)."""
-        if not keda["create"]:
+        if not keda.create:
             self.register_outputs({"serverAddress": self.server_address, "sigv4Region": self.sigv4_region,
                                    "workspaceArn": self.workspace_arn, "kedaOperatorRoleArn": self.keda_operator_role_arn})
             return
         ns = k8s.core.v1.Namespace(
-            f"{name}-keda-ns", metadata={"name": keda["namespace"], "labels": {
+            f"{name}-keda-ns", metadata={"name": keda.namespace, "labels": {
                 # Every KEDA pod runs non-root, read-only, capabilities dropped, RuntimeDefault
                 # seccomp (the chart's values below), which is the restricted Pod Security level.
                 "pod-security.kubernetes.io/enforce": "restricted",
@@ -169,14 +170,14 @@ class Monitoring(pulumi.ComponentResource):
         self.keda = k8s.helm.v3.Release(
             f"{name}-keda", name="keda", chart=versions.KEDA_CHART, version=versions.KEDA_CHART_VERSION,
             repository_opts=k8s.helm.v3.RepositoryOptsArgs(repo=versions.KEDA_CHART_REPO),
-            namespace=keda["namespace"],
-            values=objects.keda_values(mode, role_arn, service_account=keda["operator_service_account"]),
+            namespace=keda.namespace,
+            values=objects.keda_values(mode, role_arn, service_account=keda.operator_service_account),
             opts=pulumi.ResourceOptions.merge(k8s_opts, pulumi.ResourceOptions(depends_on=[ns])))
         self.register_outputs({"serverAddress": self.server_address, "sigv4Region": self.sigv4_region,
                                "workspaceArn": self.workspace_arn, "kedaOperatorRoleArn": self.keda_operator_role_arn})
 
     def _amp(self, name: str, args: MonitoringArgs, namespaces: list[str], tags: dict[str, str],
-             child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions, keda: dict) -> pulumi.Output[str]:
+             child: pulumi.ResourceOptions, k8s_opts: pulumi.ResourceOptions, keda: KedaConfig) -> pulumi.Output[str]:
         """Workspace, collector and the KEDA operator's role; returns the role's ARN, resolved once
         its policy is attached."""
         prefix, region = args["name_prefix"], args["region"]
@@ -194,7 +195,7 @@ class Monitoring(pulumi.ComponentResource):
         # The KEDA operator's role: IRSA for exactly its ServiceAccount (warmstart's KEDA's, or
         # the user's), query actions on this one workspace.
         role_name = decide.keda_operator_role_name(prefix)
-        subject_ns, subject_sa = keda["namespace"], keda["operator_service_account"]
+        subject_ns, subject_sa = keda.namespace, keda.operator_service_account
         trust = pulumi.Output.all(args["oidc_provider_arn"], args["oidc_issuer"]).apply(
             lambda v: iam.to_json(iam.irsa_trust_policy(v[0], v[1].removeprefix("https://"), subject_ns, subject_sa)))
         role = aws.iam.Role(
@@ -212,27 +213,13 @@ class Monitoring(pulumi.ComponentResource):
         return pulumi.Output.all(role.arn, policy.id).apply(lambda v: v[0])
 
 
-def keda_settings(given: Optional[MonitoringKedaArgs]) -> dict:
-    """`MonitoringArgs.keda` with its defaults, the namespace and ServiceAccount checked as
-    Kubernetes names (ConfigError naming the key)."""
-    out = {"create": True, "namespace": objects.KEDA_NAMESPACE,
-           "operator_service_account": objects.KEDA_OPERATOR_SERVICE_ACCOUNT} | dict(given or {})
-    unknown = sorted(set(out) - {"create", "namespace", "operator_service_account"})
-    if unknown:
-        raise ConfigError(f"MonitoringArgs.keda.{naming_camel(unknown[0])}", "is not a key of MonitoringKedaArgs",
-                          "use create, namespace or operatorServiceAccount", unknown[0])
-    for key, pattern, most, chars, example in (
-            ("namespace", DNS_LABEL, 63, "lowercase letters, digits and '-'", "keda"),
-            ("operator_service_account", DNS_SUBDOMAIN, 253, "lowercase letters, digits, '-' and '.'", "keda-operator")):
-        value = out[key]
-        if not isinstance(value, str) or not re.match(pattern, value) or len(value) > most:
-            raise ConfigError(f"MonitoringArgs.keda.{naming_camel(key)}", f"must be a Kubernetes name (at most {most} "
-                              f"{chars})", f"e.g. {example}", value)
-    if not isinstance(out["create"], bool):
-        raise ConfigError("MonitoringArgs.keda.create", "must be true or false", "give a boolean", out["create"])
-    return out
-
-
-def naming_camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(w.title() for w in rest)
+def _platform_monitoring(server_address: pulumi.Output[str], region: str,
+                         section: MonitoringConfig) -> PlatformMonitoringArgs:
+    """The platform facts of a monitoring section: KEDA signs its queries for the region on the
+    managed path only; the managed collector scrapes unless the section names an endpoint of its
+    own, whose Prometheus pods (`scraper`) the models then admit."""
+    managed = section.prometheus_url is None
+    return {"server_address": server_address, **({"region": region} if managed else {}), "managed_scraper": managed,
+            "scraper_pods": [{"namespace": section.scraper.namespace, "pod_labels": dict(section.scraper.pod_labels)}]
+            if section.scraper is not None else [],
+            "keda_namespace": section.keda.namespace}

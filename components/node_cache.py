@@ -17,7 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from warmstart import versions
-from warmstart.decisions import image_cache
+from warmstart.decisions import image_cache, naming
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions import placement
 from warmstart.manifests import node_cache as manifests
@@ -108,10 +108,10 @@ class ModelNodeCache(pulumi.ComponentResource):
         if args.get("ship_pod_scripts", True):
             for cm_name, key in ((manifests.STAGE_CONFIGMAP, manifests.STAGE_SCRIPT),
                                  (manifests.SELECT_CONFIGMAP, manifests.SELECT_SCRIPT)):
-                spec = config_map_spec(f"{model}-{cm_name.removeprefix('warmstart-')}", ns, key)
+                spec = config_map_spec(naming.script_config_map(cm_name, model, own=True), ns, key)
                 before.append(k8s.core.v1.ConfigMap(f"{name}-{key.removesuffix('.py').replace('_', '-')}",
                                                     metadata=spec["metadata"], data=spec["data"], opts=child))
-        stage_map = f"{model}-weights-stage" if args.get("ship_pod_scripts", True) else manifests.STAGE_CONFIGMAP
+        stage_map = naming.script_config_map(manifests.STAGE_CONFIGMAP, model, bool(args.get("ship_pod_scripts", True)))
         sa = manifests.service_account_spec(model, ns, args.get("role_arn"))
         before.append(k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
                                                  automount_service_account_token=sa["automountServiceAccountToken"],

@@ -166,7 +166,8 @@ def plan(args: ModelRouterArgs, resource: pulumi.Resource | None = None) -> Rout
             metrics_pods=[(s["namespace"], s["pod_labels"]) for s in args.get("metrics_scrapers") or []],
             vllm_scrape_cidrs=args.get("vllm_scrape_cidrs") or (),
             api_server_cidrs=args.get("api_server_cidrs", ["0.0.0.0/0"]),
-            expose=section.internal_load_balancer, ready_timeout_seconds=args.get("ready_timeout_seconds", 1800),
+            expose=section.internal_load_balancer, ready_timeout_seconds=args.get(
+                "ready_timeout_seconds", routing.DEFAULT_READY_TIMEOUT_SECONDS),
             non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
             front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
             front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),

@@ -1,9 +1,10 @@
 # Generated from warmstart.config's platform sections by components/model_args_gen.py: do not edit.
 # Regenerate with `python -m tests.golden` (tests/stack/test_section_args.py fails while stale).
 """The platform sections of a stack config as Args: every field of each of
-`warmstart.config.NetworkConfig`, `ClusterConfig`, `GpuPool`, `ModelBucketConfig` and
-`CompileCacheBucketConfig`, key for key, for the components that take a section nested (Network,
-Cluster, ModelStorage; `components.sections.section_config` validates one)."""
+`warmstart.config.NetworkConfig`, `ClusterConfig`, `GpuPool`, `ModelBucketConfig`,
+`CompileCacheBucketConfig` and `MonitoringConfig`, key for key, for the components that take a
+section nested (Network, Cluster, ModelStorage, Monitoring; `components.sections.section_config`
+validates one)."""
 
 from typing import NotRequired, TypedDict
 
@@ -238,14 +239,65 @@ class CompileCacheBucketSectionArgs(TypedDict):
     cost. Default: `30`."""
 
 
+class ScraperPodsSectionArgs(TypedDict):
+    """The pods of your own Prometheus, which the NetworkPolicies admit to the metrics ports."""
+
+    namespace: str
+    """Namespace of the Prometheus pods (e.g. `monitoring`)."""
+    pod_labels: dict[str, str]
+    """Labels that select exactly the Prometheus server pods (e.g. `{app.kubernetes.io/name:
+    prometheus}`, as prometheus-operator labels them)."""
+
+
+class KedaSectionArgs(TypedDict):
+    """KEDA, which scales each autoscaled model's Deployment (its ScaledObject)."""
+
+    create: NotRequired[bool]
+    """Install KEDA (its pinned chart, in `namespace`) when a model autoscales or
+    `modelStacks.autoscaling` is set. `false`: a KEDA of your own already runs in `namespace`;
+    warmstart installs none but still creates the ScaledObjects, which need its CRDs
+    (`keda.sh/v1alpha1`). On the managed Prometheus path (no `prometheusUrl`) the query role then
+    trusts `<namespace>/<operatorServiceAccount>`: annotate that ServiceAccount with the role
+    (`eks.amazonaws.com/role-arn`, the stack's `kedaOperatorRoleArn`). Default: `true`."""
+    namespace: NotRequired[str]
+    """Namespace KEDA runs in: warmstart's (created with it), or yours with `create: false`.
+    Default: `keda`."""
+    operator_service_account: NotRequired[str]
+    """The KEDA operator's ServiceAccount (the chart's `serviceAccount.operator.name`): the subject
+    the query role's trust policy names. Default: `keda-operator`."""
+
+
+class MonitoringSectionArgs(TypedDict):
+    """Where vLLM's metrics go, for `models[].autoscaling`. The stack's `monitoring` section
+    (`warmstart.config.MonitoringConfig`), key for key; its validation and defaults are that
+    model's."""
+
+    prometheus_url: NotRequired[str]
+    """An existing Prometheus-compatible query endpoint that already scrapes the vLLM pods (e.g.
+    `http://prometheus-operated.monitoring.svc:9090`); KEDA queries it without AWS signing.
+    Default: warmstart creates an Amazon Managed Service for Prometheus workspace and its managed
+    collector when a model autoscales."""
+    scraper: NotRequired[ScraperPodsSectionArgs]
+    """With `prometheusUrl`: the Prometheus pods that scrape the vLLM pods and the routers. Every
+    warmstart pod sits behind a NetworkPolicy, so only the pods named here may read the metrics
+    ports (vLLM's metrics-only port and the routers' metrics listener); required when a model
+    autoscales on your Prometheus."""
+    keda: NotRequired[KedaSectionArgs]
+    """KEDA: warmstart's own (default) or one you run already (`create: false`). Default: every key
+    at its default."""
+
+
 __all__ = [
     "CapacityBlockSectionArgs",
     "CapacityReservationSectionArgs",
     "ClusterSectionArgs",
     "CompileCacheBucketSectionArgs",
     "GpuPoolSectionArgs",
+    "KedaSectionArgs",
     "ModelBucketSectionArgs",
+    "MonitoringSectionArgs",
     "NetworkSectionArgs",
     "PoolCapacitySectionArgs",
+    "ScraperPodsSectionArgs",
     "SystemNodeGroupSectionArgs",
 ]

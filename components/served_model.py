@@ -174,10 +174,10 @@ class ServedModel(pulumi.ComponentResource):
         self.standby = None
         if m.standby is not None and a is not None:
             # The actuator that wakes and sleeps the model's standby engines (docs/scale-out.md).
+            # The model entry's standby and autoscaling sections, key for key.
             self.standby = ModelStandby(f"{prefix}-{m.name}-standby", _args(
-                model_name=m.name, namespace=p.namespace, weights_gib=self.config.weights_gib, count=m.standby.count,
-                min_awake=a.min_replicas, sleep_level=m.standby.sleep_level,
-                awake_idle_seconds=m.standby.awake_idle_seconds, target_waiting_per_replica=a.target_waiting_per_replica,
+                model_name=m.name, namespace=p.namespace, weights_gib=self.config.weights_gib,
+                standby=section_entry(self.config.standby), autoscaling=section_entry(a),
                 api_server_cidrs=[f"{network_rules.kubernetes_service_ip(p.service_cidr)}/32"],
                 non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
                 image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)

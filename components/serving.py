@@ -401,19 +401,20 @@ class VllmModel(pulumi.ComponentResource):
 
         bucket = args.get("compile_cache_bucket") if m.compile_cache else None
         scripts: list[pulumi.Resource] = []
-        nvme_map, cache_map = nvme_check.CONFIGMAP_NAME, compile_cache.CONFIGMAP_NAME
-        probe_map = first_token.CONFIGMAP_NAME
-        if args.get("ship_pod_scripts", True):
-            probe_map = f"{m.name}-first-token"
+        # Without a platform's scripts in the namespace, the model ships its own copies (each
+        # ConfigMap's name is the plan's).
+        ship = bool(args.get("ship_pod_scripts", True))
+        probe_map = m.script_config_map(first_token.CONFIGMAP_NAME, ship)
+        if ship:
             scripts.append(PodScript(f"{name}-first-token", ns, probe_map, first_token.SCRIPT_KEY, opts=child))
         # Scrapers read vLLM's metrics through the pod's metrics-only port (never its serving port).
         scraped = bool(args.get("metrics_scraper_cidrs") or args.get("metrics_scrapers"))
-        proxy_map = metrics_proxy.CONFIGMAP_NAME
-        if scraped and args.get("ship_pod_scripts", True):
-            proxy_map = f"{m.name}-metrics-proxy"
+        proxy_map = m.script_config_map(metrics_proxy.CONFIGMAP_NAME, ship and scraped)
+        if scraped and ship:
             scripts.append(PodScript(f"{name}-metrics-proxy", ns, proxy_map, metrics_proxy.SCRIPT_KEY, opts=child))
-        if args.get("ship_pod_scripts", True) and m.compile_cache:
-            nvme_map, cache_map = f"{m.name}-nvme-check", f"{m.name}-compile-cache"
+        nvme_map = m.script_config_map(nvme_check.CONFIGMAP_NAME, ship and m.compile_cache)
+        cache_map = m.script_config_map(compile_cache.CONFIGMAP_NAME, ship and m.compile_cache)
+        if ship and m.compile_cache:
             scripts.append(PodScript(f"{name}-nvme-check", ns, nvme_map, nvme_check.SCRIPT_KEY, opts=child))
             if bucket is not None:
                 scripts.append(PodScript(f"{name}-compile-cache", ns, cache_map, compile_cache.SCRIPT_KEY,
@@ -424,8 +425,8 @@ class VllmModel(pulumi.ComponentResource):
             nvme_mount=placement.NVME_MOUNT[mode_value(args.get("cluster_mode", ClusterMode.AUTO))],
             # A pod streaming from S3 holds the node's copier off this long at most.
             pause_seconds=math.ceil(2 * m.load.s3_seconds) + 60,
-            script_config_map=(f"{m.name}-weights-select" if args.get("ship_pod_scripts", True)
-                               else staging_objects.SELECT_CONFIGMAP)) if m.staged and m.load else PodExtras()
+            script_config_map=m.script_config_map(staging_objects.SELECT_CONFIGMAP, ship)) if m.staged and m.load \
+            else PodExtras()
         # In this order: the NVMe check (no write onto a cache path that is not NVMe), the picker,
         # the compile cache's restore and publish, and the first-token sidecar, which times the
         # pod's first answer and keeps its cold-start record in the compile-cache bucket
@@ -554,9 +555,8 @@ class VllmModel(pulumi.ComponentResource):
                               "serving role may only read the weights", "pass the ModelImportRole component's "
                               "roleArn for this model")
         needs: list[pulumi.Resource] = []
-        script_map = import_job.CONFIGMAP_NAME
+        script_map = m.script_config_map(import_job.CONFIGMAP_NAME, bool(args.get("ship_pod_scripts", True)))
         if args.get("ship_pod_scripts", True):
-            script_map = f"{m.name}-weights-import"
             needs.append(PodScript(f"{name}-weights-import", ns, script_map, import_job.SCRIPT_KEY, opts=child))
         sa = import_job.service_account_spec(m, ns, role_arn)
         needs.append(k8s.core.v1.ServiceAccount(f"{name}-import-sa", metadata=sa["metadata"],

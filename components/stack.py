@@ -63,18 +63,6 @@ def stack_tags(plan: StackPlan) -> dict[str, str]:
     return {"warmstart:stack": plan.stack, "warmstart:prefix": plan.name_prefix} | dict(plan.config.tags)
 
 
-def plan_has_managed_scraper(plan: StackPlan) -> bool:
-    """Whether the stack creates the AMP managed collector (a model, or a model stack, may
-    autoscale and the stack names no Prometheus of its own)."""
-    return platform_contract.plan_runs_autoscaling(plan) and not plan.config.monitoring.prometheus_url
-
-
-def scraper_pods(cfg: StackConfig) -> list[tuple[str, dict[str, str]]]:
-    """The stack's own Prometheus pods (`monitoring.scraper`), which the metrics ports admit."""
-    sc = cfg.monitoring.scraper
-    return [(sc.namespace, dict(sc.pod_labels))] if sc is not None else []
-
-
 def model_entry(spec: ModelConfig) -> dict[str, Any]:
     """A config model entry as a ServedModel's `model` (snake_case keys, only what was set, so
     a default stays the component's and `replicas` stays unset where the stack left it)."""
@@ -193,12 +181,8 @@ class WarmstartStack(pulumi.ComponentResource):
             **platform_contract.platform_facts(plan), vpc_cidrs=list(self.network.vpc_cidrs), service_cidr=service_cidr,
             oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
             compile_cache_bucket=self.storage.compile_cache_bucket,
-            monitoring=_args(server_address=self.monitoring.server_address,
-                             region=cfg.region if not cfg.monitoring.prometheus_url else None,
-                             managed_scraper=plan_has_managed_scraper(plan),
-                             scraper_pods=[{"namespace": ns, "pod_labels": labels} for ns, labels in scraper_pods(cfg)],
-                             keda_namespace=cfg.monitoring.keda.namespace)
-            if self.monitoring else None),
+            # What the Monitoring component made of the stack's `monitoring` section.
+            monitoring=self.monitoring.platform_monitoring if self.monitoring else None),
             warm_spares={p.name: {"warm_nodes": p.warm_nodes, "instance_type": p.warm_instance.instance_type,
                                   "gpus": p.warm_instance.gpu_count}
                          for p in plan.cluster.pools if p.warm_nodes and p.warm_instance is not None} or None,
@@ -258,5 +242,4 @@ class WarmstartStack(pulumi.ComponentResource):
             cluster_arn=None if url else cluster_arn,
             subnet_ids=None if url else self.network.private_subnet_ids,
             security_group_ids=None if url else [self.cluster.security_group_id],
-            prometheus_url=url, tags=stack_tags(plan),
-            keda=cfg.monitoring.keda.model_dump(exclude_unset=True) or None), opts=aws_opts)
+            monitoring=section_entry(cfg.monitoring), tags=stack_tags(plan)), opts=aws_opts)

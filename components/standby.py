@@ -9,17 +9,28 @@ RoleBinding and a one-pod Deployment on the non-GPU nodes running warmstart/pods
 NetworkPolicy then admits this actuator to the pods' serving port).
 """
 
-from typing import NotRequired, Optional, TypedDict
+from collections.abc import Mapping
+from typing import Any, NotRequired, Optional, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from warmstart.config import AutoscalingConfig, StandbyConfig
 from warmstart.decisions import standby as decide
+from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import standby as objects
 
+from .model_args import ModelEntryAutoscalingArgs, ModelEntryStandbyArgs
+from .model_args_gen import camel_case
 from .pod_scripts import PodScript
 from .providers import kubernetes_provider
+from .sections import nested_section, section_config
 from .serving import NonGpuPlacementArgs, non_gpu_placement
+
+KEY = "ModelStandbyArgs"
+# The keys the Args had before they took the model's `autoscaling` section, by the section's field
+# each one was (`minAwake` was the model's `autoscaling.minReplicas`). Deprecated, still read.
+FLAT_AUTOSCALING = {"min_awake": "min_replicas", "target_waiting_per_replica": "target_waiting_per_replica"}
 
 
 class ModelStandbyArgs(TypedDict):
@@ -31,19 +42,19 @@ class ModelStandbyArgs(TypedDict):
     """Namespace of the model's pods."""
     weights_gib: float
     """Size of the model's weights in GiB (what a sleeper holds at level 1)."""
-    count: int
-    """Engines kept asleep."""
-    min_awake: int
-    """Fewest awake engines (the model's `autoscaling.minReplicas`)."""
+    standby: NotRequired[ModelEntryStandbyArgs]
+    """The model's `standby` section, as a stack config writes it: `count` (engines kept asleep),
+    `sleepLevel`, `awakeIdleSeconds`. Its validation and defaults are the config's. Deprecated,
+    still read: those keys at the top of the Args."""
+    autoscaling: NotRequired[ModelEntryAutoscalingArgs]
+    """The model's `autoscaling` section, as a stack config writes it (standby needs autoscaling):
+    the actuator keeps `minReplicas` engines awake and wakes a sleeper when more than
+    `targetWaitingPerReplica` requests wait per awake engine. Its validation and defaults are the
+    config's (`maxReplicas` is required there). Required, unless the deprecated flat keys are
+    given: `minAwake` (= `minReplicas`) and `targetWaitingPerReplica` at the top of the Args."""
     api_server_cidrs: list[str]
     """Where the pod reaches the Kubernetes API: the `kubernetes` Service's ClusterIP as a /32 (the
     AWS network policy agent judges the address before DNAT; replies ride conntrack)."""
-    sleep_level: NotRequired[int]
-    """vLLM sleep level, 1 (default: weights to host RAM) or 2 (weights dropped, reloaded on wake)."""
-    awake_idle_seconds: NotRequired[int]
-    """Idle time after which an awake engine may go back to sleep (default 300)."""
-    target_waiting_per_replica: NotRequired[float]
-    """Requests waiting per awake engine above which a sleeper is woken (default 5, KEDA's)."""
     non_gpu_placement: NotRequired[NonGpuPlacementArgs]
     """The non-GPU nodes the actuator runs on (a platform's `nonGpuPlacement`). Default: anywhere
     off the GPU nodes."""
@@ -60,6 +71,43 @@ class ModelStandbyArgs(TypedDict):
     options (or the ambient one)."""
 
 
+def standby_section(args: Mapping[str, Any], resource: pulumi.Resource | None = None) -> StandbyConfig:
+    """The Args' `standby` section as the config model (ConfigErrors keyed
+    `ModelStandbyArgs.standby.<key>`; `ModelStandbyArgs.<key>` for the deprecated flat keys)."""
+    return nested_section(StandbyConfig, args, "standby", KEY, resource)[0]
+
+
+def autoscaling_section(args: Mapping[str, Any], resource: pulumi.Resource | None = None) -> AutoscalingConfig:
+    """The Args' `autoscaling` section as the config model (ConfigErrors keyed
+    `ModelStandbyArgs.autoscaling.<key>`), or what the deprecated flat keys `minAwake` and
+    `targetWaitingPerReplica` say of it (keyed by the key they were given by)."""
+    flat = {k: args[k] for k in FLAT_AUTOSCALING if args.get(k) is not None}
+    if not flat:
+        return section_config(AutoscalingConfig, args.get("autoscaling") or {}, f"{KEY}.autoscaling")
+    names = ", ".join(camel_case(k) for k in sorted(flat))
+    if args.get("autoscaling") is not None:
+        raise ConfigError(f"{KEY}.{camel_case(sorted(flat)[0])}", f"is given at the top of {KEY} and `autoscaling` "
+                          f"is given too ({names} belong under `autoscaling`)",
+                          "give the model's autoscaling section alone (minAwake is its minReplicas)", sorted(flat))
+    pulumi.log.warn(f"{KEY}: {names} at the top of the Args are deprecated; pass the model's `autoscaling` "
+                    f"section ({KEY}.autoscaling.<key>; minAwake is its minReplicas)", resource=resource)
+    given = {FLAT_AUTOSCALING[k]: v for k, v in flat.items()}
+    # The flat Args had no maxReplicas, which the actuator does not read and the section requires:
+    # read at its least, so only what was given can be refused.
+    least = given.get("min_replicas")
+    most = max(1, least) if isinstance(least, int) and not isinstance(least, bool) else 1
+    try:
+        return section_config(AutoscalingConfig, given | {"max_replicas": most}, KEY)
+    except ConfigErrors as err:
+        raise ConfigErrors([_flat_key(e) for e in err.errors]) from None
+
+
+def _flat_key(err: ConfigError) -> ConfigError:
+    """An error of the section read from the flat keys, under the key it was given by."""
+    given = {f"{KEY}.{camel_case(field)}": f"{KEY}.{camel_case(flat)}" for flat, field in FLAT_AUTOSCALING.items()}
+    return ConfigError(given.get(err.key, err.key), err.rule, err.fix, err.value)
+
+
 class ModelStandby(pulumi.ComponentResource):
     """The standby actuator of one vLLM model: it wakes a sleeping engine when the awake ones'
     queue passes the target, and puts the idlest awake engine back to sleep when it has been idle."""
@@ -70,22 +118,25 @@ class ModelStandby(pulumi.ComponentResource):
     def __init__(self, name: str, args: ModelStandbyArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:ModelStandby", name, None, opts)
         model = args["model_name"]
-        plan = decide.plan_standby(count=args["count"], sleep_level=args.get("sleep_level", 1),
-                                   awake_idle_seconds=args.get("awake_idle_seconds", 300),
+        # The model's sections, read back through the config models they are generated from (no
+        # field of theirs is declared here).
+        standby, autoscaling = standby_section(args, self), autoscaling_section(args, self)
+        plan = decide.plan_standby(count=standby.count, sleep_level=standby.sleep_level,
+                                   awake_idle_seconds=standby.awake_idle_seconds,
                                    weights_bytes=int(args["weights_gib"] * 2**30))
         self.plan = decide.plan_actuator(
             model=model, namespace=args["namespace"], image=args.get("image") or objects.IMAGE, standby=plan,
-            min_awake=args["min_awake"], target_waiting=args.get("target_waiting_per_replica", 5.0),
+            min_awake=autoscaling.min_replicas, target_waiting=autoscaling.target_waiting_per_replica,
             non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelStandbyArgs.nonGpuPlacement"),
             api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")))
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
             provider = kubernetes_provider(name, args["kubeconfig"], child)
             child = pulumi.ResourceOptions(parent=self, provider=provider)
-        script_map = objects.CONFIGMAP_NAME
+        ship = bool(args.get("ship_pod_script", True))
+        script_map = self.plan.script_config_map(objects.CONFIGMAP_NAME, ship)
         needs: list[pulumi.Resource] = []
-        if args.get("ship_pod_script", True):
-            script_map = f"{model}-standby-script"
+        if ship:
             needs.append(PodScript(f"{name}-script", args["namespace"], script_map, objects.SCRIPT_KEY, opts=child))
         for obj in objects.objects(self.plan, script_map):
             kind, meta = obj["kind"], obj["metadata"]

@@ -45,8 +45,15 @@ def test_every_recorded_version_has_an_entry():
     assert set(changelog.read_lock()) <= listed, "components/schema.lock records a version CHANGELOG.md lacks"
 
 
-def test_upgrading_names_every_type_that_changed_between_recorded_versions():
-    lock = changelog.read_lock()
+def test_the_unreleased_entry_and_its_upgrade_notes_name_every_type_changed_since_the_last_release(current):
+    why = changelog.unreleased_gaps(current)
+    assert why is None, why
+
+
+def test_upgrading_names_every_type_that_changed_between_recorded_versions(current):
+    # The Unreleased entry's fingerprints are the schema's as it is now, recorded or not.
+    newest = changelog.entries()[0]
+    lock = changelog.read_lock() | ({newest.version: current} if newest.released is None else {})
     ordered = sorted(lock, key=changelog.semver)
     missing = {}
     for old, new in zip(ordered, ordered[1:]):
@@ -100,6 +107,42 @@ def test_a_changed_schema_is_reported_with_the_types_and_the_command(tmp_path):
     assert "ServedModel" not in why
     assert "add a CHANGELOG.md entry" in why and changelog.RECORD_COMMAND in why
     assert changelog.drift(lock["1.1.0"], _RELEASED, lock) is None
+
+
+_ENTRIES = ("# Changelog\n\n## [1.1.0] - Unreleased\n\n### Changed\n\n- `ServedModel`: {said}.\n"
+            "<!-- PlatformArgs: to do -->\n\n## [1.0.0] - 2026-12-04\n\n- `PlatformArgs` is new.\n\n"
+            "[1.1.0]: docs/upgrading.md#to-110\n")
+_UPGRADING = "# Upgrading\n\n## To 1.1.0\n\n- `ServedModel`: {said}.\n\n## To 1.0.0\n\n- `PlatformArgs`.\n"
+
+
+def test_re_recording_the_lock_alone_does_not_pass_for_a_description(tmp_path):
+    """The loophole this closes: with the newest entry Unreleased, `python -m tests.golden`
+    re-records its fingerprints, so the schema matches them whatever the entry says. The entry's
+    words are held to the last release's fingerprints instead, which re-recording cannot move."""
+    released = {"ServedModel": "a", "PlatformArgs": "b", "Gone": "c"}
+    now = {"ServedModel": "A", "PlatformArgs": "B", "NewArgs": "d"}
+    path = tmp_path / "schema.lock"
+    changelog.write_lock({"1.0.0": released, "1.1.0": released}, path)
+    text, upgrading = _ENTRIES.format(said="x"), _UPGRADING.format(said="x")
+    assert "wrote" in changelog.record(now, text, path)
+    lock = changelog.read_lock(path)
+    assert changelog.drift(now, text, lock) is None, "re-recorded: the fingerprints match"
+    why = changelog.unreleased_gaps(now, text, lock, upgrading)
+    assert why is not None and "since release [1.0.0]" in why
+    # Named in neither: a placeholder comment is no description, and the released entry's words
+    # are not this one's.
+    for where in ("CHANGELOG.md's [1.1.0] entry does not name Gone, NewArgs, PlatformArgs",
+                  "docs/upgrading.md's `## To 1.1.0` does not name Gone, NewArgs, PlatformArgs"):
+        assert where in why, why
+    said = "`PlatformArgs` takes `NewArgs`, `Gone` is removed"
+    only_changelog = changelog.unreleased_gaps(now, _ENTRIES.format(said=said), lock, upgrading)
+    assert only_changelog is not None and "CHANGELOG.md" not in only_changelog.split(", and ")[1]
+    assert changelog.unreleased_gaps(now, _ENTRIES.format(said=said), lock, _UPGRADING.format(said=said)) is None
+    # A name is a word: a longer name that contains it names something else.
+    assert changelog.unnamed(["NewArgs", "Monitoring"], "`ServedModelNewArgs`, `MonitoringSectionArgs`") == [
+        "NewArgs", "Monitoring"]
+    # Released, the entry is what it was released with: `drift` holds the schema to it instead.
+    assert changelog.unreleased_gaps(now, _RELEASED, lock, upgrading) is None
 
 
 def test_recording_rewrites_an_unreleased_entry_only(tmp_path):

@@ -96,7 +96,12 @@ def update() -> None:
     print(f"wrote {CONFIG_REFERENCE}")
     for path in model_args_gen.write():
         print(f"wrote {path}")
-    from components import schema
-    from tests.support import changelog
+    # The schema is fingerprinted in a fresh interpreter: this one imported the components (and
+    # their generated Args) before the generator rewrote them, and would record the old schema.
+    import subprocess
+    import sys
 
-    print(changelog.record(schema.fingerprints()))
+    recorded = subprocess.run([sys.executable, "-c", "from components import schema; from tests.support import "
+                               "changelog; print(changelog.record(schema.fingerprints()))"],
+                              cwd=ROOT, check=True, capture_output=True, text=True)
+    print(recorded.stdout.strip())

@@ -11,7 +11,10 @@ import pytest
 import yaml
 
 import components.monitoring as monitoring_component
-from warmstart import mocks, versions
+from tests.support.platforms import PLATFORM
+from warmstart import config, mocks, versions
+from warmstart.errors import ConfigError, ConfigErrors
+from warmstart.plan import platform as contract
 from warmstart.decisions import placement
 from warmstart.manifests import autoscaling as objects
 
@@ -98,7 +101,7 @@ def test_monitoring_leaves_the_access_entry_to_amp_and_refuses_a_second_one(monk
 
 
 def test_monitoring_with_an_existing_endpoint_creates_no_aws_resource(monkeypatch):
-    m, rs = _monitoring(monkeypatch, prometheus_url="http://prometheus-operated.monitoring.svc:9090/",
+    m, rs = _monitoring(monkeypatch, monitoring={"prometheus_url": "http://prometheus-operated.monitoring.svc:9090/"},
                         cluster_mode=monitoring_component.ClusterMode.KARPENTER)
     assert not [r for r in rs if r.typ.startswith("aws:")]
     values = _one(rs, "kubernetes:helm.sh/v3:Release").inputs["values"]
@@ -108,7 +111,8 @@ def test_monitoring_with_an_existing_endpoint_creates_no_aws_resource(monkeypatc
 
 
 @pytest.mark.parametrize("overrides, drop, key", [
-    ({"prometheus_url": "http://p:9090/api/v1/query"}, (), "MonitoringArgs.prometheusUrl"),
+    ({"monitoring": {"prometheus_url": "http://p:9090/api/v1/query"}}, (), "MonitoringArgs.monitoring.prometheusUrl"),
+    ({"monitoring": {"prometheus_url": "prometheus:9090"}}, (), "MonitoringArgs.monitoring.prometheusUrl"),
     ({"namespaces": []}, (), "MonitoringArgs.namespaces"),
     ({}, ("cluster_arn",), "MonitoringArgs.clusterArn"),
 ])
@@ -126,8 +130,8 @@ def _comparable(resources):
 def test_a_keda_of_the_users_own_is_neither_installed_nor_namespaced_and_the_rest_is_unchanged(monkeypatch,
                                                                                                 prometheus_url):
     given = {"prometheus_url": prometheus_url} if prometheus_url else {}
-    m, ours = _monitoring(monkeypatch, **given)
-    theirs_m, theirs = _monitoring(monkeypatch, keda={"create": False}, **given)
+    m, ours = _monitoring(monkeypatch, monitoring=given)
+    theirs_m, theirs = _monitoring(monkeypatch, monitoring=given | {"keda": {"create": False}})
     assert theirs_m.keda is None and m.keda is not None
     gone = {u: t for u, (t, _) in _comparable(ours).items() if u not in _comparable(theirs)}
     assert sorted(gone.values()) == ["kubernetes:core/v1:Namespace", "kubernetes:helm.sh/v3:Release"]
@@ -136,14 +140,15 @@ def test_a_keda_of_the_users_own_is_neither_installed_nor_namespaced_and_the_res
 
 
 def test_the_query_role_trusts_the_users_keda_operator(monkeypatch):
-    _, rs = _monitoring(monkeypatch, keda={"create": False, "namespace": "autoscaling",
-                                           "operator_service_account": "keda-op"})
+    _, rs = _monitoring(monkeypatch, monitoring={"keda": {"create": False, "namespace": "autoscaling",
+                                                          "operator_service_account": "keda-op"}})
     (trust,) = json.loads(_one(rs, "aws:iam/role:Role").inputs["assumeRolePolicy"])["Statement"]
     assert trust["Condition"]["StringEquals"][f"{OIDC_ISSUER}:sub"] == "system:serviceaccount:autoscaling:keda-op"
 
 
 def test_warmstarts_keda_in_another_namespace(monkeypatch):
-    _, rs = _monitoring(monkeypatch, keda={"namespace": "autoscaling", "operator_service_account": "keda-op"})
+    _, rs = _monitoring(monkeypatch, monitoring={"keda": {"namespace": "autoscaling",
+                                                          "operator_service_account": "keda-op"}})
     release, ns = _one(rs, "kubernetes:helm.sh/v3:Release"), _one(rs, "kubernetes:core/v1:Namespace")
     assert ns.inputs["metadata"]["name"] == release.inputs["namespace"] == "autoscaling"
     assert release.inputs["values"]["serviceAccount"]["operator"]["name"] == "keda-op"
@@ -152,11 +157,58 @@ def test_warmstarts_keda_in_another_namespace(monkeypatch):
 
 
 @pytest.mark.parametrize("keda, key", [
-    ({"namespace": "Not_A_Name"}, "MonitoringArgs.keda.namespace"),
-    ({"operator_service_account": ""}, "MonitoringArgs.keda.operatorServiceAccount"),
-    ({"create": "no"}, "MonitoringArgs.keda.create"),
-    ({"crate": False}, "MonitoringArgs.keda.crate"),
+    ({"namespace": "Not_A_Name"}, "MonitoringArgs.monitoring.keda.namespace"),
+    ({"operator_service_account": ""}, "MonitoringArgs.monitoring.keda.operatorServiceAccount"),
+    ({"create": "sometimes"}, "MonitoringArgs.monitoring.keda.create"),
+    ({"crate": False}, "MonitoringArgs.monitoring.keda.crate"),
 ])
-def test_bad_keda_args_name_the_key(monkeypatch, keda, key):
-    with pytest.raises(Exception, match=re.escape(key)):
-        _monitoring(monkeypatch, keda=keda)
+def test_bad_keda_args_are_refused_as_the_config_refuses_them_under_the_nested_key(monkeypatch, keda, key):
+    with pytest.raises(ConfigErrors) as err:
+        _monitoring(monkeypatch, monitoring={"keda": keda})
+    assert [e.key for e in err.value.errors] == [key]
+    # The same words as a stack file's `monitoring.keda` gets: one rule, the config model's.
+    with pytest.raises(ConfigErrors) as stack_err:
+        config.parse_spec(config.MonitoringConfig, {"keda": keda}, "warmstart:monitoring.")
+    assert [e.rule for e in err.value.errors] == [e.rule for e in stack_err.value.errors]
+
+
+def test_the_sections_defaults_are_the_configs(monkeypatch):
+    _, rs = _monitoring(monkeypatch)
+    d = config.KedaConfig()
+    release, ns = _one(rs, "kubernetes:helm.sh/v3:Release"), _one(rs, "kubernetes:core/v1:Namespace")
+    assert ns.inputs["metadata"]["name"] == release.inputs["namespace"] == d.namespace
+    assert release.inputs["values"]["serviceAccount"]["operator"]["name"] == d.operator_service_account
+
+
+def test_the_flat_prometheus_url_of_before_is_the_sections_with_a_warning(monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    url = "http://prometheus-operated.monitoring.svc:9090"
+    nested_m, nested = _monitoring(monkeypatch, monitoring={"prometheus_url": url})
+    assert warned == []
+    flat_m, flat = _monitoring(monkeypatch, prometheus_url=url)
+    assert _comparable(flat) == _comparable(nested) and len(warned) == 1 and "prometheusUrl" in warned[0]
+    with pytest.raises(ConfigError, match=r"MonitoringArgs\.prometheusUrl"):
+        _monitoring(monkeypatch, prometheus_url=url, monitoring={"keda": {"create": False}})
+
+
+@pytest.mark.parametrize("section", [
+    {},
+    {"prometheus_url": "http://prometheus-operated.monitoring.svc:9090",
+     "scraper": {"namespace": "monitoring", "pod_labels": {"app.kubernetes.io/name": "prometheus"}},
+     "keda": {"namespace": "autoscaling"}},
+])
+def test_the_platforms_monitoring_facts_are_the_sections(monkeypatch, section):
+    """What a platform's models read of the monitoring (PlatformArgs.monitoring) comes from the
+    same section the component deployed from: the endpoint KEDA queries, who scrapes, where KEDA
+    runs."""
+    m, _ = _monitoring(monkeypatch, monitoring=section)
+    given = config.MonitoringConfig.model_validate(section)
+    facts = m.platform_monitoring
+    assert facts["managed_scraper"] == (given.prometheus_url is None) == ("region" in facts)
+    assert facts["keda_namespace"] == given.keda.namespace
+    assert [(s["namespace"], s["pod_labels"]) for s in facts["scraper_pods"]] == (
+        [(given.scraper.namespace, dict(given.scraper.pod_labels))] if given.scraper else [])
+    contract.from_args(PLATFORM | {"monitoring": facts | {"server_address": "https://p.example"}}, "k")

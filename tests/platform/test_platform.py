@@ -14,10 +14,15 @@ from hypothesis import strategies as st
 import components
 from components import platform as platform_component
 from components.platform import POD_SCRIPTS, PlatformArgs
+from components.model_args_gen import camel_case
+from components.serving import ScraperPodsArgs
+from tests.support import config_reach as reach
+from tests.support.hand_args import hand_args_gaps
 from tests.support.platforms import PLATFORM
 from tests.support.stacks import STACKS_DIR, render_stack
 from warmstart import mocks
 from warmstart.plan import platform as contract
+from warmstart.config import CompileCacheConfig, LoaderTuning, ScraperPodsConfig
 from warmstart.plan import platform_args
 
 
@@ -113,6 +118,30 @@ def test_platform_args_and_the_checked_contract_have_the_same_facts():
     assert set(PlatformArgs.__annotations__) == spec
     assert set(platform_component.PlatformPoolArgs.__annotations__) == set(platform_args.PoolArgsSpec.model_fields)
     assert {f.name for f in dataclasses.fields(contract.Contract)} == spec - {"kubeconfig"}
+
+
+# The fields of the exported document that are no PlatformArgs key (its contract's and warmstart's versions).
+DOCUMENT_ONLY = frozenset({"contract_version", "warmstart_version"})
+
+
+def test_platform_args_and_every_type_nested_in_it_have_the_validators_keys_at_every_depth():
+    """PlatformArgs is written by hand (tests/support/hand_args.py says why), its nested types too
+    (`LoaderArgs`, `PlatformCompileCacheArgs`, `PlatformMonitoringArgs`, `ScraperPodsArgs`,
+    `NonGpuPlacementArgs`, ...): each has exactly the keys, in the schema's camelCase, and the
+    required ones of the model that validates it, so a field added to `LoaderTuning`,
+    `CompileCacheConfig` or a platform fact without its Args key fails here, naming the file."""
+    assert hand_args_gaps(platform_args.PlatformArgsSpec, PlatformArgs, skip=DOCUMENT_ONLY) == []
+    # The Prometheus pods a platform names are the stack config's `monitoring.scraper`.
+    assert hand_args_gaps(ScraperPodsConfig, ScraperPodsArgs) == []
+
+
+@pytest.mark.parametrize("field, model", [("loader", LoaderTuning), ("compile_cache", CompileCacheConfig)])
+def test_a_config_field_the_platform_carries_without_its_args_key_is_named_with_the_file(field, model):
+    probe = reach.replace_field(platform_args.PlatformArgsSpec, field, reach.with_probe(model))
+    (gap,) = hand_args_gaps(probe, PlatformArgs, skip=DOCUMENT_ONLY)
+    args = PlatformArgs.__annotations__[field].__args__[0]
+    assert gap.startswith(f"PlatformArgsSpec.{camel_case(field)}.throwawayProbe ") and \
+        f"has no key in {args.__name__} ({args.__module__.replace('.', '/')}.py)" in gap, gap
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])

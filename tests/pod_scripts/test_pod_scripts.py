@@ -85,3 +85,28 @@ def test_the_digest_changes_with_every_file_a_script_ships(monkeypatch):
         assert pod_scripts.script_digest(key) != before, name
     monkeypatch.undo()
     assert pod_scripts.script_digest(key) == before
+
+
+# ---- the ConfigMaps' names: one naming function, which the model-name clash rule knows -------
+
+from components.platform import POD_SCRIPTS  # noqa: E402
+from warmstart.decisions import naming  # noqa: E402
+
+
+from warmstart.manifests import routing as router_objects  # noqa: E402
+
+# The router's front queue has no copy of a model's own: ModelRouter mounts the namespace's (its
+# `frontQueueRetryAfterSeconds` says so).
+NO_OWN_COPY = {router_objects.FRONT_QUEUE_CONFIGMAP}
+
+
+@pytest.mark.parametrize("shared", [config_map for _, config_map, _ in POD_SCRIPTS if config_map not in NO_OWN_COPY])
+def test_a_models_own_copy_of_every_shipped_script_is_a_name_derived_from_the_model(shared):
+    """Each script a platform ships once per namespace is mounted from that shared ConfigMap, or
+    (a model alone) from the model's own copy: a name the stack's model-name clash rule counts as
+    the model's, so no second model can be named like it."""
+    assert naming.script_config_map(shared, "llama", own=False) == shared
+    own = naming.script_config_map(shared, "llama", own=True)
+    assert own != shared and naming.derived_from(own, "llama") is not None, (
+        f"{own} is not in warmstart/decisions/naming.py MODEL_NAME_SUFFIXES: add its suffix")
+    assert naming.derived_from(shared, "llama") is None

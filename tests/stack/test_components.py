@@ -66,6 +66,10 @@ def test_the_per_model_components_take_the_model_entrys_sections_nested():
     assert not {"policy", "loadFactor", "maxExcessRequests", "expose"} & set(inputs["ModelRouter"])
     assert not {"minReplicas", "maxReplicas", "targetWaitingPerReplica", "kvCacheUsageCeiling"} & set(
         inputs["ModelAutoscaling"])
+    assert inputs["ModelStandby"]["standby"].ref.endswith(":ModelEntryStandbyArgs")
+    assert inputs["ModelStandby"]["autoscaling"].ref.endswith(":ModelEntryAutoscalingArgs")
+    assert not {"count", "sleepLevel", "awakeIdleSeconds", "minAwake", "targetWaitingPerReplica"} & set(
+        inputs["ModelStandby"])
 
 
 def test_the_schema_names_every_component_by_its_token():

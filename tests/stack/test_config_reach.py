@@ -49,11 +49,14 @@ def test_every_hand_entry_names_a_leaf():
 
 
 # A throw-away key, added to the config model only (no Args, no plan, no object), is named by the
-# check with where to wire it: nested in a model entry's section, in the cluster's, in the network's.
+# check with where to wire it: nested in a model entry's section, in the cluster's, in the network's,
+# in the monitoring's KEDA.
 PROBES = {
     "models[0].routing.throwawayProbe": ("dev", "components/model_args.py"),
     "cluster.throwawayProbe": ("staging", "ClusterArgs (components/cluster.py"),
     "network.throwawayProbe": ("staging", "NetworkArgs (components/network.py"),
+    # Not refused by the Monitoring component (it reads the section back through the config model).
+    "monitoring.keda.throwawayProbe": ("staging", "MonitoringArgs.monitoring (components/monitoring.py"),
 }
 
 
@@ -62,19 +65,24 @@ def probe_config(monkeypatch, request) -> type[StackConfig]:
     """`StackConfig` with a throw-away bool where the param says, as every stack file is read:
     the module's `StackConfig` (which `parse_config` validates with) becomes it, and so does the
     model entry ServedModel reads (components/model_entry.py) and the section the component reads
-    back (components/cluster.py, components/network.py). The config models forbid unknown keys,
+    back (components/cluster.py, network.py, monitoring.py). The config models forbid unknown keys,
     so a render that sets the probe proves the patch took."""
     from components import cluster as cluster_component
     from components import model_entry
+    from components import monitoring as monitoring_component
     from components import network as network_component
     from warmstart import config
-    from warmstart.config import ClusterConfig, NetworkConfig, RoutingConfig
+    from warmstart.config import ClusterConfig, KedaConfig, MonitoringConfig, NetworkConfig, RoutingConfig
 
     where = request.param
     if where.startswith("models[0]."):
         model = reach.replace_field(ModelConfig, "routing", reach.with_probe(RoutingConfig))
         stack = reach.replace_field(StackConfig, "models", list[model])
         monkeypatch.setattr(model_entry, "ModelConfig", model)
+    elif where.startswith("monitoring."):
+        section = reach.replace_field(MonitoringConfig, "keda", reach.with_probe(KedaConfig))
+        stack = reach.replace_field(StackConfig, "monitoring", section)
+        monkeypatch.setattr(monitoring_component, "MonitoringConfig", section)
     elif where.startswith("cluster."):
         section = reach.with_probe(ClusterConfig)
         stack = reach.replace_field(StackConfig, "cluster", section)

@@ -30,7 +30,7 @@ from warmstart.decisions import autoscaling as scaling
 from warmstart.decisions import instances, phases, placement, standby, tuning
 from warmstart.decisions import routing as routing_decisions
 from warmstart.decisions.instances import GIB
-from warmstart.errors import ConfigErrors
+from warmstart.errors import ConfigError, ConfigErrors
 from warmstart.manifests import network_policy, serving
 from warmstart.manifests import routing as router_objects
 from warmstart.manifests import standby as objects
@@ -222,15 +222,23 @@ def test_the_actuator_objects_are_valid_and_least_privilege(where):
         network_policy.serving_network_policy("m", "ns", router=router, actuator={})
 
 
-def test_the_component_registers_the_planned_objects():
-    args = ModelStandbyArgs(model_name="m", namespace="ns", weights_gib=15, count=1, min_awake=1,
-                            api_server_cidrs=["172.20.0.1/32"])
+def _standby_alone(**overrides):
+    args = ModelStandbyArgs(model_name="m", namespace="ns", weights_gib=15, standby={"count": 1},
+                            autoscaling={"min_replicas": 1, "max_replicas": 4},
+                            api_server_cidrs=["172.20.0.1/32"]) | overrides  # type: ignore[operator]
+    args = {k: v for k, v in args.items() if v is not None}
     built: dict = {}
 
     def program():
-        built["s"] = ModelStandby("m-standby", args)
+        built["s"] = ModelStandby("m-standby", args)  # type: ignore[arg-type]
 
     resources = mocks.run(program, region="us-east-1", stack="alone")
+    return built["s"], resources
+
+
+def test_the_component_registers_the_planned_objects():
+    built = {}
+    built["s"], resources = _standby_alone()
     objs = [x.inputs for x in resources if render.is_kubernetes_object(x)]
     for o in objs:
         kubernetes_validate.validate(o, K8S_VERSION, strict=True)
@@ -242,6 +250,55 @@ def test_the_component_registers_the_planned_objects():
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "script", "configMap": {"name": "m-standby-script"}} in json.loads(json.dumps(volumes))
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"standby": {"count": 0}}, "ModelStandbyArgs.standby.count"),
+    ({"standby": {"sleep_level": 3}}, "ModelStandbyArgs.standby.sleepLevel"),
+    ({"autoscaling": {"max_replicas": 4, "target_waiting_per_replica": 0}},
+     "ModelStandbyArgs.autoscaling.targetWaitingPerReplica"),
+    ({"autoscaling": {"min_replicas": -1, "max_replicas": 4}}, "ModelStandbyArgs.autoscaling.minReplicas"),
+    # Standby needs autoscaling: the model's section, whose maxReplicas the config requires.
+    ({"autoscaling": None}, "ModelStandbyArgs.autoscaling.maxReplicas"),
+])
+def test_the_actuators_sections_are_validated_as_the_configs_under_their_nested_keys(overrides, key):
+    with pytest.raises(ConfigErrors) as err:
+        _standby_alone(**overrides)
+    assert [e.key for e in err.value.errors] == [key]
+
+
+def test_the_actuators_section_defaults_are_the_configs():
+    s, _ = _standby_alone(standby=None, autoscaling={"max_replicas": 4})
+    d, a = StandbyConfig(), AutoscalingConfig(max_replicas=4)
+    assert (s.plan.standby, s.plan.sleep_level, s.plan.awake_idle_seconds) == (d.count, d.sleep_level,
+                                                                              d.awake_idle_seconds)
+    assert (s.plan.min_awake, s.plan.target_waiting) == (a.min_replicas, a.target_waiting_per_replica)
+
+
+def test_the_actuators_flat_keys_of_before_plan_what_the_sections_plan_with_a_warning(monkeypatch):
+    import pulumi
+
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, resource=None, **_: warned.append(msg))
+    sections = {"standby": {"count": 2, "sleep_level": 2, "awake_idle_seconds": 60},
+                "autoscaling": {"min_replicas": 0, "max_replicas": 4, "target_waiting_per_replica": 3}}
+    nested, rs_nested = _standby_alone(**sections)
+    assert warned == []
+    flat, rs_flat = _standby_alone(standby=None, autoscaling=None, count=2, sleep_level=2, awake_idle_seconds=60,
+                                   min_awake=0, target_waiting_per_replica=3)
+    assert flat.plan == nested.plan and (flat.plan.standby, flat.plan.min_awake, flat.plan.target_waiting) == (2, 0, 3)
+    assert [r.inputs for r in rs_flat if r.typ.startswith("kubernetes:")] == \
+        [r.inputs for r in rs_nested if r.typ.startswith("kubernetes:")]
+    assert len(warned) == 2 and any("awakeIdleSeconds, count, sleepLevel" in w for w in warned)
+    assert any("minAwake, targetWaitingPerReplica" in w for w in warned)
+    # Flat, an error keeps the key it was given by; flat and nested at once is refused.
+    with pytest.raises(ConfigErrors) as err:
+        _standby_alone(autoscaling=None, min_awake=-1)
+    assert [e.key for e in err.value.errors] == ["ModelStandbyArgs.minAwake"]
+    with pytest.raises(ConfigError, match="ModelStandbyArgs.minAwake"):
+        _standby_alone(min_awake=1)
+    with pytest.raises(ConfigError, match="ModelStandbyArgs.count"):
+        _standby_alone(count=1)
 
 
 # --------------------------------------------------------------------------------------

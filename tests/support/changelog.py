@@ -5,6 +5,14 @@ CHANGELOG version (components/schema.py `fingerprints`).
 `Unreleased` it re-records that version's fingerprints; once the entry is dated (released) the
 fingerprints are frozen, and a schema that differs needs a new entry first
 (tests/test_changelog.py fails until it has one, naming the changed types).
+
+Re-recording is no description: `unreleased_gaps()` holds the Unreleased entry's text (and its
+docs/upgrading.md section) to every component and type whose fingerprint differs from the last
+*released* version's. That baseline, not what the lock held at the last commit: the entry says
+what changed since the release (https://keepachangelog.com/en/1.1.0/), a released version's
+fingerprints never change, and the check needs no git history; compared with the last commit's
+lock, a change committed together with its re-recorded lock would compare equal from the next
+commit on, and nothing would ever ask for its words.
 """
 
 from __future__ import annotations
@@ -143,3 +151,46 @@ def upgrade_section(version: str, text: str | None = None) -> str:
     text = UPGRADING.read_text() if text is None else text
     m = re.search(rf"^## To {re.escape(version)}\s*$(?P<body>.*?)(?=^## |\Z)", text, re.M | re.S)
     return re.sub(r"<!--.*?-->", "", m["body"], flags=re.S) if m else ""
+
+
+def entry_text(version: str, text: str | None = None) -> str:
+    """The body of CHANGELOG.md's `## [<version>]` entry ('' if none), without HTML comments."""
+    text = CHANGELOG.read_text() if text is None else text
+    m = re.search(rf"^## \[{re.escape(version)}\][^\n]*$(?P<body>.*?)(?=^## |^\[[^\]]+\]: |\Z)", text, re.M | re.S)
+    return re.sub(r"<!--.*?-->", "", m["body"], flags=re.S) if m else ""
+
+
+def last_release(lock: dict[str, dict[str, str]], text: str | None = None) -> str | None:
+    """The newest released (dated) CHANGELOG entry below the newest one that the lock records."""
+    found = entries(text)
+    return next((e.version for e in found[1:] if e.released is not None and e.version in lock), None)
+
+
+def unnamed(names: tuple[str, ...] | list[str], text: str) -> list[str]:
+    """The names that `text` does not mention as a word (`Monitoring` is not named by
+    `MonitoringSectionArgs`)."""
+    return [n for n in names if not re.search(rf"(?<![A-Za-z0-9]){re.escape(n)}(?![A-Za-z0-9])", text)]
+
+
+def unreleased_gaps(current: dict[str, str], text: str | None = None, lock: dict[str, dict[str, str]] | None = None,
+                    upgrading: str | None = None) -> str | None:
+    """Why the Unreleased entry (newest, undated) does not describe the schema `current`: the
+    components and types added, removed or changed since the last release that its text, or its
+    docs/upgrading.md section (`## To <version>`), does not name. None when both name every one,
+    or when the newest entry is released (then `drift` holds the schema to its fingerprints)."""
+    found = entries(text)
+    if not found or found[0].released is not None:
+        return None
+    lock = read_lock() if lock is None else lock
+    newest, base = found[0].version, last_release(lock, text)
+    if base is None:
+        return None
+    diff = changes(lock[base], current)
+    missing = [(f"CHANGELOG.md's [{newest}] entry", unnamed(diff.names, entry_text(newest, text))),
+               (f"docs/upgrading.md's `## To {newest}`", unnamed(diff.names, upgrade_section(newest, upgrading)))]
+    said = [f"{where} does not name {', '.join(names)}" for where, names in missing if names]
+    if not said:
+        return None
+    return (f"the component schema changed since release [{base}] ({diff.describe()}), and " + "; ".join(said)
+            + ": say what changed for each (what to change in a program, in docs/upgrading.md), naming it; "
+            "re-recording components/schema.lock is no description")

@@ -569,7 +569,8 @@ WIRING: dict[str, str] = {
     "modelBucket.": "components/stack.py -> ModelStorageArgs.model_bucket (components/storage.py), planned by "
                     "warmstart/plan/aws.py",
     "compileCacheBucket.": "components/stack.py -> ModelStorageArgs.compile_cache_bucket (components/storage.py)",
-    "monitoring.": "components/stack.py -> MonitoringArgs (components/monitoring.py) and the platform's monitoring",
+    "monitoring.": "components/stack.py -> MonitoringArgs.monitoring (components/monitoring.py, Monitoring; its "
+                   "platform_monitoring is the platform's monitoring)",
     "imageCache.": "components/stack.py -> ClusterArgs.image_cache_account and the ServingPlatform's "
                    "docker_hub_credential_arn (components/platform.py)",
     "modelStacks.": "warmstart/plan/platform.py (plan_runs_autoscaling, platform_facts) read by components/stack.py",

@@ -128,14 +128,34 @@ def s3_service_name(region: str) -> str:
     return f"com.amazonaws.{region}.s3"
 
 
+# The pod-side scripts' ConfigMaps (warmstart/manifests/pod_scripts.py). A platform ships each
+# script once per namespace as `warmstart-<script>`; a model whose platform did not (a VllmModel,
+# ModelNodeCache or ModelStandby used alone) ships its own copy, `<model>-<script>`. The standby
+# actuator's own copy is `<model>-standby-script`, the name it was first deployed with: a
+# ConfigMap renamed is a ConfigMap replaced, and the pods that mount it rolled.
+SHARED_SCRIPT_PREFIX = "warmstart-"
+_OWN_SCRIPT_SUFFIXES = {"warmstart-standby": "-standby-script"}
+
+
+def script_config_map(shared: str, model: str, own: bool) -> str:
+    """The ConfigMap a model's pods mount the pod-side script of the shared ConfigMap `shared`
+    (`warmstart-<script>`) from: `shared` itself, or with `own` the model's own copy."""
+    if not shared.startswith(SHARED_SCRIPT_PREFIX):
+        raise ValueError(f"{shared!r} is not a shared pod-script ConfigMap ({SHARED_SCRIPT_PREFIX}<script>)")
+    if not own:
+        return shared
+    return model + _OWN_SCRIPT_SUFFIXES.get(shared, "-" + shared.removeprefix(SHARED_SCRIPT_PREFIX))
+
+
 # Kubernetes object names warmstart derives from a model's name (its router, import Job, staging
 # pods, load balancer, KEDA authentication, scripts) and from a pool's (its warm spares). Two
 # models whose names and derived names meet would own one object, or one IAM role
 # (`<prefix>-<name>-irsa`), and the `up` fails with a conflict or EntityAlreadyExists.
-# tests/identity/test_naming_iam.py checks this list against every object name of every render.
+# tests/identity/test_naming_iam.py checks this list against every object name of every render,
+# tests/pod_scripts/test_pod_scripts.py that it holds every model's own copy of a pod script.
 MODEL_NAME_SUFFIXES = ("-router", "-router-control-plane", "-vllm", "-internal", "-import", "-hf-token",
                        "-keda-aws", "-weights", "-first-token", "-nvme-check", "-compile-cache", "-weights-import",
-                       "-weights-select", "-weights-stage", "-bench-loader")
+                       "-weights-select", "-weights-stage", "-bench-loader", "-metrics-proxy", "-standby-script")
 # Suffixes followed by a pool name or a digest.
 MODEL_NAME_FAMILIES = ("-import-", "-image-", "-weights-")
 POOL_NAME_SUFFIXES = ("-warm-spare",)

@@ -51,6 +51,13 @@ POLICY_OF: dict[str, str] = {"auto": "prefix_hash", "prefix_hash": "prefix_hash"
 
 # Two routers on two nodes: one can be drained or lost while the other serves.
 ROUTER_REPLICAS = 2
+# How long `up` waits for a router given no wait of its own to become Ready (its Deployment's
+# `progressDeadlineSeconds` and `pulumi.com/timeoutSeconds`). A router is Ready once one vLLM pod
+# is, so the real wait is its model's start-up allowance, which a ServedModel passes
+# (`ModelPlan.router_ready_timeout_seconds`); a router used alone does not know it, and waits half
+# an hour, three times Pulumi's own default for a Deployment
+# (https://www.pulumi.com/registry/packages/kubernetes/api-docs/apps/v1/deployment/).
+DEFAULT_READY_TIMEOUT_SECONDS = 1800
 # SMG's defaults for prefix_hash (`smg launch --help`, 1.13.0). This one and the next are the
 # config fields' defaults too (warmstart/config.py `RoutingConfig`).
 DEFAULT_LOAD_FACTOR = 1.25
@@ -155,7 +162,7 @@ class RoutingPlan:
     expose: bool = False
     # How long a router may take to become Ready: it is Ready once one vLLM pod is, so this is the
     # model's own start-up allowance (its Deployment's progress deadline).
-    ready_timeout_seconds: int = 1800
+    ready_timeout_seconds: int = DEFAULT_READY_TIMEOUT_SECONDS
     # Where the router pods run: the platform's non-GPU nodes (placement.NonGpuPlacement).
     non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
     # A front queue in each router pod (warmstart/podside/front_queue.py) takes the serving port
@@ -212,7 +219,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          metrics_cidrs: tuple[str, ...] | list[str] = (),
          metrics_pods: Sequence[tuple[str, Mapping[str, str]]] = (), vllm_scrape_cidrs: tuple[str, ...] | list[str] = (),
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
-         ready_timeout_seconds: int = 1800, front_queue_retry_after_seconds: int = 0,
+         ready_timeout_seconds: int = DEFAULT_READY_TIMEOUT_SECONDS, front_queue_retry_after_seconds: int = 0,
          front_queue_hold_seconds: int = FRONT_QUEUE_HOLD_SECONDS, front_queue_scaled: bool = False,
          keda_namespace: str = "keda",
          non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:

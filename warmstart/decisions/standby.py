@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import placement
+from . import naming, placement
 from .instances import GIB
 
 # The flag and the variable that enable sleep mode and its HTTP routes. The variable also
@@ -121,6 +121,11 @@ class ActuatorPlan:
     @property
     def name(self) -> str:
         return f"{self.model}-standby"
+
+    def script_config_map(self, shared: str, own: bool) -> str:
+        """The ConfigMap the actuator mounts its script from: the namespace's (`shared`) or, `own`,
+        the model's own copy (`naming.script_config_map`)."""
+        return naming.script_config_map(shared, self.model, own)
 
 
 def plan_actuator(*, model: str, namespace: str, image: str, standby: StandbyPlan, min_awake: int,

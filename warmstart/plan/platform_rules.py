@@ -12,6 +12,9 @@ words of the fix differ, and they name the keys the model's user edits (a `Side`
 - weights staged on the nodes need node-feature-discovery, whose node labels select them
   (`staging_problem`).
 
+The Cluster component, which sizes its pools for the models it is told of
+(`ClusterArgs.poolModels`), checks each one's pool by the first rule too (`cluster_component`).
+
 An environment runs KEDA and node-feature-discovery whenever one of its own models needs them
 (`cluster.runs_autoscaling`, `cluster.runs_node_feature_discovery`), so an inline model passes
 the last two by construction; a model stack or a program meets a platform that decided without it.
@@ -68,6 +71,14 @@ def program(platform: str, platform_key: str) -> Side:
     return Side(platform=f"platform {platform!r}", pools=f"{platform_key}.pools",
                 keda=f"give {platform_key}.monitoring (a platform that runs KEDA and metrics collection)",
                 staging=f"run node-feature-discovery and say so ({platform_key}.nodeCache: true)")
+
+
+def cluster_component(cluster: str, args_key: str = "ClusterArgs") -> Side:
+    """The models a Cluster component sizes its GPU pools for (`<args_key>.poolModels`): only the
+    pool rule applies there; KEDA and node-feature-discovery are other components'."""
+    return Side(platform=f"cluster {cluster!r}", pools=f"{args_key}.gpuPools",
+                keda="run the Monitoring component for the cluster",
+                staging="run a ServingPlatform whose platform has nodeCache: true")
 
 
 def pool_problem(pool: str, pools: Collection[str], key: str, side: Side) -> Problem | None:

@@ -10,7 +10,7 @@ from ..config import AutoscalingConfig, LoaderTuning, RoutingConfig
 from ..decisions import autoscaling as scaling
 from ..decisions import capacity, instances, placement
 from ..decisions import node_cache as staging
-from ..decisions import routing, tuning
+from ..decisions import naming, routing, tuning
 from ..decisions import standby as standby_mod
 from ..decisions import weights_import as imports
 from ..decisions.instances import GpuInstance
@@ -67,6 +67,12 @@ class ServingPlan:
         """How long the pods may take to roll out: the Deployment's `progressDeadlineSeconds`
         and Pulumi's wait for it (`tuning.rollout_timeout_seconds`)."""
         return tuning.rollout_timeout_seconds(self.startup_budget_seconds)
+
+    def script_config_map(self, shared: str, own: bool) -> str:
+        """The ConfigMap this model's pods mount a pod-side script from: the namespace's shared
+        one (`shared`, `warmstart-<script>`, which a platform ships) or, `own`, the model's own
+        copy (`naming.script_config_map`)."""
+        return naming.script_config_map(shared, self.name, own)
 
 
 @dataclass(frozen=True)
