@@ -15,13 +15,16 @@ from typing import NotRequired, Optional, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from warmstart.config import AutoscalingConfig
+from warmstart.config import AutoscalingConfig, StandbyConfig
 from warmstart.decisions import autoscaling as decide
+from warmstart.errors import ConfigError
 from warmstart.manifests import autoscaling as objects
 
-from .model_args import ModelEntryAutoscalingArgs
+from .model_args import ModelEntryAutoscalingArgs, ModelEntryStandbyArgs
 from .providers import kubernetes_provider
-from .sections import nested_section
+from .sections import nested_section, section_config
+
+KEY = "ModelAutoscalingArgs"
 
 
 class ModelAutoscalingArgs(TypedDict):
@@ -46,10 +49,12 @@ class ModelAutoscalingArgs(TypedDict):
     region: NotRequired[str]
     """AWS region of the AMP workspace: KEDA signs its queries with SigV4 as the operator's role.
     Omit for an endpoint that takes unsigned queries."""
+    standby: NotRequired[ModelEntryStandbyArgs]
+    """The model's `standby` section, as a stack config writes it, when it keeps engines asleep:
+    KEDA's range is `minReplicas`/`maxReplicas` plus `count` pods, and its query keeps them beside
+    the awake pods the queue asks for. Default: none."""
     standby_count: NotRequired[int]
-    """Engines kept asleep beside the awake ones (the model's `standby.count`, default 0): KEDA's
-    range is `minReplicas`/`maxReplicas` plus this many pods, and its query keeps them beside the
-    awake pods the queue asks for."""
+    """Deprecated (removed in 2.0.0): `standby.count`."""
     front_queue: NotRequired[bool]
     """A queue in front of the model holds requests while no replica exists, so `minReplicas: 0`
     is allowed (default false: the router does not queue without replicas). With no standby
@@ -61,6 +66,22 @@ class ModelAutoscalingArgs(TypedDict):
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig of the cluster; without it the objects use the provider of the resource
     options (or the ambient one)."""
+
+
+def standby_count(args: ModelAutoscalingArgs, resource: pulumi.Resource | None = None) -> int:
+    """The engines the model keeps asleep: its `standby` section's `count`, read back through the
+    config model (errors keyed `ModelAutoscalingArgs.standby.<key>`), or the deprecated
+    `standbyCount`; 0 without either."""
+    count = args.get("standby_count")
+    if count is None:
+        given = args.get("standby")
+        return section_config(StandbyConfig, given, f"{KEY}.standby").count if given is not None else 0
+    if args.get("standby") is not None:
+        raise ConfigError(f"{KEY}.standbyCount", "is given and `standby` is given too (standbyCount is "
+                          "standby.count)", "give the model's standby section alone", count)
+    pulumi.log.warn(f"{KEY}: standbyCount is deprecated; pass the model's `standby` section "
+                    f"({KEY}.standby.count)", resource=resource)
+    return section_config(StandbyConfig, {"count": count}, KEY).count
 
 
 class ModelAutoscaling(pulumi.ComponentResource):
@@ -76,7 +97,7 @@ class ModelAutoscaling(pulumi.ComponentResource):
         spec = decide.AutoscalingSpec(
             min_replicas=section.min_replicas, max_replicas=section.max_replicas,
             target_waiting_per_replica=section.target_waiting_per_replica,
-            kv_cache_usage_ceiling=section.kv_cache_usage_ceiling, standby=args.get("standby_count", 0))
+            kv_cache_usage_ceiling=section.kv_cache_usage_ceiling, standby=standby_count(args, self))
         # The section's rules beyond its own fields' (minReplicas 0 needs a front queue, ...),
         # under the section's key.
         decide.check_spec(spec, key=where, model=model, front_queue=bool(args.get("front_queue")))

@@ -166,7 +166,7 @@ class ServedModel(pulumi.ComponentResource):
                     model_name=m.name, namespace=p.namespace, autoscaling=section_entry(a),
                     startup_budget_seconds=m.startup_budget_seconds, server_address=p.monitoring["server_address"],
                     region=p.monitoring.get("region") or None,
-                    standby_count=m.standby.count if m.standby else None,
+                    standby=section_entry(self.config.standby) if self.config.standby is not None else None,
                     # The routers' front queue holds requests while no engine is awake (minReplicas 0);
                     # without standby KEDA scales from zero pods on it (the model's Service's endpoints).
                     front_queue=True if a.min_replicas == 0 else None),

@@ -4,9 +4,10 @@ From its Args alone the component decides through `warmstart.decisions.standby` 
 `warmstart.manifests.standby` builds: the actuator's NetworkPolicy (first, so its pod never runs
 unfenced), its ServiceAccount, a Role that may only list and patch the namespace's pods, its
 RoleBinding and a one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py
-(see docs/scale-out.md). The model's pods must run with standby (`--enable-sleep-mode`,
-`VLLM_SERVER_DEV_MODE=1` and the sleep-aware readiness: a VllmModel with `standby`, whose serving
-NetworkPolicy then admits this actuator to the pods' serving port).
+(see docs/scale-out.md). The model's pods must run with standby (`--enable-sleep-mode` and
+`VLLM_SERVER_DEV_MODE=1`: a VllmModel with `standby`, whose serving NetworkPolicy then admits this
+actuator to the pods' serving port) behind a router, whose worker selector requires the
+`warmstart.io/engine=awake` label this actuator moves.
 """
 
 from collections.abc import Mapping

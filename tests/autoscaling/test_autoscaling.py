@@ -393,6 +393,23 @@ def test_model_autoscaling_registers_crd_valid_objects_with_the_planned_queries(
     assert hold["stabilizationWindowSeconds"] >= 1300
 
 
+def test_model_autoscaling_keeps_the_standby_sections_sleepers_beside_its_range():
+    """The model entry's `standby` section, nested as the other sections; the deprecated
+    `standbyCount` plans the same; both at once are refused (one would be ignored)."""
+    from warmstart.errors import ConfigError
+
+    plain = _objects(_autoscaling()[1])["ScaledObject"].inputs["spec"]
+    nested = _objects(_autoscaling(standby={"count": 2, "sleep_level": 1})[1])["ScaledObject"].inputs["spec"]
+    assert (nested["minReplicaCount"], nested["maxReplicaCount"]) == (plain["minReplicaCount"] + 2,
+                                                                      plain["maxReplicaCount"] + 2)
+    assert nested["triggers"][0]["metadata"]["query"] != plain["triggers"][0]["metadata"]["query"]
+    flat = _objects(_autoscaling(standby_count=2)[1])["ScaledObject"].inputs["spec"]
+    assert flat == nested
+    with pytest.raises(ConfigError) as e:
+        _autoscaling(standby={"count": 2}, standby_count=2)
+    assert e.value.key == "ModelAutoscalingArgs.standbyCount"
+
+
 def test_model_autoscaling_without_region_queries_unsigned():
     _, rs = _autoscaling(region=None, server_address="http://prometheus:9090")
     found = _objects(rs)

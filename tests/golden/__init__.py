@@ -75,7 +75,9 @@ def elapsed_free(text: str) -> str:
 
 def update() -> None:
     """Rewrite render/<stack>/ for every shipped stack, the README's render sample,
-    docs/config-reference.md and the generated Args (components/model_args.py, section_args.py)."""
+    docs/config-reference.md, the generated Args (components/model_args.py, section_args.py), the
+    schema's fingerprints (components/schema.lock) and the components' reference
+    (components/README.md)."""
     from components import model_args_gen
     from tests.support.stacks import ALL_STACK_NAMES, STACKS_DIR
     from warmstart import render
@@ -105,3 +107,10 @@ def update() -> None:
                                "changelog; print(changelog.record(schema.fingerprints()))"],
                               cwd=ROOT, check=True, capture_output=True, text=True)
     print(recorded.stdout.strip())
+    # The components' reference other languages read, from the same fresh schema.
+    reference = subprocess.run([sys.executable, "-m", "components.schema"], cwd=ROOT, check=True,
+                               capture_output=True, text=True).stdout
+    components_readme = ROOT / "components" / "README.md"
+    if components_readme.read_text() != reference:
+        components_readme.write_text(reference)
+        print(f"wrote {components_readme}")
