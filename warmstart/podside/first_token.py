@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import parse_json, read_regular
+    from .podside_common import exit_at_deadline, json_line, parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import parse_json, read_regular
+    from podside_common import exit_at_deadline, json_line, parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"
@@ -370,22 +370,17 @@ def _on_sigterm(*_: object) -> None:
     if _STATE["terminated"]:
         return
     _STATE["terminated"] = True
-    threading.Thread(target=_exit_by_deadline, args=(TERM_DEADLINE_S,), daemon=True).start()
+    exit_at_deadline(TERM_DEADLINE_S, _record_not_uploaded)
     if _STATE["phase"] != "record":
         raise Terminated()
 
 
-def _exit_by_deadline(deadline_s: float) -> None:
-    """SIGTERM's backstop: the record's outcome line, written without the locks the main thread
-    may hold (os.write), and exit 0."""
-    time.sleep(deadline_s)
+def _record_not_uploaded() -> tuple[str, int]:
+    """SIGTERM's backstop line (podside_common.exit_at_deadline): the record's outcome, and exit 0."""
     line = {"event": RECORD_EVENT, "result": "error", "key": None,
-            "reason": f"terminated by SIGTERM; the record's upload did not finish within {deadline_s:g} s, "
+            "reason": f"terminated by SIGTERM; the record's upload did not finish within {TERM_DEADLINE_S:g} s, "
                       "so S3 may not hold it"}
-    try:
-        os.write(1, (json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n").encode())
-    finally:
-        os._exit(0)
+    return json_line(line, sort_keys=True), 0
 
 
 def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
