@@ -27,6 +27,13 @@ import sys
 import time
 from typing import Any
 
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import make_s3_client
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from podside_common import make_s3_client
+
 EVENT = "warmstart.bench_loader"
 
 STREAMER_CHILD = r"""
@@ -113,10 +120,7 @@ def main() -> int:
         if not uri.startswith("s3://"):
             raise ValueError("WARMSTART_MODEL_URI must be s3://bucket/prefix")
         bucket, _, prefix = uri[5:].partition("/")
-        import botocore.session
-        from botocore.config import Config
-
-        s3 = botocore.session.get_session().create_client("s3", config=Config(connect_timeout=5, read_timeout=30))
+        s3 = make_s3_client(connect_timeout_s=5, read_timeout_s=30, max_attempts=None)
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/", Delimiter="/")
         objs = sorted((o["Key"], o["Size"]) for o in listed.get("Contents", []) if o["Key"].endswith(".safetensors"))
         if not objs:

@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import exit_at_deadline, json_line, parse_json, read_regular
+    from .podside_common import exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import exit_at_deadline, json_line, parse_json, read_regular
+    from podside_common import exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"
@@ -336,13 +336,8 @@ def upload(env: Mapping[str, str], record: Mapping[str, Any], client: Any = None
     out.update(key=key, bytes=len(body))
     try:
         if client is None:
-            import botocore.session
-            from botocore.config import Config
-
-            region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-            client = botocore.session.get_session().create_client(
-                "s3", region_name=region,
-                config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}))
+            client = make_s3_client(region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+                                    connect_timeout_s=5, read_timeout_s=20, max_attempts=3)
         client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
         out["result"] = "uploaded"
     except Exception as exc:  # noqa: BLE001 - any failure is one log line

@@ -108,11 +108,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import parse_json as _parse_json, read_regular
+    from .podside_common import make_s3_client, parse_json as _parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import parse_json as _parse_json, read_regular
+    from podside_common import make_s3_client, parse_json as _parse_json, read_regular
 
 EVENT = "warmstart.weights_stage"
 MARKER = ".warmstart-complete.json"
@@ -612,21 +612,19 @@ def s3_client(settings: Settings) -> tuple[Any, str | None]:
     """A boto3 S3 client with the copier's credentials (the vLLM image has boto3, for the Run:ai
     streamer), or (None, why not). Only HeadObject is called: s3:GetObject, which the copy
     needs anyway."""
-    try:
-        import boto3
-        from botocore.config import Config
-    except ImportError as exc:
-        return None, f"no boto3 in the image ({exc})"
     env = settings.child_env or os.environ
     keys = {}
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
         keys = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
                 "aws_session_token": env.get("AWS_SESSION_TOKEN") or None}
     try:
-        client = boto3.session.Session(**keys).client(
-            "s3", region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-            endpoint_url=settings.endpoint or None,
-            config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}))
+        # The endpoint and keys of the environment the settings were read from, which is not
+        # always the process's (the copier runs with it too).
+        client = make_s3_client(region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+                                endpoint_url=settings.endpoint or None, credentials=keys, connect_timeout_s=5,
+                                read_timeout_s=20, max_attempts=3, with_boto3=True)
+    except ImportError as exc:
+        return None, f"no boto3 in the image ({exc})"
     except Exception as exc:  # noqa: BLE001 - e.g. no region: the facts are then unknown
         return None, f"{type(exc).__name__}: {exc}"
     return client, None
