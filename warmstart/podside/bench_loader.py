@@ -28,11 +28,11 @@ import time
 from typing import Any
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import make_s3_client
+    from .podside_common import emit_line, make_s3_client
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import make_s3_client
+    from podside_common import emit_line, make_s3_client
 
 EVENT = "warmstart.bench_loader"
 
@@ -127,7 +127,7 @@ def main() -> int:
             raise FileNotFoundError(f"no *.safetensors directly under {uri}")
     except Exception as exc:  # noqa: BLE001
         result.update(result="error", reason=f"{type(exc).__name__}: {exc}"[:600])
-        print(json.dumps(result), flush=True)
+        emit_line(result)
         return 1
     limit = int(float(env.get("WARMSTART_MAX_BYTES") or 0))
     if limit:
@@ -160,7 +160,7 @@ def main() -> int:
     result["recommendation"] = recommend(result)
     result["result"] = "ok" if t and d and c else "partial"
     result["seconds"] = round(time.monotonic() - started, 3)
-    print(json.dumps(result), flush=True)
+    emit_line(result)
     return 0
 
 

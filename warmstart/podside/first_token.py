@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
+    from .podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
+    from podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"
@@ -93,11 +93,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _emit(record: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:
@@ -409,7 +404,7 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
     except Exception as exc:  # noqa: BLE001
         probe["reason"] = f"{type(exc).__name__}: {exc}"[:600]
     _STATE["phase"] = "record"  # from here a SIGTERM lets the upload finish (TERM_DEADLINE_S at most)
-    _emit(probe)
+    emit_line(probe)
     try:
         choice = env.get("WARMSTART_WEIGHTS_CHOICE_FILE", DEFAULT_CHOICE_FILE).strip()
         outcomes, key_file = read_state(Path(env.get("WARMSTART_STATE_DIR") or "/run/warmstart"),
@@ -418,7 +413,7 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
         result = upload(env, record, client)
     except Exception as exc:  # noqa: BLE001
         result = {"event": RECORD_EVENT, "result": "error", "reason": f"{type(exc).__name__}: {exc}"[:600]}
-    _emit(result)
+    emit_line(result)
     _STATE["phase"] = "idle"
     return probe, result
 

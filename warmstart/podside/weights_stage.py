@@ -108,11 +108,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import make_s3_client, parse_json as _parse_json, read_regular
+    from .podside_common import emit_line, make_s3_client, parse_json as _parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import make_s3_client, parse_json as _parse_json, read_regular
+    from podside_common import emit_line, make_s3_client, parse_json as _parse_json, read_regular
 
 EVENT = "warmstart.weights_stage"
 MARKER = ".warmstart-complete.json"
@@ -214,7 +214,7 @@ class Settings:
 
 
 def emit(record: Mapping[str, Any]) -> None:
-    print(json.dumps({"event": EVENT, **record}, sort_keys=True, separators=(",", ":")), flush=True)
+    emit_line({"event": EVENT, **record}, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------------
