@@ -6,7 +6,8 @@ Standard library only at import time: botocore (and boto3, where a caller asks f
 imported inside make_s3_client, so a script pays for it only when it talks to S3 (the
 compile-cache restore sits on the pod's start-up path; its `key` command runs without boto3).
 Shipped as a file of the ConfigMap folder of every script that imports it
-(warmstart/manifests/pod_scripts.py), so one fix here reaches them all.
+(warmstart/manifests/pod_scripts.py), so one fix here reaches them all;
+tests/pod_scripts/test_shared_code.py fails when a script grows its own copy of one again.
 """
 
 from __future__ import annotations
