@@ -161,3 +161,66 @@ def test_the_driver_version_is_read_from_the_kernel_module(tmp_path: Path) -> No
     assert cc.detect_gpu_driver(None, None, (garbled,)) == "unknown"
     assert cc.detect_gpu_driver("1.2.3", None, (sysfs,)) == "1.2.3"
     assert cc.detect_gpu_driver(None, "test-gpu", (sysfs,)) == "unspecified"
+
+
+# ---- what the key reads from files a pod does not trust -------------------------------------
+
+import json  # noqa: E402 - the section's own imports
+import threading  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+
+def within_10_s(fn: Callable[[], Any]) -> Any:
+    """fn() on a daemon thread, waited for 10 s: opening a FIFO for reading blocks until a writer
+    comes, which here is never."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - shown by the assertion below
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "still blocked after 10 s"
+    assert "error" not in box, box.get("error")
+    return box["value"]
+
+
+def plant(path: Path, how: str, real: Path) -> None:
+    """A FIFO, a symbolic link to `real` (a file that would be trusted), or a document inside the
+    64 KiB bound nested far past Python's recursion limit, under `path`."""
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "link":
+        path.symlink_to(real)
+    else:
+        path.write_text('{"choice": "local", "path": "/weights/abc", "factors": ' + "[" * 20_000 + "]" * 20_000
+                        + "}")
+
+
+@pytest.mark.parametrize("how", ["fifo", "link", "deep"])
+def test_a_planted_choice_file_is_s3_and_never_blocks(tmp_path: Path, how: str) -> None:
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps({"choice": "local", "path": "/weights/abc"}))
+    assert cc.weights_factor(real) == "local:/weights/abc"  # as a regular file, it is read
+    plant(tmp_path / "choice.json", how, real)
+    assert within_10_s(lambda: cc.weights_factor(tmp_path / "choice.json")) == "s3"
+
+
+@pytest.mark.parametrize("how", ["fifo", "link", "deep", "not-an-object"])
+def test_a_planted_state_file_is_not_taken_for_the_factors(tmp_path: Path, how: str) -> None:
+    real, state = tmp_path / "real.json", tmp_path / "key.json"
+    real.write_text(json.dumps({"key": "k", "factors": {"forged": True}}))
+    settings = cc.Settings.from_env({**BASE_ENV, "WARMSTART_STATE_FILE": str(state)})
+    fresh = cc.compute_factors(settings)
+    state.write_bytes(real.read_bytes())
+    assert cc.resolve_factors(settings, prefer_state_file=True) == {"forged": True}  # a regular file is read
+    state.unlink()
+    if how == "not-an-object":
+        state.write_text("[]")
+    else:
+        plant(state, how, real)
+    assert within_10_s(lambda: cc.resolve_factors(settings, prefer_state_file=True)) == fresh

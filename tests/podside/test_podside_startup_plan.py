@@ -5,7 +5,11 @@ dropped before vLLM starts when they change (vLLM's own plan fingerprint leaves
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
+
+import pytest
 
 from tests.podside.pods import BASE_ENV, leftovers
 from warmstart.decisions import cachekey
@@ -65,3 +69,28 @@ def test_the_fingerprint_follows_exactly_the_settings_vllm_leaves_out() -> None:
     assert fp(base) == fp(["s3://m", "--gpu-memory-utilization=0.9", "--max-model-len=4096"])
     assert fp(base) == fp(["s3://m", "--gpu-memory-utilization", "0.9", "--max-model-len=8192"])
     assert fp(base) != fp(base + ["--num-gpu-blocks-override=100"])
+
+
+@pytest.mark.parametrize("how", ["fifo", "link"])
+def test_a_planted_record_never_blocks_and_never_vouches_for_the_plans(tmp_path: Path, how: str) -> None:
+    """Any pod of the node may plant a file beside the plans: a FIFO would hold the restore until
+    a writer came, a link to a record of this pod's settings would keep plans of others."""
+    node = tmp_path / "node-a"
+    settings = node_pod(node, "fp")
+    cc.restore(settings, emit=False)
+    record = settings.state_dir / "startup-plan.json"
+    elsewhere, original = tmp_path / "elsewhere.json", record.read_bytes()
+    elsewhere.write_bytes(original)  # vouches for "fp"
+    plan = write_plan(node)
+    record.unlink()
+    if how == "fifo":
+        os.mkfifo(record)
+    else:
+        record.symlink_to(elsewhere)
+    done = threading.Thread(target=cc.restore, args=(settings,), kwargs={"emit": False}, daemon=True)
+    done.start()
+    done.join(10)
+    assert not done.is_alive(), "the restore is still blocked after 10 s"
+    assert not plan.exists()  # nothing vouched for it
+    assert not record.is_symlink() and json.loads(record.read_text()) == {"fingerprint": "fp"}
+    assert elsewhere.read_bytes() == original  # never written through the link

@@ -27,6 +27,13 @@ import sys
 import time
 from typing import Any
 
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import emit_line, make_s3_client
+else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
+    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from podside_common import emit_line, make_s3_client
+
 EVENT = "warmstart.bench_loader"
 
 STREAMER_CHILD = r"""
@@ -113,17 +120,14 @@ def main() -> int:
         if not uri.startswith("s3://"):
             raise ValueError("WARMSTART_MODEL_URI must be s3://bucket/prefix")
         bucket, _, prefix = uri[5:].partition("/")
-        import botocore.session
-        from botocore.config import Config
-
-        s3 = botocore.session.get_session().create_client("s3", config=Config(connect_timeout=5, read_timeout=30))
+        s3 = make_s3_client(connect_timeout_s=5, read_timeout_s=30, max_attempts=None)
         listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/", Delimiter="/")
         objs = sorted((o["Key"], o["Size"]) for o in listed.get("Contents", []) if o["Key"].endswith(".safetensors"))
         if not objs:
             raise FileNotFoundError(f"no *.safetensors directly under {uri}")
     except Exception as exc:  # noqa: BLE001
         result.update(result="error", reason=f"{type(exc).__name__}: {exc}"[:600])
-        print(json.dumps(result), flush=True)
+        emit_line(result)
         return 1
     limit = int(float(env.get("WARMSTART_MAX_BYTES") or 0))
     if limit:
@@ -156,7 +160,7 @@ def main() -> int:
     result["recommendation"] = recommend(result)
     result["result"] = "ok" if t and d and c else "partial"
     result["seconds"] = round(time.monotonic() - started, 3)
-    print(json.dumps(result), flush=True)
+    emit_line(result)
     return 0
 
 

@@ -21,8 +21,10 @@ from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .compile_cache_settings import CacheError, FORMAT_VERSION, Settings, TRITON_DISTS
+    from .podside_common import parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from compile_cache_settings import CacheError, FORMAT_VERSION, Settings, TRITON_DISTS
+    from podside_common import parse_json, read_regular
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,6 +159,11 @@ def detect_gpu_driver(override: str | None, accelerator_override: str | None,
 
 #: Largest choice file read (the picker writes about 200 bytes).
 _MAX_CHOICE_BYTES = 64 << 10
+#: Largest state file read (WARMSTART_STATE_FILE: the key and its factors, about 1 KB).
+_MAX_STATE_FILE_BYTES = 64 << 10
+#: Deepest nesting read from either: both are one object of flat values. Deeper is refused
+#: before Python's recursion limit turns it into a RecursionError.
+_MAX_JSON_DEPTH = 32
 
 
 _MAX_WEIGHTS_PATH = 1024
@@ -172,19 +179,18 @@ def weights_factor(choice_file: Path | None) -> str:
     would be a permanent miss for the other. The local path (with its digest) is the factor,
     not just `local`, since two digests of one source are two directories too; the S3 URI is
     already in the compile fingerprint. Anything but a well-formed `local` choice is `s3`, the
-    mode vLLM falls back to without the picker's files. Never raises; reads at most 64 KiB.
+    mode vLLM falls back to without the picker's files. Never raises; reads at most 64 KiB, of a
+    regular file opened without following a link or blocking (a FIFO under the name would hold
+    the restore until a writer came), JSON nested at most 32 deep (podside_common.read_regular,
+    parse_json).
     """
     if choice_file is None:
         return "s3"
-    try:
-        with open(choice_file, "rb") as fh:
-            raw = fh.read(_MAX_CHOICE_BYTES + 1)
-        if len(raw) > _MAX_CHOICE_BYTES:
-            return "s3"
-        doc = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+    raw = read_regular(choice_file, _MAX_CHOICE_BYTES)
+    if not isinstance(raw, bytes):
         return "s3"
-    if not isinstance(doc, dict) or doc.get("choice") != "local":
+    doc, why = parse_json(raw, _MAX_JSON_DEPTH)
+    if why is not None or not isinstance(doc, dict) or doc.get("choice") != "local":
         return "s3"
     path = doc.get("path")
     if not isinstance(path, str) or not path.startswith("/") or len(path) > _MAX_WEIGHTS_PATH or "\0" in path:
@@ -230,12 +236,12 @@ def compute_factors(settings: Settings) -> dict[str, Any]:
 
 
 def resolve_factors(settings: Settings, *, prefer_state_file: bool) -> dict[str, Any]:
-    """Factors from the pod's state file when asked and present (see WARMSTART_STATE_FILE)."""
-    if prefer_state_file and settings.state_file and settings.state_file.is_file():
-        try:
-            saved = json.loads(settings.state_file.read_text())
-            if isinstance(saved.get("factors"), dict):
-                return saved["factors"]
-        except (OSError, ValueError):
-            pass
+    """Factors from the pod's state file when asked and present (see WARMSTART_STATE_FILE), read
+    as the choice file is (weights_factor); anything else there (a link, a FIFO, more than 64
+    KiB, not a JSON object with a `factors` object) computes them afresh."""
+    if prefer_state_file and settings.state_file:
+        raw = read_regular(settings.state_file, _MAX_STATE_FILE_BYTES)
+        saved, why = parse_json(raw, _MAX_JSON_DEPTH) if isinstance(raw, bytes) else (None, raw)
+        if why is None and isinstance(saved, dict) and isinstance(saved.get("factors"), dict):
+            return saved["factors"]
     return compute_factors(settings)

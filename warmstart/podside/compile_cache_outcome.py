@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import json
 import os
-import sys
 from pathlib import Path
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .compile_cache_settings import _ephemeral, EVENT
-    from .podside_common import s3_code as _s3_code, s3_status as _s3_status
+    from .podside_common import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from compile_cache_settings import _ephemeral, EVENT
-    from podside_common import s3_code as _s3_code, s3_status as _s3_status
+    from podside_common import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
 
 
 # --------------------------------------------------------------------------------------------
@@ -50,7 +48,7 @@ class Outcome:
             record["waited_s"] = round(self.waited_s, 3)
         if self.compile_dirs is not None:
             record["compile_dirs"] = self.compile_dirs
-        return json.dumps(record, separators=(",", ":"))
+        return json_line(record)
 
 
 #: Where vLLM puts its per-hash compile directories: `torch_compile_cache/<hash10>` (piecewise) and
@@ -78,8 +76,7 @@ def compile_dirs(cache_dir: Path) -> list[str]:
 
 
 def _emit(outcome: Outcome) -> None:
-    sys.stdout.write(outcome.line() + "\n")
-    sys.stdout.flush()
+    emit_line(outcome.line())
 
 
 def describe_error(exc: BaseException) -> str:

@@ -86,16 +86,16 @@ def _bounded(budget: _Budget, work: Callable[[_Budget], Any]) -> Any:
 
 def make_client(settings: Settings) -> Any:
     """An S3 client that fails within seconds: a pod must not wait long for an optional cache."""
-    # botocore, not boto3: the same client and credential chain (IRSA, Pod Identity, env,
-    # AWS_ENDPOINT_URL), without importing boto3's transfer manager. That import was a third of
-    # a restore's wall time, and the restore sits on the pod's start-up path. Imported late so
-    # that `key` works in an image without boto3.
-    import botocore.session
-    from botocore.config import Config
+    # botocore's session, not boto3's (make_s3_client without with_boto3): boto3's import was a
+    # third of a restore's wall time, and the restore sits on the pod's start-up path. Imported
+    # here, as botocore is in make_s3_client, so that `key` works in an image without boto3.
+    if __package__:
+        from .podside_common import make_s3_client
+    else:
+        from podside_common import make_s3_client
 
     # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
-    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"})
-    return botocore.session.get_session().create_client("s3", region_name=settings.region, config=config)
+    return make_s3_client(region=settings.region, connect_timeout_s=5, read_timeout_s=20, max_attempts=3)
 
 
 def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,

@@ -6,19 +6,23 @@ layout; shipped with it as files of one ConfigMap folder (warmstart/manifests/po
 
 from __future__ import annotations
 
-import json
-
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .compile_cache_node import NodeLock, _remove, _write_json_atomic
     from .compile_cache_outcome import describe_error
     from .compile_cache_settings import CacheError, Settings
+    from .podside_common import parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from compile_cache_node import NodeLock, _remove, _write_json_atomic
     from compile_cache_outcome import describe_error
     from compile_cache_settings import CacheError, Settings
+    from podside_common import parse_json, read_regular
 
 
 STARTUP_PLAN_DIR = "vllm/startup_plan"
+#: Largest record read: it holds one fingerprint, under 100 bytes.
+_MAX_RECORD_BYTES = 4 << 10
+#: Deepest nesting read from it (a flat object); deeper is refused before Python's recursion limit.
+_MAX_JSON_DEPTH = 32
 
 
 def guard_startup_plans(settings: Settings) -> str | None:
@@ -27,15 +31,19 @@ def guard_startup_plans(settings: Settings) -> str | None:
     applies a plan whose own fingerprint matches, and that fingerprint leaves out
     --gpu-memory-utilization (vllm/v1/worker/startup_plan.py): a plan kept across such a change
     would size the KV cache for the old setting. A dropped plan costs one profiling run. Returns
-    a note for the log line, or None; never raises."""
+    a note for the log line, or None; never raises.
+
+    The record is on the node, where any pod of the node may plant a file: it is read without
+    following a link or blocking (a FIFO would hold the restore, a link could vouch for plans of
+    other settings), a regular file of at most 4 KiB, JSON nested at most 32 deep
+    (podside_common.read_regular, parse_json); anything else records nothing, so the plans go."""
     record = settings.state_dir / "startup-plan.json"
     try:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         with NodeLock(settings.state_dir, settings.lock_timeout_s):
-            try:
-                recorded = json.loads(record.read_text()).get("fingerprint")
-            except (OSError, ValueError, AttributeError):
-                recorded = None
+            raw = read_regular(record, _MAX_RECORD_BYTES)
+            doc, _why = parse_json(raw, _MAX_JSON_DEPTH) if isinstance(raw, bytes) else (None, raw)
+            recorded = doc.get("fingerprint") if isinstance(doc, dict) else None
             if recorded == settings.startup_plan_fingerprint:
                 return None
             plans = settings.cache_dir / STARTUP_PLAN_DIR

@@ -71,11 +71,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import parse_json, read_regular
+    from .podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import parse_json, read_regular
+    from podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"
@@ -93,11 +93,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _emit(record: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(record, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:
@@ -336,13 +331,8 @@ def upload(env: Mapping[str, str], record: Mapping[str, Any], client: Any = None
     out.update(key=key, bytes=len(body))
     try:
         if client is None:
-            import botocore.session
-            from botocore.config import Config
-
-            region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
-            client = botocore.session.get_session().create_client(
-                "s3", region_name=region,
-                config=Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 3, "mode": "standard"}))
+            client = make_s3_client(region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+                                    connect_timeout_s=5, read_timeout_s=20, max_attempts=3)
         client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="application/json")
         out["result"] = "uploaded"
     except Exception as exc:  # noqa: BLE001 - any failure is one log line
@@ -370,22 +360,17 @@ def _on_sigterm(*_: object) -> None:
     if _STATE["terminated"]:
         return
     _STATE["terminated"] = True
-    threading.Thread(target=_exit_by_deadline, args=(TERM_DEADLINE_S,), daemon=True).start()
+    exit_at_deadline(TERM_DEADLINE_S, _record_not_uploaded)
     if _STATE["phase"] != "record":
         raise Terminated()
 
 
-def _exit_by_deadline(deadline_s: float) -> None:
-    """SIGTERM's backstop: the record's outcome line, written without the locks the main thread
-    may hold (os.write), and exit 0."""
-    time.sleep(deadline_s)
+def _record_not_uploaded() -> tuple[str, int]:
+    """SIGTERM's backstop line (podside_common.exit_at_deadline): the record's outcome, and exit 0."""
     line = {"event": RECORD_EVENT, "result": "error", "key": None,
-            "reason": f"terminated by SIGTERM; the record's upload did not finish within {deadline_s:g} s, "
+            "reason": f"terminated by SIGTERM; the record's upload did not finish within {TERM_DEADLINE_S:g} s, "
                       "so S3 may not hold it"}
-    try:
-        os.write(1, (json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n").encode())
-    finally:
-        os._exit(0)
+    return json_line(line, sort_keys=True), 0
 
 
 def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -419,7 +404,7 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
     except Exception as exc:  # noqa: BLE001
         probe["reason"] = f"{type(exc).__name__}: {exc}"[:600]
     _STATE["phase"] = "record"  # from here a SIGTERM lets the upload finish (TERM_DEADLINE_S at most)
-    _emit(probe)
+    emit_line(probe)
     try:
         choice = env.get("WARMSTART_WEIGHTS_CHOICE_FILE", DEFAULT_CHOICE_FILE).strip()
         outcomes, key_file = read_state(Path(env.get("WARMSTART_STATE_DIR") or "/run/warmstart"),
@@ -428,7 +413,7 @@ def run(env: Mapping[str, str] | None = None, client: Any = None) -> tuple[dict[
         result = upload(env, record, client)
     except Exception as exc:  # noqa: BLE001
         result = {"event": RECORD_EVENT, "result": "error", "reason": f"{type(exc).__name__}: {exc}"[:600]}
-    _emit(result)
+    emit_line(result)
     _STATE["phase"] = "idle"
     return probe, result
 

@@ -93,14 +93,13 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from typing import Any, Iterable, Mapping
 
 # The names the code below uses, and those callers read on this module as they did before it was
 # split (weights_import.EVENT, .TransferError, .parse_json, ... in tests/).
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import s3_code as _s3_code, s3_status as _s3_status
+    from .podside_common import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
     from .weights_import_s3 import (
         CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
         MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
@@ -114,7 +113,7 @@ if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
 else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
     # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import s3_code as _s3_code, s3_status as _s3_status
+    from podside_common import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
     from weights_import_s3 import (
         CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
         MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
@@ -452,7 +451,8 @@ class Terminated(BaseException):
 
 _MANIFEST: dict[str, Any] = {"state": None}
 """The complete manifest's write: state None (not begun, or failed), "writing" (sent, no answer
-yet: S3 may hold it) or "written" (S3 answered), with what _terminated needs to look."""
+yet: S3 may hold it) or "written" (S3 answered), with what _terminated needs to look; and the
+reason SIGTERM's backstop wrote (deadline_reason), for the termination log it writes next."""
 
 
 def _what_s3_holds(seconds: float = 5.0) -> str | None:
@@ -503,28 +503,27 @@ TERM_DEADLINE_S = 20.0
 
 def _on_sigterm(*_: object) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding; the cleanup is not interrupted
-    threading.Thread(target=_exit_by_deadline, args=(TERM_DEADLINE_S,), daemon=True).start()
+    exit_at_deadline(TERM_DEADLINE_S, _final_at_deadline, _log_at_deadline)
     raise Terminated()
 
 
-def _exit_by_deadline(deadline_s: float) -> None:
-    """SIGTERM's backstop: the final record and exit 143, written without the locks the stuck
-    main thread may hold (os.write, not sys.stdout)."""
-    time.sleep(deadline_s)
+def _final_at_deadline() -> tuple[str, int]:
+    """SIGTERM's backstop (podside_common.exit_at_deadline): the final record and its exit code
+    (143, or 0 when the complete manifest reached S3), from what is known at the deadline."""
     state = _MANIFEST.get("state")
     code, reason = _sigterm_outcome("unknown" if state == "writing" else state, _MANIFEST.get("settings"),
-                                    f"; the run did not wind down within {deadline_s:g} s")
+                                    f"; the run did not wind down within {TERM_DEADLINE_S:g} s")
+    _MANIFEST["deadline_reason"] = reason
     phase = Phase("done", os.environ.get("WARMSTART_MODEL", "?"), result="imported" if code == EXIT_OK else "error",
                   reason=reason, extra={"exit_code": code})
-    try:
-        os.write(1, (phase.line() + "\n").encode())
-        path = termination_log(os.environ)
-        if path is not None and code != EXIT_OK:
-            path.write_text(f"weights import failed (done): {reason}\n")
-    except OSError:
-        pass
-    finally:
-        os._exit(code)
+    return phase.line(), code
+
+
+def _log_at_deadline(code: int) -> None:
+    """After the backstop's line: the failure reason where Kubernetes shows it."""
+    path = termination_log(os.environ)
+    if path is not None and code != EXIT_OK:
+        path.write_text(f"weights import failed (done): {_MANIFEST['deadline_reason']}\n")
 
 
 if __name__ == "__main__":

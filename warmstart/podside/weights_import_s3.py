@@ -11,12 +11,16 @@ import time
 from typing import Any, Callable
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status
+    from .podside_common import (
+        make_s3_client, parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status,
+    )
     from .weights_import_settings import (
         AccessError, MIB, PERMANENT_S3_CODES, Settings, SMALL_READ_S, TransferError,
     )
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from podside_common import parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status
+    from podside_common import (
+        make_s3_client, parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status,
+    )
     from weights_import_settings import (
         AccessError, MIB, PERMANENT_S3_CODES, Settings, SMALL_READ_S, TransferError,
     )
@@ -39,14 +43,11 @@ def is_permanent_s3(exc: BaseException) -> bool:
 
 
 def make_client(settings: Settings) -> Any:
-    import boto3
-    from botocore.config import Config
-
     # Pooled connections for every transfer thread; botocore's own retries for throttling and
-    # 5xx, on top of this script's per-file attempts.
-    config = Config(connect_timeout=10, read_timeout=120, max_pool_connections=settings.max_concurrency + 4,
-                    retries={"max_attempts": 5, "mode": "standard"})
-    return boto3.session.Session().client("s3", region_name=settings.region, config=config)
+    # 5xx, on top of this script's per-file attempts. A boto3 session's client: boto3's transfer
+    # manager (Transfers) runs on it.
+    return make_s3_client(region=settings.region, connect_timeout_s=10, read_timeout_s=120, max_attempts=5,
+                          max_pool_connections=settings.max_concurrency + 4, with_boto3=True)
 
 
 def transfer_config(settings: Settings) -> Any:

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
+
+if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
+    from .podside_common import emit_line, json_line
+else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
+    from podside_common import emit_line, json_line
 
 
 EVENT = "warmstart.weights_import"
@@ -230,12 +233,11 @@ class Phase:
                   "files": self.files, "bytes": self.bytes,
                   "seconds": round(time.monotonic() - self.started, 3),
                   "reason": None if self.reason is None else self.reason[:2000], **self.extra}
-        return json.dumps(record, separators=(",", ":"), sort_keys=False)
+        return json_line(record)
 
 
 def emit(phase: Phase) -> None:
-    sys.stdout.write(phase.line() + "\n")
-    sys.stdout.flush()
+    emit_line(phase.line())
 
 
 def gib(n: int | float) -> float:
