@@ -931,5 +931,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown. Run as the init container's command,
+    the restore is on the pod's start-up path, and tearing down an interpreter that has loaded
+    botocore and built a client costs CPU for nothing: measured here, a restore that downloads
+    ended about 25 ms sooner (a hit about 8 ms), a bare client build 60-100 ms. Nothing is lost
+    by skipping it (os._exit runs no cleanup handlers and flushes no stdio buffers,
+    https://docs.python.org/3/library/os.html#os._exit): every file this tool writes is closed
+    and its temp files removed before main returns, its own threads are daemons it has given
+    up on, and stdout and stderr are flushed here."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit_now(main())
