@@ -139,8 +139,6 @@ import sys
 import tarfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -628,6 +626,11 @@ def wait_for_health(url: str, timeout_s: float, max_interval_s: float) -> bool:
     """Poll until `url` answers 200. Starts at 1 s and backs off to `max_interval_s`, so a
     model that loads for ten minutes costs a handful of requests. False after `timeout_s`
     (0: never)."""
+    # Imported here, by the sidecar only: the restore on the pod's start-up path never polls, and
+    # urllib.request (with http.client and email) was a fifth of its imports.
+    import urllib.error
+    import urllib.request
+
     # No proxies: a cluster-wide HTTP_PROXY must not capture a request to the pod's own loopback.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     deadline = None if timeout_s <= 0 else time.monotonic() + timeout_s
