@@ -152,15 +152,15 @@ if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     )
     from .compile_cache_key import (
         cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
-        resolve_factors, weights_factor,
+        resolve_factors, runs_nvidia_smi, weights_factor,
     )
     from .compile_cache_node import (
         _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
-        LockTimeout, _marker, _node_has, _remove, _write_json_atomic,
+        LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
     )
     from .compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
     from .compile_cache_s3 import (
-        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
+        _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
     )
     from .compile_cache_settings import (
         CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
@@ -177,15 +177,15 @@ else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <fold
     )
     from compile_cache_key import (
         cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
-        resolve_factors, weights_factor,
+        resolve_factors, runs_nvidia_smi, weights_factor,
     )
     from compile_cache_node import (
         _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
-        LockTimeout, _marker, _node_has, _remove, _write_json_atomic,
+        LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
     )
     from compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
     from compile_cache_s3 import (
-        _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
+        _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
     )
     from compile_cache_settings import (
         CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
@@ -371,6 +371,15 @@ def _record_outcome(settings: Settings | None, outcome: Outcome) -> None:
 
 
 def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
+    # The S3 client (importing botocore and loading its S3 model, about 0.2 s of CPU) is built
+    # beside the key's nvidia-smi run when the node cannot hit, having no marker of any key: that
+    # run waits on the driver and leaves the thread the GIL (with a 0.2 s stand-in nvidia-smi, a
+    # restore here ended ~0.13 s sooner). Without nvidia-smi the rest of the key takes a few ms,
+    # there is nothing to overlap and interleaved runs showed no gain, so the client is then
+    # built when needed. A hit never imports botocore.
+    if client is None and settings.bucket and runs_nvidia_smi(settings.accelerator) \
+            and not _node_has_any(settings):
+        client = _Ahead(make_client, settings)
     note = guard_startup_plans(settings)
     try:
         _restore_cache(settings, client, outcome)
@@ -407,7 +416,8 @@ def _restore_cache(settings: Settings, client: Any, outcome: Outcome) -> None:
         base = settings.state_dir / f"tmp-restore-{key_hash}-{secrets.token_hex(6)}"
         staging = base.with_name(base.name + ".d")
         try:
-            fetched = _download_extracted(settings, client or make_client(settings), key, key_hash, staging, outcome)
+            client = client.get() if isinstance(client, _Ahead) else client or make_client(settings)
+            fetched = _download_extracted(settings, client, key, key_hash, staging, outcome)
             if fetched is None:
                 return
             size, files = fetched
