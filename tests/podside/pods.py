@@ -203,11 +203,16 @@ def engine_env(cache_dir: Path, home: Path) -> dict[str, str]:
     return env | {"HOME": str(home), "TMPDIR": str(home / "tmp")}
 
 
-def run_engine(cache_dir: Path, home: Path, *, scale: float = 0.2, seed: int = 0) -> dict[str, int]:
-    """Run the fake engine as the serving container would: its own process, the pod's env."""
+def run_engine(cache_dir: Path, home: Path, *, scale: float = 0.4, seed: int = 0,
+               flashinfer_jit: bool = False) -> dict[str, int]:
+    """Run the fake engine as the serving container would: its own process, the pod's env.
+    `flashinfer_jit`: FlashInfer builds its ops into the workspace (ops outside flashinfer-jit-cache).
+    Scale 0.4 (about 11 MB, 6 MB of gzip) keeps the archive over the 4 MiB the size-bound test
+    needs refused at its Content-Length, before a byte is read."""
     (home / "tmp").mkdir(parents=True, exist_ok=True)
     env = {**clean_environ(), **engine_env(cache_dir, home)}
     env.pop("VLLM_CACHE_ROOT", None)  # the pod sets none: vLLM's root follows XDG_CACHE_HOME
-    proc = subprocess.run([sys.executable, str(FAKE_ENGINE), "--scale", str(scale), "--seed", str(seed)],
+    proc = subprocess.run([sys.executable, str(FAKE_ENGINE), "--scale", str(scale), "--seed", str(seed),
+                           *(["--flashinfer-jit"] if flashinfer_jit else [])],
                           env=env, capture_output=True, text=True, timeout=300, check=True)
     return json.loads(proc.stdout)

@@ -67,6 +67,27 @@ def test_the_engine_state_travels_byte_for_byte(pod: PodFactory, rclone_s3, tmp_
     assert tree(c.cache_dir) == carried
 
 
+def test_flashinfer_ops_built_on_the_node_travel_and_precompiled_ones_leave_no_so(pod: PodFactory, rclone_s3,
+                                                                                 tmp_path: Path) -> None:
+    """An op in the image's flashinfer-jit-cache leaves only its build.ninja and sources in the
+    workspace; one FlashInfer had to build (a model outside that set) leaves its .so, which the
+    archive carries like any cache file (tests/podside/fake_engine.py has the sources)."""
+    a = pod("node-a")
+    precompiled = engine_on(a, tmp_path, "node-a", scale=0.05)
+    ops = "flashinfer/.cache/flashinfer/"
+    assert any(k.startswith(ops) and k.endswith("/build.ninja") for k in precompiled)
+    assert not any(k.startswith(ops) and k.endswith(".so") for k in precompiled)
+
+    b = pod("node-b", WARMSTART_CACHE_PREFIX="jit-built/")
+    built = engine_on(b, tmp_path, "node-b", scale=0.05, flashinfer_jit=True)
+    so = {k for k in built if k.startswith(ops) and k.endswith(".so")}
+    assert len(so) == 4 and set(built) - so == set(precompiled)
+    assert cc.publish(b.settings(), client=rclone_s3.client(), wait=False, emit=False).result == "published"
+    c = pod("node-c", WARMSTART_CACHE_PREFIX="jit-built/")
+    assert cc.restore(c.settings(), client=rclone_s3.client(), emit=False).result == "restored"
+    assert tree(c.cache_dir) == built
+
+
 def _published_engine_key(pod: PodFactory, server, tmp_path: Path, **env: str) -> tuple[str, dict[str, bytes]]:
     a = pod("node-a", **env)
     carried = engine_on(a, tmp_path, "node-a")

@@ -7,7 +7,9 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -82,6 +84,75 @@ def test_pod_lifecycle_through_the_command_line(pod: PodFactory, rclone_s3, tmp_
     assert (again.returncode, again.line["result"]) == (0, "hit")
     assert b.run("publish", "--once").line["result"] == "exists"
     assert rclone_s3.count_gets(first.line["key"]) == gets + 1  # only the first pod downloaded
+
+
+def imported_botocore(stderr: str) -> bool:
+    """Whether a run with PYTHONPROFILEIMPORTTIME=1 imported botocore (`import time: ... | botocore`)."""
+    return re.search(r"^import time:.*\|\s+botocore\b", stderr, re.MULTILINE) is not None
+
+
+def fake_nvidia_smi(tmp_path: Path) -> dict[str, str]:
+    """The env of a pod that sees a GPU: an nvidia-smi on PATH that names an H100, no override."""
+    bin_dir = tmp_path / "gpu-bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\nsleep 0.2\necho 'NVIDIA H100 80GB HBM3, 9.0'\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "WARMSTART_ACCELERATOR": ""}
+
+
+def test_a_hit_imports_no_s3_client(pod: PodFactory, rclone_s3, tmp_path: Path) -> None:
+    """The hit is every later pod's start on a node: it never imports botocore, with or without
+    nvidia-smi (the check can fail: the first restore of node b does import it)."""
+    for gpu in ({}, fake_nvidia_smi(tmp_path)):
+        a = pod("node-a", **gpu)
+        make_cache(a.cache_dir, seed=31)
+        assert a.run("publish", "--once").line["result"] == "published"  # under the key this env derives
+        hit = a.run("restore", env={"PYTHONPROFILEIMPORTTIME": "1"})
+        assert hit.line["result"] == "hit" and not imported_botocore(hit.stderr), hit.stderr[-2000:]
+    new = pod("node-b", **gpu).run("restore", env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert new.line["result"] == "restored" and imported_botocore(new.stderr)
+
+
+def test_a_node_that_cannot_hit_builds_its_client_beside_nvidia_smi(pod: PodFactory, rclone_s3, tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    """A node with no marker of any key cannot hit: while nvidia-smi runs for the key, its client
+    is built on another thread (compile_cache._restore). A node that may hit, or that runs no
+    nvidia-smi, builds it when it needs it, on the restoring thread; a hit never builds one."""
+    gpu = fake_nvidia_smi(tmp_path)
+    monkeypatch.setenv("PATH", gpu["PATH"])
+    a = pod("node-a", **gpu)
+    published = make_cache(a.cache_dir, seed=32)
+    assert cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False).result == "published"
+    built_on: list[str] = []
+
+    def make_client(settings: cc.Settings):
+        built_on.append(threading.current_thread().name)
+        return rclone_s3.client()
+
+    monkeypatch.setattr(cc, "make_client", make_client)
+    b = pod("node-b", **gpu)
+    assert cc.restore(b.settings(), emit=False).result == "restored" and tree(b.cache_dir) == published
+    assert cc.restore(b.settings(), emit=False).result == "hit"
+    c = pod("node-c", **gpu)
+    (c.cache_dir / cc.STATE_DIRNAME).mkdir()
+    (c.cache_dir / cc.STATE_DIRNAME / f"restored-{'0' * 64}.json").write_text("{}")  # another key's
+    assert cc.restore(c.settings(), emit=False).result == "restored" and tree(c.cache_dir) == published
+    assert cc.restore(pod("node-d").settings(), emit=False).result == "miss"  # WARMSTART_ACCELERATOR given
+    assert built_on == ["warmstart-ahead", "MainThread", "MainThread"]
+
+
+def test_a_client_that_cannot_be_built_is_one_error_line_ahead_or_not(pod: PodFactory, rclone_s3,
+                                                                      tmp_path: Path) -> None:
+    gpu = fake_nvidia_smi(tmp_path)
+    for node, marker in (("node-b", False), ("node-c", True)):  # built ahead, built when needed
+        d = pod(node, AWS_ENDPOINT_URL="not a url", **gpu)
+        if marker:
+            (d.cache_dir / cc.STATE_DIRNAME).mkdir()
+            (d.cache_dir / cc.STATE_DIRNAME / f"published-{'0' * 64}.json").write_text("{}")
+        run = d.run("restore")
+        assert (run.returncode, run.line["result"]) == (0, "error") and "Invalid endpoint" in run.line["reason"]
+        assert tree(d.cache_dir) == {} and leftovers(d.cache_dir) == []
 
 
 def test_a_sidecar_publishes_under_the_key_its_init_container_derived(pod: PodFactory, tmp_path: Path) -> None:

@@ -118,6 +118,11 @@ def detect_accelerator(override: str | None, cuda_build: str | None, *, which: C
     return f"cpu-{platform.machine() or 'unknown'}"
 
 
+def runs_nvidia_smi(override: str | None, *, which: Callable[[str], str | None] = shutil.which) -> bool:
+    """Whether detect_accelerator will run nvidia-smi (no WARMSTART_ACCELERATOR, one on PATH)."""
+    return not override and which("nvidia-smi") is not None
+
+
 #: Where the loaded NVIDIA kernel module states its version: both belong to the host's kernel,
 #: so a container reads the node's driver there without running nvidia-smi a second time.
 DRIVER_VERSION_FILES = (Path("/sys/module/nvidia/version"), Path("/proc/driver/nvidia/version"))

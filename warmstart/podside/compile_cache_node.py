@@ -104,6 +104,17 @@ def _node_has(settings: Settings, key: str) -> str | None:
     return None
 
 
+def _node_has_any(settings: Settings) -> bool:
+    """Whether the node holds a restored or published marker of any key (a hit is possible)."""
+    try:
+        with os.scandir(settings.state_dir) as entries:
+            return any(e.name.startswith(("restored-", "published-")) for e in entries)
+    except FileNotFoundError:
+        return False  # a new node
+    except OSError:
+        return True  # unreadable: assume it may, and build the client only when needed
+
+
 def _write_json_atomic(path: Path, value: Any) -> None:
     tmp = path.with_name(f"tmp-json-{secrets.token_hex(6)}-{path.name}")
     try:
