@@ -79,17 +79,30 @@ def test_a_section_field_without_its_key_is_named_with_the_file_to_regenerate():
         lambda m: ""))
 
 
-def _reachable(roots) -> set[type]:
-    from tests.support.model_entry import _models_in
-
-    out: set[type] = set()
+def _closure(roots, children, skip=()) -> list[type]:
+    """`roots` and everything `children` reaches from them, each once, in the order first met
+    (breadth first); nothing in `skip` is entered."""
+    found: list[type] = []
     todo = list(roots)
     while todo:
-        model = todo.pop()
-        if model not in out:
-            out.add(model)
-            todo += [m for info in model.model_fields.values() for m in _models_in(info.annotation)]
-    return out
+        t = todo.pop(0)
+        if t in found or t in skip:
+            continue
+        found.append(t)
+        todo += children(t)
+    return found
+
+
+def _reachable(roots) -> list[type[BaseModel]]:
+    """The config models `roots` are, and those their fields nest, at every depth."""
+    from tests.support.model_entry import _models_in
+
+    return _closure(roots, lambda m: [x for info in m.model_fields.values() for x in _models_in(info.annotation)])
+
+
+def _reachable_typeddicts(roots, skip=()) -> list[type]:
+    """The TypedDicts `roots` are, and those their keys nest, at every depth (none in `skip`)."""
+    return _closure(roots, lambda t: [x for a in t.__annotations__.values() for x in _typeddicts(a)], skip)
 
 
 def _generated_models() -> dict[type, type[BaseModel]]:
@@ -119,15 +132,7 @@ def _hand_args() -> list[type]:
                 args = obj.__init__.__annotations__.get("args")
                 if typing.is_typeddict(args):
                     roots.append(args)
-    found: list[type] = []
-    todo = list(roots)
-    while todo:
-        t = todo.pop(0)
-        if t in found or t in generated:
-            continue
-        found.append(t)
-        todo += [inner for a in t.__annotations__.values() for inner in _typeddicts(a)]
-    return found
+    return _reachable_typeddicts(roots, skip=generated)
 
 
 HAND_ARGS = _hand_args()
@@ -185,17 +190,6 @@ def _held_by_hand_check() -> set[tuple[type, type]]:
                                     if k in serving.FLAT_MODEL_KEYS for t in _typeddicts(a)])
     return ({(t, m) for t in platform for m in _reachable([platform_args.PlatformArgsSpec, config.ScraperPodsConfig])}
             | {(t, m) for t in frozen for m in _reachable([config.ModelConfig])})
-
-
-def _reachable_typeddicts(roots) -> set[type]:
-    out: set[type] = set()
-    todo = list(roots)
-    while todo:
-        t = todo.pop()
-        if t not in out:
-            out.add(t)
-            todo += [inner for a in t.__annotations__.values() for inner in _typeddicts(a)]
-    return out
 
 
 @pytest.mark.parametrize("args", HAND_ARGS, ids=lambda a: a.__name__)
