@@ -20,6 +20,7 @@ import pytest
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
+from tests.support.loopback import LoopbackServer
 from warmstart.decisions import autoscaling, routing
 from warmstart.podside import front_queue
 
@@ -181,10 +182,10 @@ def test_a_request_being_answered_counts_as_demand_not_as_held():
         assert [s for s, _, _ in out] == [200] and _demand(q) == 0
 
 
-class Upstream:
-    """A stand-in router on 127.0.0.1 that records each request (method, path, body) and answers
-    with them, or, for a path under /drop, reads the request and closes the connection unanswered
-    (a router that died mid-request). `/ready` answers 200."""
+class Upstream(LoopbackServer):
+    """A stand-in router that records each request (method, path, body) and answers with them,
+    or, for a path under /drop, reads the request and closes the connection unanswered (a router
+    that died mid-request). `/ready` answers 200."""
 
     def __init__(self) -> None:
         import http.server
@@ -217,13 +218,7 @@ class Upstream:
 
             do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = do_HEAD = _any
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._serve(H)
 
 
 def _send(url: str, method: str, path: str, body: bytes | None = None,
@@ -253,9 +248,8 @@ def _send(url: str, method: str, path: str, body: bytes | None = None,
 def test_every_method_and_a_chunked_body_pass_through():
     """The OpenAI API's DELETE and GET by id, and a body sent chunked, reach the router as sent."""
     with ExitStack() as stack:
-        up = Upstream()
-        stack.callback(up.stop)
-        q = Queue(up.url, up.url + "/ready")
+        up = stack.enter_context(Upstream())
+        q = Queue(up.base_url, up.base_url + "/ready")
         stack.callback(q.stop)
         for method, path in (("DELETE", "/v1/responses/resp_1"), ("GET", "/v1/models"), ("PUT", "/x"),
                              ("PATCH", "/y")):
@@ -278,9 +272,8 @@ def test_a_request_the_router_may_have_run_is_never_sent_twice():
     """The router read the request and died before answering: the client gets 502, and the
     router saw it once (a held-and-retried completion would run twice)."""
     with ExitStack() as stack:
-        up = Upstream()
-        stack.callback(up.stop)
-        q = Queue(up.url, up.url + "/ready", "--max-hold-seconds", "10")
+        up = stack.enter_context(Upstream())
+        q = Queue(up.base_url, up.base_url + "/ready", "--max-hold-seconds", "10")
         stack.callback(q.stop)
         status, body = _send(q.url, "POST", "/drop/v1/completions", b'{"prompt": "once"}',
                              {"Content-Type": "application/json"})

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.support import kubelet
+from tests.support.loopback import LoopbackServer
 from warmstart.manifests import serving
 from warmstart.podside import standby as actuator
 
@@ -262,12 +263,11 @@ def test_an_answer_is_read_within_its_bound(monkeypatch):
             except OSError:
                 pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        monkeypatch.setattr(actuator, "MAX_READ_BYTES", 64 << 10)
-        code, body = actuator.http("GET", f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=10)
-        assert code == 200 and len(body) == 64 << 10
-    finally:
-        server.shutdown()
-        server.server_close()
+    class Server(LoopbackServer):
+        def __init__(self) -> None:
+            self._serve(Endless)
+
+    monkeypatch.setattr(actuator, "MAX_READ_BYTES", 64 << 10)
+    with Server() as server:
+        code, body = actuator.http("GET", f"{server.base_url}/metrics", timeout=10)
+    assert code == 200 and len(body) == 64 << 10
