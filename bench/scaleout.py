@@ -67,7 +67,7 @@ class Discovery(threading.Thread):
         self.engines, self.manifest, self.labels, self.stop = engines, manifest, labels, threading.Event()
         # The sleepers were put to sleep by the actuator earlier: labelled asleep first (its drain).
         labels.write_text(json.dumps({e.url: standby.ASLEEP if e.url in asleep else standby.AWAKE for e in engines}))
-        self.probe_spec = serving.readiness_probe(_standby_plan())
+        self.probe_spec = serving.readiness_probe()
         self.ready: set[str] = set()
         self.selected_at: dict[str, float] = {}
         write_discovery_file(manifest, [])
@@ -99,16 +99,6 @@ class Discovery(threading.Thread):
                 last = selected
             # The API server's watch delivers a label change at once; this poll stands in for it.
             self.stop.wait(0.05)
-
-
-def _standby_plan():
-    """A standby model's serving plan (the probe it renders)."""
-    from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
-    from warmstart.plan.model import plan_model
-    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=15,
-                     autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=2), standby=StandbyConfig())
-    return plan_model(spec, key="bench", instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(),
-                      compile_cache=True, compile_cache_host_path="/mnt/k8s-disks/0/c").serving
 
 
 class Actuator:

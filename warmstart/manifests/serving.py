@@ -202,8 +202,8 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
-def readiness_probe(m: ServingPlan) -> dict[str, Any]:
-    """/health, for a model with standby engines too: a sleeping engine stays Ready (vLLM's
+def readiness_probe() -> dict[str, Any]:
+    """/health, for every model, one with standby engines too: a sleeping engine stays Ready (vLLM's
     /health answers 200 while it sleeps, vllm/entrypoints/serve/instrumentator/health.py at
     v0.33.0), and the routing label (ENGINE_LABEL) alone keeps it out of the traffic. A readiness
     that failed while asleep would make every sleeper an unavailable replica, so the Deployment
@@ -375,7 +375,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         # no probe kills a pod that is still loading.
         "startupProbe": probe | {"timeoutSeconds": 5,
                                  "failureThreshold": -(-m.startup_budget_seconds // tuning.PROBE_PERIOD_SECONDS)},
-        "readinessProbe": readiness_probe(m),
+        "readinessProbe": readiness_probe(),
         "livenessProbe": probe | {"timeoutSeconds": 10, "failureThreshold": 6},
         "volumeMounts": mounts,
         "securityContext": container_security_context(),
