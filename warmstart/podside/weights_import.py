@@ -374,7 +374,7 @@ def run(settings: Settings, client: Any = None) -> int:
     if todo:
         transfers = Transfers(client, transfer_config(s))
         try:
-            attempts = source.copy(todo, transfers, record if s.hf_repo else None)
+            attempts = source.copy(todo, transfers, record) if s.hf_repo else source.copy(todo, transfers)
         except BaseException as exc:
             ended = transfers.cancel()
             if not ended:

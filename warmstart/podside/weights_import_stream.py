@@ -144,7 +144,7 @@ def upload_verified(client: Any, bucket: str, key: str, read: Callable[[int], by
             del chunk
             if seen > size:  # more bytes than the Hub lists: never a match, stop reading
                 break
-        done, _ = wait([f for _, f in futures], return_when=FIRST_EXCEPTION)
+        wait([f for _, f in futures], return_when=FIRST_EXCEPTION)
         for _, f in futures:
             if f.done() and f.exception() is not None:
                 raise f.exception()  # type: ignore[misc]
@@ -153,15 +153,17 @@ def upload_verified(client: Any, bucket: str, key: str, read: Callable[[int], by
         if why:
             _abort(client, bucket, key, upload_id)
             return why
-        done_resp = client.complete_multipart_upload(
-            Bucket=bucket, Key=key, UploadId=upload_id,
-            MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in etags]})
-        return Stored(name, size, sha.hexdigest(), str(done_resp.get("ETag", "")).strip('"'))
+        client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id,
+                                         MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in etags]})
     except BaseException:
         for _, f in futures:
             f.cancel()
         _abort(client, bucket, key, upload_id)
         raise
+    # The ETag a listing reports, which the resume check compares: read back rather than taken
+    # from CompleteMultipartUpload's answer (S3 gives the same one; rclone's `serve s3` does not).
+    etag = client.head_object(Bucket=bucket, Key=key)["ETag"]
+    return Stored(name, size, sha.hexdigest(), str(etag).strip('"'))
 
 
 def _abort(client: Any, bucket: str, key: str, upload_id: str) -> None:
