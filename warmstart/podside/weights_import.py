@@ -18,9 +18,12 @@ names (vLLM loads only those; a `consolidated.safetensors` beside them is skippe
 
 How: from S3, boto3's managed transfer does server-side copies (multipart `UploadPartCopy`
 above WARMSTART_PART_BYTES), many files and parts at once on one thread pool; nothing passes
-through the pod. From the Hugging Face Hub, `huggingface_hub.snapshot_download` fetches the
-pinned commit into WARMSTART_SCRATCH_DIR (it honours HF_ENDPOINT and HF_TOKEN, and hf_transfer
-when installed), and the same transfer manager uploads the files (multipart, threaded).
+through the pod. From the Hugging Face Hub, file by file (weights_import_stream.py): each file
+is fetched with `huggingface_hub.hf_hub_download` into WARMSTART_SCRATCH_DIR (it honours
+HF_ENDPOINT and HF_TOKEN), uploaded as a multipart upload while it is hashed, completed only when
+the Hub's sha256 (or git blob id) matches and aborted otherwise, and deleted; the files in flight
+never hold more than WARMSTART_SCRATCH_BYTES, and after each file the "incomplete" manifest
+records it (`verified`), which is what a restarted run keeps (never a size).
 
 Order, so that a half-done import is never taken for a whole one:
     check     the destination's manifest: if it names this source and revision and every key it
@@ -48,6 +51,8 @@ Environment (read once, in Settings.from_env):
     WARMSTART_HF_REPO           a Hub repository id, with
     WARMSTART_HF_REVISION       the commit to copy (40 hex characters).
     WARMSTART_SCRATCH_DIR       Hub download directory (an emptyDir). Default /scratch.
+    WARMSTART_SCRATCH_BYTES     what the Hub files in flight may hold there together (0: its free space).
+    WARMSTART_FILE_PARALLELISM  Hub files downloaded and uploaded at once. Default 8.
     WARMSTART_MAX_CONCURRENCY   transfer threads (parts and files). Default 16.
     WARMSTART_PART_BYTES        multipart threshold and part size. Default 64 MiB (S3's minimum is 5 MiB).
     WARMSTART_RETRIES           attempts per file (and per Hub listing or download). Default 3.
@@ -61,7 +66,7 @@ Environment (read once, in Settings.from_env):
 Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a retry cannot help):
 
     0  imported and verified, or already complete (nothing copied)
-    2  the environment is not a usable configuration
+    2  the environment is not a usable configuration, or a Hub file is larger than the scratch
     3  the source or destination cannot be read or written: not found, access denied, a gated
        or private Hub repository without a token that may read it, an unknown revision
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
