@@ -22,6 +22,7 @@ from .plan import platform as platform_mod
 from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
 from .decisions import capacity, gpu_pools, image_cache, phases
+from .decisions import weights_import as imports
 from .errors import ConfigError
 from .mocks import Registered
 
@@ -347,6 +348,32 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
 
 
+def _duration(seconds: int) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{max(1, round(seconds / 60))} min"
+
+
+def import_line(m: plan_mod.ModelPlan) -> str | None:
+    """What the model's weights import will do: its scratch, its node, its predicted time and
+    how long `pulumi up` waits for it (decisions/weights_import.py has every figure's source)."""
+    imp = m.weights_import
+    if imp is None:
+        return None
+    size = f"{imp.weights_bytes / 2**30:.0f} GiB"
+    wait = f"deadline {_duration(imp.deadline_seconds)}, which `pulumi up` waits for before the Deployment"
+    if imp.kind == "s3":
+        return (f"import {m.name}: {size} from {imp.source}, copied server-side by S3 (no bytes through the pod, no "
+                f"scratch), {wait}")
+    larger = imp.cpu == imports.LARGE_IMPORT_CPU
+    node = ("a 2xlarge or larger general-purpose node (it requests "
+            f"{imp.cpu} CPU; baseline {imports.LARGE_NODE_BASELINE_BITS / 1e9:g} Gbit/s)") if larger else \
+        f"a general-purpose node (baseline {imports.SMALL_NODE_BASELINE_BITS / 1e9:g} Gbit/s on a large)"
+    return (f"import {m.name}: {size} from {imp.source}@{(imp.revision or '')[:12]}, file by file through "
+            f"{imp.scratch_bytes / 2**30:.0f} GiB of scratch ({imports.FILE_PARALLELISM} files at once of up to "
+            f"{imports.ASSUMED_LARGEST_FILE_BYTES / 2**30:.0f} GiB each; a larger file goes with fewer beside it, one "
+            f"over {imports.scratch_budget_bytes(imp.scratch_bytes) / 2**30:.0f} GiB fails the Job naming it), on {node}: "
+            f"predicted ~{_duration(imp.predicted_seconds or 0)} once it runs, {wait}")
+
+
 def standby_path(m: plan_mod.ModelPlan) -> str:
     """The scale-out by waking one of the model's standby engines ('' without standby)."""
     if m.standby is None:
@@ -444,6 +471,8 @@ def table(stack_plan: AnyPlan) -> str:
         lines.append(f"model stack {stack_plan.stack!r} on platform {stack_plan.config.platform!r} "
                      f"(contract v{platform_mod.CONTRACT_VERSION}, {stack_plan.contract.cluster_mode} mode, namespace "
                      f"{stack_plan.contract.namespace}, pool {m.pool})")
+        if (line := import_line(m)) is not None:
+            lines.append(line)
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
         if stack_plan.contract.image_cache_account:
@@ -457,6 +486,7 @@ def table(stack_plan: AnyPlan) -> str:
             source = capacity_source_line(stack_plan, m)
             if source:
                 lines.append(source)
+    lines += [line for m in stack_plan.models if (line := import_line(m)) is not None]
     lines += capacity_lines(stack_plan)
     for p in stack_plan.cluster.pools:
         if p.warm_nodes and p.warm_instance is not None:

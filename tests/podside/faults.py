@@ -80,6 +80,8 @@ class FaultProxy(LoopbackServer):
         self.upstream_host, self.upstream_port = parts.hostname or "127.0.0.1", parts.port or 80
         self.rules: list[Rule] = []
         self.seen: list[tuple[str, str, str | None]] = []
+        # (method, path, request body bytes) of every PUT and POST: what a client uploaded.
+        self.sent: list[tuple[str, str, int]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         proxy = self
@@ -131,6 +133,8 @@ class FaultProxy(LoopbackServer):
         with self._lock:
             rule = next((r for r in self.rules if r.match(h.command, h.path, headers) and r.take()), None)
             self.seen.append((h.command, h.path, rule.action if rule else None))
+            if h.command in ("PUT", "POST"):
+                self.sent.append((h.command, h.path, len(body)))
         if rule is not None and rule.action == "error":
             doc = (f'<?xml version="1.0" encoding="UTF-8"?><Error><Code>{rule.code}</Code>'
                    f"<Message>{rule.message}</Message></Error>").encode()

@@ -269,7 +269,10 @@ def test_a_killed_hub_import_leaves_no_manifest_and_a_rerun_completes_it(hub_job
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
-    assert wi.MANIFEST_NAME not in objects(job.server, "models", prefix)
+    # What it left is a resume record ("incomplete"), never a complete manifest.
+    left = objects(job.server, "models", prefix)
+    assert wi.MANIFEST_NAME in left
+    assert json.loads(body(job.server, "models", f"{prefix}/{wi.MANIFEST_NAME}"))["status"] == "incomplete"
     hub.stall = None
     hub.release.set()
     # A retried pod gets a new, empty scratch volume.

@@ -9,6 +9,7 @@ import json
 import kubernetes_validate
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 import components
 from tests.support.policy_eval import allowed, statements
@@ -116,7 +117,15 @@ def _check_job(job: dict, m, mode: str) -> None:
     if m.weights_import.kind == "huggingFace":
         assert env["WARMSTART_HF_REVISION"] == m.weights_import.revision
         (vol,) = scratch
-        assert int(vol["emptyDir"]["sizeLimit"].removesuffix("Gi")) * GIB >= m.weights_bytes * 1.05
+        # Streamed file by file: the whole model when it is small, else the files in flight; the
+        # Job's budget for them stays inside the emptyDir, which fits the node it runs on.
+        size_limit = int(vol["emptyDir"]["sizeLimit"].removesuffix("Gi")) * GIB
+        assert size_limit >= min(m.weights_bytes * 1.05, imports.SCRATCH_CAP_BYTES)
+        assert int(env["WARMSTART_SCRATCH_BYTES"]) + imports.SCRATCH_EXTRA_BYTES <= size_limit
+        assert int(env["WARMSTART_SCRATCH_BYTES"]) >= imports.ASSUMED_LARGEST_FILE_BYTES or \
+            size_limit >= m.weights_bytes * 1.05
+        assert size_limit < imports.NODE_EPHEMERAL_BYTES[mode]
+        assert env["HF_XET_CHUNK_CACHE_SIZE_BYTES"] == "0"
     else:
         assert env["WARMSTART_SOURCE_S3"] == m.weights_import.source and not scratch
     assert job["metadata"]["name"] == m.weights_import.job_name
@@ -277,12 +286,31 @@ def test_an_s3_import_from_the_models_own_source_is_refused(stack_doc):
     assert "warmstart:models[0].import.s3" in _plan_errors(doc) and "overlaps the model's own source" in _plan_errors(doc)
 
 
-def test_a_hub_import_whose_scratch_cannot_fit_a_general_purpose_node_is_refused(stack_doc):
+def test_a_hub_import_larger_than_a_general_purpose_nodes_disk_is_planned_streamed(stack_doc):
+    """Llama-4-Scout's 203 GiB from the Hub: no longer refused (it once needed a scratch copy of
+    the whole model); its scratch holds the files in flight and fits the node, it asks for a
+    larger node, and its predicted time and deadline grow with the weights."""
     doc = stack_doc("prod")
     doc["config"]["warmstart:models"][1]["import"] = {"huggingFace": {"repo": "meta-llama/Scout", "revision": "c" * 40}}
-    text = _plan_errors(doc)
-    assert "warmstart:models[1].import.huggingFace" in text and "a general-purpose node" in text
-    assert "import.s3" in text
+    plan = plan_stack(config.parse_config(_values(doc)), "t")
+    small, large = (m.weights_import for m in plan.models)
+    assert large is not None and large.kind == "huggingFace"
+    assert large.weights_bytes > imports.NODE_EPHEMERAL_BYTES["karpenter"]
+    assert large.scratch_bytes == imports.SCRATCH_CAP_BYTES + imports.SCRATCH_EXTRA_BYTES
+    assert large.cpu == imports.LARGE_IMPORT_CPU
+    assert imports.predicted_seconds(large.weights_bytes) < large.deadline_seconds
+    assert imports.predicted_seconds(2 * large.weights_bytes) > imports.predicted_seconds(large.weights_bytes)
+
+
+@given(st.integers(min_value=1, max_value=4096))
+def test_scratch_never_exceeds_the_cap_and_holds_a_small_model_whole(gib):
+    scratch = imports.scratch_bytes(gib * GIB)
+    assert scratch <= imports.SCRATCH_CAP_BYTES + imports.SCRATCH_EXTRA_BYTES + GIB
+    assert scratch < imports.NODE_EPHEMERAL_BYTES["auto"] - 20 * GIB  # room for the vLLM image
+    if gib * GIB * (1 + imports.WEIGHTS_TOLERANCE) <= imports.SCRATCH_CAP_BYTES:
+        assert imports.scratch_budget_bytes(scratch) >= gib * GIB * (1 + imports.WEIGHTS_TOLERANCE)
+    else:
+        assert imports.scratch_budget_bytes(scratch) >= imports.FILE_PARALLELISM * imports.ASSUMED_LARGEST_FILE_BYTES
 
 
 def test_the_script_and_the_job_agree_on_what_cannot_be_retried():

@@ -39,15 +39,57 @@ PULUMI_WAIT_MARGIN_SECONDS = 120
 # Pod retries of a failed copy (each resumes where the last stopped). Config, source and
 # verification errors fail the Job at once (podFailurePolicy), so these are for transient faults.
 BACKOFF_LIMIT = 2
-# The Hugging Face path downloads to an emptyDir first: the weights, the tolerance above, and
-# room for the config/tokenizer files and the client's own bookkeeping.
+# The Hugging Face path streams file by file through an emptyDir (podside/weights_import_stream.py):
+# a file is downloaded, uploaded while hashed, and deleted, and a file starts only while the files
+# in flight fit the scratch. So the scratch is bounded by the largest file times the files in
+# flight, not by the model. The render sizes it by this assumption about the largest file: 10 GiB,
+# twice the 5 GB shards transformers' `save_pretrained` writes by default (max_shard_size="5GB",
+# https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel.save_pretrained;
+# Llama-3.1-70B's 30 shards and DeepSeek-R1's 163 are each under 5 GB).
+ASSUMED_LARGEST_FILE_BYTES = 10 * GIB
+# Files in flight at once: what keeps a general-purpose node's network busy (each file is one
+# Hub download and one multipart upload of WARMSTART_MAX_CONCURRENCY parts at most).
+FILE_PARALLELISM = 4
+# The scratch of a large model: FILE_PARALLELISM files of the assumed largest size. A file larger
+# than the whole scratch fails the Job before any download, naming the file and the fix (import a
+# re-sharded copy); a file between the assumption and this bound is imported with fewer in flight.
+SCRATCH_CAP_BYTES = FILE_PARALLELISM * ASSUMED_LARGEST_FILE_BYTES
+# Room for the config/tokenizer files and the Hub client's own bookkeeping (its `.cache` of
+# metadata beside the files, HF_HOME), besides the files in flight.
 SCRATCH_EXTRA_BYTES = 2 * GIB
 # Ephemeral storage of the node the Job lands on: Auto Mode's `general-purpose` NodePool uses
 # the default NodeClass (80 GiB, https://docs.aws.amazon.com/eks/latest/userguide/create-node-class.html);
 # the Karpenter-mode `general-purpose` NodePool's EC2NodeClass gives its nodes a root volume with
 # that much room besides the image and the OS (warmstart/manifests/gpu_pools.py
-# CPU_ROOT_VOLUME_GIB). A scratch larger than that can never be scheduled.
+# CPU_ROOT_VOLUME_GIB). The largest scratch (SCRATCH_CAP_BYTES + SCRATCH_EXTRA_BYTES) fits it
+# with room for the vLLM image (a test holds them together).
 NODE_EPHEMERAL_BYTES: dict[placement.ClusterMode, int] = {"auto": 80 * GIB, "karpenter": 80 * GIB}
+# A Hub import above this size asks for a larger general-purpose node: it requests LARGE_IMPORT_CPU,
+# which no `large` or `xlarge` node holds beside its DaemonSets, so Karpenter (either mode) launches
+# a 2xlarge or larger, whose baseline network bandwidth is four times a `large`'s (m6i/m7i: 3.125
+# against 0.781 Gbit/s, https://docs.aws.amazon.com/ec2/latest/instancetypes/gp.html#gp_network).
+# The import uses those CPUs: it hashes every byte and runs TLS for the download and the upload.
+LARGE_IMPORT_BYTES = 64 * GIB
+LARGE_IMPORT_CPU = "4"
+# Baseline network bandwidth of the smallest node each request can land on, in bits per second
+# (the gp page above: Auto Mode's m5.large 0.75 Gbit/s, m6i/m7i.large 0.781; Auto Mode's c5/m5/r5.2xlarge,
+# the slowest 2xlarge its pool may pick, 2.5 Gbit/s). An import moves every byte in (from the Hub,
+# through the NAT gateway) and out (to S3, through the gateway endpoint); the prediction counts
+# both against the baseline, the pessimistic reading, and ignores burst credits.
+SMALL_NODE_BASELINE_BITS = 750_000_000
+LARGE_NODE_BASELINE_BITS = 2_500_000_000
+
+
+def predicted_seconds(weights_bytes: int) -> int:
+    """The Hub import's expected duration once its pod runs: every byte twice (in and out)
+    through the baseline bandwidth of the smallest node its request lands on."""
+    bits = LARGE_NODE_BASELINE_BITS if weights_bytes > LARGE_IMPORT_BYTES else SMALL_NODE_BASELINE_BITS
+    return math.ceil(2 * weights_bytes * 8 / bits)
+
+
+def import_cpu(kind: ImportKind, weights_bytes: int) -> str:
+    """The import pod's CPU request: a large Hub import asks for a larger node (see LARGE_IMPORT_BYTES)."""
+    return LARGE_IMPORT_CPU if kind == "huggingFace" and weights_bytes > LARGE_IMPORT_BYTES else IMPORT_REQUESTS["cpu"]
 
 
 def service_account(model: str) -> str:
@@ -83,9 +125,15 @@ def deadline_seconds(weights_bytes: int) -> int:
 
 
 def scratch_bytes(weights_bytes: int) -> int:
-    """emptyDir size for a Hugging Face download, rounded up to whole GiB."""
-    need = weights_bytes * (1 + WEIGHTS_TOLERANCE) + SCRATCH_EXTRA_BYTES
+    """emptyDir size for a Hugging Face import, rounded up to whole GiB: the whole model (within
+    the tolerance) when it is smaller than SCRATCH_CAP_BYTES, else that cap; plus the extra."""
+    need = min(weights_bytes * (1 + WEIGHTS_TOLERANCE), SCRATCH_CAP_BYTES) + SCRATCH_EXTRA_BYTES
     return math.ceil(need / GIB) * GIB
+
+
+def scratch_budget_bytes(scratch: int) -> int:
+    """What the files in flight may hold of a scratch of `scratch` bytes (WARMSTART_SCRATCH_BYTES)."""
+    return max(0, scratch - SCRATCH_EXTRA_BYTES)
 
 
 @dataclass(frozen=True)
@@ -109,7 +157,9 @@ class ImportPlan:
     service_account: str
     deadline_seconds: int
     scratch_bytes: int
-    """emptyDir for the Hub download; 0 for S3 (a server-side copy needs no local disk)."""
+    """emptyDir for the Hub files in flight; 0 for S3 (a server-side copy needs no local disk)."""
+    cpu: str = "500m"
+    """The import pod's CPU request (import_cpu)."""
     non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU
     """Where the Job's pod runs: the platform's non-GPU nodes."""
 
@@ -120,6 +170,12 @@ class ImportPlan:
         return self.deadline_seconds + PULUMI_WAIT_MARGIN_SECONDS
 
     @property
+    def predicted_seconds(self) -> int | None:
+        """The Hub import's expected duration on its node (None for a server-side S3 copy,
+        whose bytes never pass through the pod)."""
+        return predicted_seconds(self.weights_bytes) if self.kind == "huggingFace" else None
+
+    @property
     def hugging_face_repo(self) -> str | None:
         return self.source.removeprefix("hf://") if self.kind == "huggingFace" else None
 
@@ -127,7 +183,7 @@ class ImportPlan:
         """The plan.json entry of the import (never the token)."""
         return {"kind": self.kind, "source": self.source, "revision": self.revision, "job": self.job_name,
                 "serviceAccount": self.service_account, "deadlineSeconds": self.deadline_seconds,
-                "scratchBytes": self.scratch_bytes}
+                "scratchBytes": self.scratch_bytes, "cpu": self.cpu, "predictedSeconds": self.predicted_seconds}
 
 
 def overlaps(a_bucket: str, a_prefix: str, b_bucket: str, b_prefix: str) -> bool:

@@ -52,10 +52,13 @@ RUN_AS_USER = RUN_AS_UID
 # Its CPU limit: the copy and its verification are network- and hash-bound, on a shared
 # general-purpose node where an unbounded import must not starve its neighbours.
 CPU_LIMIT = "4"
-# What the import process holds besides its largest JSON parse: the interpreter with boto3,
-# botocore and huggingface_hub, s3transfer's threads (a file upload reads its parts lazily),
-# and the Hub client's download buffers (hf_xet's chunk cache among them).
+# What the import process holds besides its largest JSON parse and the upload parts in flight:
+# the interpreter with boto3, botocore and huggingface_hub, s3transfer's threads, and the Hub
+# client's download buffers.
 BASE_MEMORY_BYTES = 2 * GIB
+# A Hub upload holds each part in memory from its read (and hash) until S3 has it: at most the
+# transfer threads' count of parts (weights_import_stream.PartUploads), at the script's defaults.
+UPLOAD_PARTS_IN_FLIGHT_BYTES = 16 * 64 * 1024 * 1024
 _MEMORY_STEP = 256 * 1024 * 1024
 
 
@@ -63,8 +66,9 @@ def memory_limit_bytes() -> int:
     """The Job's memory limit, from what the script must parse: its largest JSON document
     (`MAX_JSON_BYTES`, anything larger is refused unread) parsed at the measured worst case of
     `JSON_PARSE_FACTOR` times its size (tests/podside/test_podside_import_faults.py measures
-    it), plus the body's bytes and text, on top of BASE_MEMORY_BYTES; rounded up to 256 MiB."""
-    need = BASE_MEMORY_BYTES + (script.JSON_PARSE_FACTOR + 2) * script.MAX_JSON_BYTES
+    it), plus the body's bytes and text, on top of BASE_MEMORY_BYTES and the upload parts in
+    flight; rounded up to 256 MiB."""
+    need = BASE_MEMORY_BYTES + UPLOAD_PARTS_IN_FLIGHT_BYTES + (script.JSON_PARSE_FACTOR + 2) * script.MAX_JSON_BYTES
     return -(-need // _MEMORY_STEP) * _MEMORY_STEP
 
 
@@ -131,6 +135,13 @@ def _env(m: ServingPlan, imp: imports.ImportPlan, region: str, token_secret: str
         assert imp.hugging_face_repo and imp.revision
         values |= {"WARMSTART_HF_REPO": imp.hugging_face_repo, "WARMSTART_HF_REVISION": imp.revision,
                    "WARMSTART_SCRATCH_DIR": SCRATCH_MOUNT, "HF_HOME": f"{SCRATCH_MOUNT}/hf-home",
+                   # The files in flight may hold this much of the emptyDir together, so its sizeLimit
+                   # is never reached (decisions/weights_import.py sizes both).
+                   "WARMSTART_SCRATCH_BYTES": str(imports.scratch_budget_bytes(imp.scratch_bytes)),
+                   "WARMSTART_FILE_PARALLELISM": str(imports.FILE_PARALLELISM),
+                   # hf_xet's chunk cache would keep downloaded chunks in HF_HOME beside the files,
+                   # outside the budget: off (its setting, read from the environment by hf_xet).
+                   "HF_XET_CHUNK_CACHE_SIZE_BYTES": "0",
                    "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     env: list[dict] = [{"name": k, "value": v} for k, v in sorted(values.items())]
     if token_secret is not None and imp.kind == "huggingFace":
@@ -166,7 +177,7 @@ def job_spec(m: ServingPlan, namespace: Any, region: str, config_map: str = CONF
         "volumeMounts": mounts,
         # A server-side copy moves no bytes through the pod; a Hub import streams through its
         # scratch disk. The limit is sized from the largest JSON parse (memory_limit_bytes).
-        "resources": {"requests": {"cpu": "500m", "memory": "1Gi", "ephemeral-storage": ephemeral},
+        "resources": {"requests": {"cpu": imp.cpu, "memory": "1Gi", "ephemeral-storage": ephemeral},
                       "limits": {"cpu": CPU_LIMIT, "memory": _quantity(memory_limit_bytes())}},
         "securityContext": container_security_context() | {"runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GID},
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -446,7 +446,7 @@ def model_non_gpu_pods(m: ModelPlan) -> list[node_fit.PodDemand]:
         pods.append(node_fit.PodDemand(f"{m.name}-standby", node_fit.parse_cpu(standby.ACTUATOR_REQUESTS["cpu"]),
                                        node_fit.parse_memory(standby.ACTUATOR_REQUESTS["memory"])))
     if m.weights_import is not None:
-        pods.append(node_fit.PodDemand(f"{m.name}-import", node_fit.parse_cpu(imports.IMPORT_REQUESTS["cpu"]),
+        pods.append(node_fit.PodDemand(f"{m.name}-import", node_fit.parse_cpu(m.weights_import.cpu),
                                        node_fit.parse_memory(imports.IMPORT_REQUESTS["memory"])))
     return pods
 

@@ -76,16 +76,9 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
     else:
         assert w.hugging_face is not None  # the config model requires exactly one
         source, revision, kind = f"hf://{w.hugging_face.repo}", w.hugging_face.revision, "huggingFace"
+        # Streamed file by file: the scratch holds the files in flight, never the model, so no
+        # Hub model is refused for its size (decisions/weights_import.py SCRATCH_CAP_BYTES).
         scratch = imports.scratch_bytes(weights_bytes)
-        room = imports.NODE_EPHEMERAL_BYTES[cluster_mode]
-        if scratch >= room:
-            where = f"a {placement.GENERAL_PURPOSE_POOL} node"
-            problems.add(
-                f"{key}.huggingFace", f"{m.name}: the Hub download needs {scratch // GIB} GiB of "
-                f"scratch disk on {where}, which has {room // GIB} GiB of ephemeral storage, so "
-                "the import Job could never be scheduled", "upload the weights to an S3 prefix once and "
-                "import from there with `import.s3` (a server-side copy needs no disk), or copy them into "
-                "source yourself and remove `import`", w.hugging_face.repo)
     problems.raise_if_any()
     digest = imports.import_digest(source, revision, m.source)
     return imports.ImportPlan(
@@ -93,7 +86,7 @@ def plan_import(m: ModelSpec, weights_bytes: int, *, key: str, cluster_mode: pla
         dest_bucket=m.bucket, dest_prefix=m.prefix, source_bucket=source_bucket, source_prefix=source_prefix,
         weights_bytes=weights_bytes, job_name=imports.job_name(m.name, digest),
         service_account=imports.service_account(m.name), deadline_seconds=imports.deadline_seconds(weights_bytes),
-        scratch_bytes=scratch, non_gpu=non_gpu)
+        scratch_bytes=scratch, cpu=imports.import_cpu(kind, weights_bytes), non_gpu=non_gpu)
 
 
 def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, loader: LoaderTuning,

@@ -18,9 +18,12 @@ names (vLLM loads only those; a `consolidated.safetensors` beside them is skippe
 
 How: from S3, boto3's managed transfer does server-side copies (multipart `UploadPartCopy`
 above WARMSTART_PART_BYTES), many files and parts at once on one thread pool; nothing passes
-through the pod. From the Hugging Face Hub, `huggingface_hub.snapshot_download` fetches the
-pinned commit into WARMSTART_SCRATCH_DIR (it honours HF_ENDPOINT and HF_TOKEN, and hf_transfer
-when installed), and the same transfer manager uploads the files (multipart, threaded).
+through the pod. From the Hugging Face Hub, file by file (weights_import_stream.py): each file
+is fetched with `huggingface_hub.hf_hub_download` into WARMSTART_SCRATCH_DIR (it honours
+HF_ENDPOINT and HF_TOKEN), uploaded as a multipart upload while it is hashed, completed only when
+the Hub's sha256 (or git blob id) matches and aborted otherwise, and deleted; the files in flight
+never hold more than WARMSTART_SCRATCH_BYTES, and after each file the "incomplete" manifest
+records it (`verified`), which is what a restarted run keeps (never a size).
 
 Order, so that a half-done import is never taken for a whole one:
     check     the destination's manifest: if it names this source and revision and every key it
@@ -48,6 +51,8 @@ Environment (read once, in Settings.from_env):
     WARMSTART_HF_REPO           a Hub repository id, with
     WARMSTART_HF_REVISION       the commit to copy (40 hex characters).
     WARMSTART_SCRATCH_DIR       Hub download directory (an emptyDir). Default /scratch.
+    WARMSTART_SCRATCH_BYTES     what the Hub files in flight may hold there together (0: its free space).
+    WARMSTART_FILE_PARALLELISM  Hub files downloaded and uploaded at once. Default 8.
     WARMSTART_MAX_CONCURRENCY   transfer threads (parts and files). Default 16.
     WARMSTART_PART_BYTES        multipart threshold and part size. Default 64 MiB (S3's minimum is 5 MiB).
     WARMSTART_RETRIES           attempts per file (and per Hub listing or download). Default 3.
@@ -61,7 +66,7 @@ Environment (read once, in Settings.from_env):
 Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a retry cannot help):
 
     0  imported and verified, or already complete (nothing copied)
-    2  the environment is not a usable configuration
+    2  the environment is not a usable configuration, or a Hub file is larger than the scratch
     3  the source or destination cannot be read or written: not found, access denied, a gated
        or private Hub repository without a token that may read it, an unknown revision
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
@@ -204,6 +209,29 @@ def manifest_complete(settings: Settings, manifest: Any, dest: Mapping[str, Mapp
     return None
 
 
+def verified_records(manifest: Any) -> dict[str, dict[str, Any]]:
+    """name -> the record of a Hub file stored after its hash matched: an interrupted import's
+    `verified` map, or a complete manifest's files with their sha256 (each with the Hub's hash it
+    matched, its size and the ETag its object had then). Anything malformed is no record."""
+    if not isinstance(manifest, dict):
+        return {}
+    if manifest.get("status") == "incomplete":
+        found = manifest.get("verified")
+        return {n: r for n, r in found.items() if isinstance(n, str) and isinstance(r, dict)} \
+            if isinstance(found, dict) else {}
+    files = manifest.get("files")
+    if manifest.get("status") != "complete" or not isinstance(files, list):
+        return {}
+    return {str(f["name"]): {"bytes": f.get("bytes"), "sha256": f["sha256"], "etag": f.get("etag"),
+                             "hub": f.get("hub", f["sha256"])}
+            for f in files if isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("sha256"), str)}
+
+
+def _put_progress(client: Any, s: Settings, progress: dict[str, Any]) -> None:
+    client.put_object(Bucket=s.dest_bucket, Key=s.dest_key(MANIFEST_NAME), ContentType="application/json",
+                      Body=json.dumps(progress, indent=1, sort_keys=True).encode())
+
+
 def run(settings: Settings, client: Any = None) -> int:
     """The whole import; its phases log one line each. Returns the exit code (never raises
     an ImportFailure)."""
@@ -268,12 +296,24 @@ def run(settings: Settings, client: Any = None) -> int:
         if not isinstance(replaced, dict):  # a hand-edited or foreign manifest: trust no ETag in it
             replaced = {}
 
+        # From the Hub a file is there only if a record written after its hash matched says so
+        # (the progress manifest's `verified`, or a complete manifest's sha256) and the object
+        # is still the one recorded (its ETag): never by its size.
+        records = verified_records(manifest) if same_source else {}
+        kept: dict[str, dict[str, Any]] = {}
+
         def present(n: str, f: SourceFile) -> bool:
             if n not in dest or dest[n]["bytes"] != f.bytes:
                 return False
             if f.etag and dest[n]["etag"] == f.etag:
                 return True
-            if resumable:
+            if s.hf_repo:
+                rec = records.get(n)
+                if rec is not None and rec.get("hub") == (f.sha256 or f.git_sha1) and rec.get("bytes") == f.bytes \
+                        and rec.get("etag") == dest[n]["etag"] and isinstance(rec.get("sha256"), str):
+                    kept[n] = rec
+                    return True
+            elif resumable:
                 return dest[n]["etag"] != replaced.get(n)
             if manifest is None and (f.sha256 or f.git_sha1):
                 got = prove_by_hash(client, s.dest_bucket, s.dest_key(n), f)
@@ -303,25 +343,43 @@ def run(settings: Settings, client: Any = None) -> int:
     # copy: only what is missing or differs.
     phase = Phase("copy", s.model)
     attempts = 0
-    if todo and manifest is not None and not same_source:
-        # Overwriting another import: first say so where its manifest was, or an interrupted run
-        # would leave that manifest vouching for files that are partly this import's.
+    progress: dict[str, Any] | None = None
+    if todo and (s.hf_repo or (manifest is not None and not same_source)):
+        # Before the first byte: a manifest that says "incomplete", and (from the Hub) the resume
+        # record of every file stored and verified so far. Over another import it also keeps
+        # that import's manifest from vouching for files that are partly this import's.
+        carried = manifest if same_source and isinstance(manifest, dict) and manifest.get("status") == "incomplete" \
+            else None
+        progress = {"format": FORMAT, "status": "incomplete", "model": s.model, "source": s.source,
+                    "revision": s.revision,
+                    "started_at": (carried or {}).get("started_at")
+                    or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if carried is not None:
+            progress["replacing"], progress["replacing_etags"] = carried.get("replacing"), replaced
+        elif manifest is not None and not same_source:
+            progress["replacing"] = {k: manifest.get(k) for k in ("source", "revision")} \
+                if isinstance(manifest, dict) else None
+            progress["replacing_etags"] = {n: v["etag"] for n, v in sorted(dest.items())}
+        if s.hf_repo:
+            progress["verified"] = dict(sorted(kept.items()))
         try:
-            client.put_object(Bucket=s.dest_bucket, Key=s.dest_key(MANIFEST_NAME), ContentType="application/json",
-                              Body=json.dumps({"format": FORMAT, "status": "incomplete", "model": s.model,
-                                               "source": s.source, "revision": s.revision,
-                                               "replacing": {k: manifest.get(k) for k in ("source", "revision")}
-                                               if isinstance(manifest, dict) else None,
-                                               "replacing_etags": {n: v["etag"] for n, v in sorted(dest.items())},
-                                               "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                                              indent=1, sort_keys=True).encode())
+            _put_progress(client, s, progress)
         except Exception as exc:  # noqa: BLE001
             return _fail(s, phase, AccessError(f"cannot write the manifest: {describe_error(exc)}")
                          if is_permanent_s3(exc) else exc)
+
+    def record(stored: Any) -> None:
+        """After a Hub file's object completed on a hash match: its resume record, in S3."""
+        assert progress is not None
+        f = files[stored.name]
+        progress["verified"][stored.name] = {"bytes": stored.bytes, "sha256": stored.sha256, "etag": stored.etag,
+                                             "hub": f.sha256 or f.git_sha1}
+        _put_progress(client, s, progress)
+
     if todo:
         transfers = Transfers(client, transfer_config(s))
         try:
-            attempts = source.copy(todo, transfers)
+            attempts = source.copy(todo, transfers, record) if s.hf_repo else source.copy(todo, transfers)
         except BaseException as exc:
             ended = transfers.cancel()
             if not ended:
@@ -336,6 +394,10 @@ def run(settings: Settings, client: Any = None) -> int:
     phase.result = "copied" if todo else "nothing-to-copy"
     phase.files, phase.bytes = len(todo), sum(f.bytes for f in todo)
     phase.extra = {"attempts": attempts, "kind": "s3-server-side" if s.s3_bucket else "hub-download-upload"}
+    budget = getattr(source, "budget", None)
+    if budget is not None:  # the scratch the Hub files in flight held at most, and its bound
+        phase.extra |= {"scratch_bound_bytes": budget.total, "scratch_peak_bytes": budget.peak_used,
+                        "file_parallelism": s.file_parallelism}
     emit(phase)
 
     # verify: the destination itself, listed again.
@@ -363,12 +425,16 @@ def run(settings: Settings, client: Any = None) -> int:
     # its upload: the Hub's value is its sha256 as much as this run's hashes are.
     copied = {f.name for f in todo}
     sha256s = {n: f.sha256 for n, f in files.items() if f.sha256 and n not in copied and resumable} \
+        | {n: str(r["sha256"]) for n, r in kept.items() if n not in copied} \
         | {n: v for n, v in proven.items() if n not in copied} | source.hashes
     record = {
         "format": FORMAT, "status": "complete", "model": s.model, "source": s.source, "revision": s.revision,
         "destination": s.destination,
         "files": [{"name": n, "key": s.dest_key(n), "bytes": int(dest[n]["bytes"]), "etag": dest[n]["etag"]}
-                  | ({"sha256": sha256s[n]} if n in sha256s else {}) for n in sorted(files)],
+                  | ({"sha256": sha256s[n]} if n in sha256s else {})
+                  # The Hub's own hash the bytes matched (its LFS sha256, or a git file's blob id).
+                  | ({"hub": files[n].sha256 or files[n].git_sha1}
+                     if n in sha256s and (files[n].sha256 or files[n].git_sha1) else {}) for n in sorted(files)],
         # The part size of this run's multipart copies and uploads: with it an object's ETag
         # (the MD5 of its parts' MD5s) can be recomputed from a copy of its bytes (weights_stage).
         "part_bytes": s.part_bytes,

@@ -122,6 +122,11 @@ class Settings:
     termination_log: Path | None
     small_read_s: float = 60.0
     """WARMSTART_SMALL_READ_S: the most one small JSON read may take, all its attempts together."""
+    scratch_bytes: int = 0
+    """WARMSTART_SCRATCH_BYTES: what the Hub files in flight may hold on the scratch disk together
+    (0: the disk's free space when the copy starts)."""
+    file_parallelism: int = 8
+    """WARMSTART_FILE_PARALLELISM: the most Hub files downloaded and uploaded at once."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -185,6 +190,8 @@ class Settings:
             region=text("AWS_REGION") or text("AWS_DEFAULT_REGION") or None,
             termination_log=term,
             small_read_s=number("WARMSTART_SMALL_READ_S", SMALL_READ_S, minimum=1),
+            scratch_bytes=number("WARMSTART_SCRATCH_BYTES", 0, integer=True, minimum=0),
+            file_parallelism=number("WARMSTART_FILE_PARALLELISM", 8, integer=True, minimum=1),
         )
         if (s3_bucket is not None and settings.dest_bucket == s3_bucket
                 and (f"{s3_prefix}/".startswith(f"{prefix}/") or f"{prefix}/".startswith(f"{s3_prefix}/"))):

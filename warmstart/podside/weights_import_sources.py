@@ -12,23 +12,27 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
 if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
     from .weights_import_s3 import (
-        describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json, read_json,
-        transfer_all, UNREADABLE,
+        CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
+        read_json, transfer_all, Transfers, UNREADABLE,
     )
+    from .weights_import_stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
     from .weights_import_settings import (
         AccessError, ConfigError, gib, ImportFailure, MIB, Settings, TransferError, VerifyError,
     )
 else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
     from weights_import_s3 import (
-        describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json, read_json,
-        transfer_all, UNREADABLE,
+        CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
+        read_json, transfer_all, Transfers, UNREADABLE,
     )
+    from weights_import_stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
     from weights_import_settings import (
         AccessError, ConfigError, gib, ImportFailure, MIB, Settings, TransferError, VerifyError,
     )
@@ -48,23 +52,6 @@ class SourceFile:
     """The Hub's git blob id of a file kept in git (not LFS), checked after download."""
     etag: str | None = None
     """An S3 source object's ETag: a destination object with the same one holds the same bytes."""
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(8 * MIB), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def git_blob_sha1(path: Path) -> str:
-    """Git's id of a blob: sha1 of `blob <size>\\0` and the content (https://git-scm.com/book/en/v2/Git-Internals-Git-Objects)."""
-    h = hashlib.sha1(b"blob %d\0" % path.stat().st_size)
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(8 * MIB), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class S3Source:
@@ -93,7 +80,7 @@ class S3Source:
         return read_json(self.client, self.settings.s3_bucket, f"{self.settings.s3_prefix}/{name}", size,
                          self.settings.retries, self.settings.small_read_s)
 
-    def copy(self, files: list[SourceFile], manager: Any) -> int:
+    def copy(self, files: list[SourceFile], manager: Any, record: Callable[[Any], None] | None = None) -> int:
         s, sizes = self.settings, {f.name: f.bytes for f in files}
 
         def submit(mgr: Any, name: str) -> Any:
@@ -250,63 +237,102 @@ class HubSource:
         with open(path, "rb") as fh:
             return parse_json(fh.read(MAX_JSON_BYTES + 1))
 
-    def copy(self, files: list[SourceFile], manager: Any) -> int:
+    def copy(self, files: list[SourceFile], manager: Any,
+             record: Callable[[Stored], None] | None = None) -> int:
+        """Each file downloaded to scratch, uploaded while hashed and stored only on a match
+        (weights_import_stream), its local copy deleted; files in parallel within the scratch
+        budget. `record(stored)` runs after each file's object is complete (the resume record).
+        `manager` (the S3 copy's transfer manager) is not used: the parts are sent here."""
         s = self.settings
-        need = sum(f.bytes for f in files)
         s.scratch_dir.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(s.scratch_dir).free
-        if need > free:
-            raise TransferError(f"the scratch disk {s.scratch_dir} has {gib(free):.2f} GiB free and the download "
-                                f"needs {gib(need):.2f} GiB; fix: raise the import Job's scratch size")
+        budget_bytes = min(s.scratch_bytes, free) if s.scratch_bytes else free
+        too_large = file_too_large({f.name: f.bytes for f in files}, budget_bytes)
+        if too_large:
+            name, size = too_large[0]
+            raise ConfigError(
+                f"{s.model}: {s.hf_repo}@{s.hf_revision} has {name}, one file of {gib(size):.2f} GiB, and the import's "
+                f"scratch disk holds {gib(budget_bytes):.2f} GiB (WARMSTART_SCRATCH_BYTES, the largest file the Job "
+                f"streams through it); nothing was downloaded; fix: import a copy of the model re-sharded into smaller "
+                f"files (transformers' save_pretrained(max_shard_size=\"5GB\")) from the Hub or with import.s3"
+                + (f" ({len(too_large)} such file(s): {', '.join(n for n, _ in too_large[:4])})" if len(too_large) > 1 else ""))
+        cancelled = threading.Event()
+        budget = ByteBudget(budget_bytes, cancelled)
+        parts = PartUploads(s.max_concurrency, cancelled)
+        self.budget = budget
+        record = record or (lambda stored: None)
+        lock = threading.Lock()
 
-        def download() -> None:
-            self.hub.snapshot_download(s.hf_repo, revision=s.hf_revision, local_dir=str(self.local_dir),
-                                       cache_dir=str(s.scratch_dir / "hub-cache"),
-                                       allow_patterns=sorted(f.name for f in files),
-                                       max_workers=min(s.max_concurrency, 8))
+        def one(f: SourceFile) -> None:
+            budget.acquire(f.bytes)
+            try:
+                self._one(f, parts, cancelled, lock, record)
+            finally:
+                budget.release(f.bytes)
 
-        # Content, not only sizes: every file is hashed against what the Hub publishes for it,
-        # before anything is uploaded. A mismatch is downloaded again (the file removed, so
-        # the client fetches it anew); one that persists fails verification (exit 4).
-        bad: list[str] = []
-        for attempt in range(1, s.retries + 1):
-            self._retry(download, "downloading")
-            bad = []
-            for f in files:
-                path = self.local_dir / f.name
-                if not path.is_file() or path.stat().st_size != f.bytes:
-                    got = path.stat().st_size if path.is_file() else None
-                    raise TransferError(f"downloaded {f.name} is {got} bytes, the Hub lists {f.bytes}")
-                why = self._content_mismatch(f, path)
-                if why:
-                    bad.append(why)
-                    path.unlink(missing_ok=True)
-            if not bad:
-                break
-        if bad:
-            raise VerifyError(f"{s.model}: {len(bad)} file(s) downloaded from {s.hf_repo}@{s.hf_revision} differ from "
-                              f"what the Hub publishes for them, on each of {s.retries} downloads: {'; '.join(bad[:4])}; "
-                              "nothing was uploaded; fix: check the network path to the Hub (a proxy rewriting "
-                              "content), then run `pulumi up` again")
-        self.hashes = {f.name: file_sha256(self.local_dir / f.name) for f in files}
-
-        def submit(mgr: Any, name: str) -> Any:
-            return mgr.upload(str(self.local_dir / name), s.dest_bucket, s.dest_key(name))
-
-        return self._upload(files, manager, submit)
-
-    def _content_mismatch(self, f: SourceFile, path: Path) -> str | None:
-        if f.sha256:
-            got = file_sha256(path)
-            return None if got == f.sha256 else f"{f.name}: sha256 {got}, the Hub's LFS sha256 is {f.sha256}"
-        if f.git_sha1:
-            got = git_blob_sha1(path)
-            return None if got == f.git_sha1 else f"{f.name}: git blob id {got}, the Hub's is {f.git_sha1}"
-        return None
-
-    def _upload(self, files: list[SourceFile], manager: Any, submit: Callable[[Any, str], Any]) -> int:
-        s = self.settings
-
-        attempts = transfer_all(s, manager, sorted(f.name for f in files), submit, "uploading")
+        pool = ThreadPoolExecutor(max_workers=min(s.file_parallelism, max(1, len(files))),
+                                  thread_name_prefix="warmstart-file")
+        # Largest first: the budget then packs the small files around the large ones.
+        futures = {pool.submit(one, f): f for f in sorted(files, key=lambda f: (-f.bytes, f.name))}
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = [fut for fut in done if fut.exception() is not None and not isinstance(fut.exception(), Cancelled)]
+            if failed:
+                raise failed[0].exception()  # type: ignore[misc]
+        except BaseException:
+            # Another file failed, or SIGTERM: every file stops at its next part and aborts its
+            # multipart upload; nothing unverified is ever completed.
+            cancelled.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            parts.close(wait_for=False)
+            ended = wait(futures, timeout=CANCEL_WAIT_S)
+            if ended.not_done:
+                Transfers.abandoned = True
+            raise
+        pool.shutdown()
+        parts.close()
         shutil.rmtree(self.local_dir, ignore_errors=True)
-        return attempts
+        return 1
+
+    def _one(self, f: SourceFile, parts: PartUploads, cancelled: threading.Event, lock: threading.Lock,
+             record: Callable[[Stored], None]) -> None:
+        """One file: download, upload while hashing, record; its local copy always deleted."""
+        s = self.settings
+        bad: str | None = None
+        for attempt in range(1, s.retries + 1):
+            if cancelled.is_set():
+                raise Cancelled()
+            path = self._retry(lambda: Path(self.hub.hf_hub_download(
+                s.hf_repo, f.name, revision=s.hf_revision, local_dir=str(self.local_dir),
+                cache_dir=str(s.scratch_dir / "hub-cache"))), f"downloading {f.name}")
+            try:
+                got = path.stat().st_size if path.is_file() else None
+                if got != f.bytes:
+                    raise TransferError(f"downloaded {f.name} is {got} bytes, the Hub lists {f.bytes}")
+                try:
+                    with open(path, "rb") as fh:
+                        out = upload_verified(self.client, s.dest_bucket, s.dest_key(f.name), fh.read, name=f.name,
+                                              size=f.bytes, sha256=f.sha256, git_sha1=f.git_sha1,
+                                              part_bytes=s.part_bytes, parts=parts, cancelled=cancelled)
+                except (ImportFailure, Cancelled):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - sorted: permanent, or retried
+                    if is_permanent_s3(exc):
+                        raise AccessError(f"uploading {f.name}: {describe_error(exc)}") from exc
+                    if attempt >= s.retries:
+                        raise TransferError(f"uploading {f.name} failed after {attempt} attempts: "
+                                            f"{describe_error(exc)}") from exc
+                    time.sleep(min(2 ** attempt, 30))
+                    continue
+            finally:
+                path.unlink(missing_ok=True)
+            if isinstance(out, Stored):
+                with lock:
+                    self.hashes[f.name] = out.sha256
+                    record(out)
+                return
+            bad = out  # other bytes than the Hub publishes: downloaded again
+        raise VerifyError(f"{s.model}: {f.name} downloaded from {s.hf_repo}@{s.hf_revision} differs from what the "
+                          f"Hub publishes for it, on each of {s.retries} downloads: {bad}; it was not stored (its "
+                          "upload was aborted before completion); fix: check the network path to the Hub (a proxy "
+                          "rewriting content), then run `pulumi up` again")
