@@ -286,7 +286,7 @@ def test_a_hub_import_whose_scratch_cannot_fit_a_general_purpose_node_is_refused
 
 
 def test_the_script_and_the_job_agree_on_what_cannot_be_retried():
-    from warmstart.podside import weights_import as script
+    from warmstart.podside.weights_import import main as script
     assert set(import_job.PERMANENT_EXIT_CODES) == {script.EXIT_CONFIG, script.EXIT_ACCESS, script.EXIT_VERIFY}
 
 

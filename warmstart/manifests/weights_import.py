@@ -24,7 +24,7 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
-from ..podside import weights_import as script
+from ..podside.weights_import import main as script
 from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
