@@ -74,7 +74,8 @@ class Host:
         self.spec_file.write_text(json.dumps(spec))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "warmstart.podside.engine_host", "--spec", str(self.spec_file), "--host", "127.0.0.1",
-             "--port", "0", "--run-dir", str(tmp / "run"), "--stop-grace", "5"],
+             "--port", "0", "--run-dir", str(tmp / "run"), "--stop-grace", "5", "--health-period", "0.5",
+             "--health-timeout", "1"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"})
         self.lines: list[dict] = []
@@ -206,6 +207,24 @@ def test_the_actuators_routes_keep_one_awake_engine_per_host(host_factory) -> No
     code, _ = call("POST", f"{e}/m1/sleep?level=1&mode=wait")
     assert code == 200 and h.state("m1") == "asleep" and h.status()["spare"]
     assert call("POST", f"{e}/m2/wake_up")[0] == 200
+
+
+def test_a_wedged_engine_is_restarted_after_three_missed_health_checks_and_the_loop_keeps_running(host_factory) -> None:
+    h = host_factory(["m0", "m1"])
+    h.wait_all_asleep()
+    wedged = h.pid("m1")
+    os.kill(wedged, signal.SIGSTOP)  # its socket still accepts; nothing answers (a hung engine)
+    try:
+        wait_until("m1 restarted", lambda: h.pid("m1") not in (None, wedged))
+        assert call("GET", h.url + "/livez")[0] == 200
+        h.wait_all_asleep()
+        m1 = next(e for e in h.status()["engines"] if e["model"] == "m1")
+        assert "/health failed 3 times in a row" in m1["lastError"] and m1["restarts"] == 1
+    finally:
+        try:
+            os.kill(wedged, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def test_a_failed_engine_waits_for_the_awake_one_to_sleep_before_it_starts_again(host_factory) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .server import make_server
 from .spec import SpecError, load
-from .supervisor import Supervisor, log
+from .supervisor import HEALTH_PERIOD_S, HEALTH_TIMEOUT_S, Supervisor, log
 
 # warmstart/decisions/standby_pool.py SUPERVISOR_PORT: the pod's probes and the actuator reach it there.
 DEFAULT_PORT = 8090
@@ -29,6 +29,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-dir", type=Path, default=None, help="per-engine scratch folders (default: a temp folder)")
     p.add_argument("--stop-grace", type=float, default=20.0, help="seconds engines get after SIGTERM")
     p.add_argument("--wake-timeout", type=float, default=600.0)
+    p.add_argument("--health-period", type=float, default=HEALTH_PERIOD_S,
+                   help="seconds between an up engine's /health checks (three misses in a row restart it)")
+    p.add_argument("--health-timeout", type=float, default=HEALTH_TIMEOUT_S)
     return p.parse_args(argv)
 
 
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None, stop: threading.Event | None = None) -> 
         print(f"engine_host: --spec {exc}", file=sys.stderr, flush=True)
         return 2
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="engine-host-"))
-    sup = Supervisor(spec, run_dir)
+    sup = Supervisor(spec, run_dir, health_period_s=args.health_period, health_timeout_s=args.health_timeout)
     server = make_server(sup, args.host, args.port, args.wake_timeout)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():

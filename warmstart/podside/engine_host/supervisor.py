@@ -76,6 +76,7 @@ class Engine:
     misses: int = 0
     checked: float = 0.0
     waking: bool = False
+    checking: bool = False
 
     @property
     def url(self) -> str:
@@ -90,8 +91,10 @@ class Engine:
 class Supervisor:
     """Runs `spec`'s engines; `tick` is the loop's one step (the caller's thread calls it every period)."""
 
-    def __init__(self, spec: HostSpec, run_dir: Path, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spec: HostSpec, run_dir: Path, *, clock: Callable[[], float] = time.monotonic,
+                 health_period_s: float = HEALTH_PERIOD_S, health_timeout_s: float = HEALTH_TIMEOUT_S) -> None:
         self.spec = spec
+        self.health_period_s, self.health_timeout_s = health_period_s, health_timeout_s
         self.run_dir = run_dir
         self.clock = clock
         self.engines = [Engine(e) for e in spec.engines]
@@ -166,9 +169,13 @@ class Supervisor:
             for e in self.engines:
                 if e.proc is not None and e.proc.poll() is not None and e.state not in (FAILED, STOPPED):
                     self._fail(e, f"exited with {e.proc.returncode}", now)
-            due = [e for e in self.engines if e.state in (ASLEEP, AWAKE) and now - e.checked >= HEALTH_PERIOD_S]
+            due = [e for e in self.engines if e.state in (ASLEEP, AWAKE) and not e.checking
+                   and now - e.checked >= self.health_period_s]
+            for e in due:
+                e.checking = True
+        # Each check on its own thread: a wedged engine's timeouts never hold the loop (and /livez) up.
         for e in due:
-            self._check(e, now)
+            threading.Thread(target=self._check, args=(e, now), name=f"check-{e.spec.model}", daemon=True).start()
         with self.lock:
             if self.stopping.is_set() or (self.bringup is not None and self.bringup.is_alive()):
                 return
@@ -195,16 +202,16 @@ class Supervisor:
     def _check(self, e: Engine, now: float) -> None:
         """A running engine's /health and /is_sleeping (the actuator may have woken or slept it
         directly); three misses in a row and it is restarted."""
-        code, _, _ = http("GET", e.url + "/health", timeout=HEALTH_TIMEOUT_S)
+        code, _, _ = http("GET", e.url + "/health", timeout=self.health_timeout_s)
         sleeping = None
         if code == 200:
-            c, body, _ = http("GET", e.url + "/is_sleeping", timeout=HEALTH_TIMEOUT_S)
+            c, body, _ = http("GET", e.url + "/is_sleeping", timeout=self.health_timeout_s)
             try:
                 sleeping = bool(json.loads(body)["is_sleeping"]) if c == 200 else None
             except (ValueError, KeyError, TypeError):
                 sleeping = None
         with self.lock:
-            e.checked = now
+            e.checked, e.checking = now, False
             if e.state not in (ASLEEP, AWAKE):
                 return
             if code != 200:
