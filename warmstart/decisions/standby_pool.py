@@ -575,3 +575,37 @@ def rises_served(arrivals: list[float], spares: int, window_s: float) -> list[Li
         else:
             out.append("cold")
     return out
+
+
+# --- what the supervisor runs ---------------------------------------------------------------------
+# The allocator setting under which a level-1 sleeper's pinned copy is the weights' own size, not
+# each segment rounded up to a power of two and kept after the wake (torch's CachingHostAllocator;
+# `pinned_max_cached_size_mb` as `AcceleratorAllocatorConfig::parseArgs` reads PYTORCH_ALLOC_CONF).
+# `host_memory` counts the weights at 1.0x only because every engine runs with it. The same
+# setting per-model standby's sleepers get (issue 37); one constant once both are merged.
+PINNED_HOST_ALLOC_ENV = "PYTORCH_ALLOC_CONF"
+PINNED_HOST_ALLOC_CONF = "pinned_max_cached_size_mb:2"
+
+
+def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]],
+              managed_flags: tuple[str, ...] = ()) -> dict:
+    """The engine host's spec file (warmstart/podside/engine_host/spec.py reads it): each engine's
+    `serve_argv` (the model's own `vllm serve ...` command, without the flags the pool decides) with
+    its port, TP, derived utilization and sleep mode added; its distributed ports, the dev routes the
+    actuator's wake needs, and the pinned-allocator setting in its environment; in start order."""
+    startup = 0
+    engines = []
+    for slot in plan.engines:
+        argv = list(serve_argv[slot.model])
+        clash = [a for a in argv if a.split("=", 1)[0] in (*managed_flags, "--port", "--tensor-parallel-size",
+                                                            "--gpu-memory-utilization", standby_mod.SLEEP_MODE_FLAG)]
+        if clash:
+            raise ValueError(f"{slot.model}: the pool decides {clash[0]}")
+        argv += ["--port", str(slot.port), "--tensor-parallel-size", str(plan.gpus),
+                 "--gpu-memory-utilization", f"{slot.gpu_memory_utilization:.2f}", standby_mod.SLEEP_MODE_FLAG]
+        engines.append({"model": slot.model, "port": slot.port, "argv": argv,
+                        "env": {"VLLM_PORT": str(slot.dist_port), standby_mod.DEV_MODE_ENV: "1",
+                                PINNED_HOST_ALLOC_ENV: PINNED_HOST_ALLOC_CONF}})
+        startup = max(startup, tuning.startup_budget_seconds(slot.weights_bytes))
+    # The supervisor takes at most a day per engine (its spec's bound); no honest start is longer.
+    return {"sleepLevel": plan.sleep_level, "engines": engines, "startupTimeoutSeconds": min(startup, 86400)}
