@@ -394,16 +394,17 @@ def replacement_window(members: list[PoolMember] | tuple[PoolMember, ...], insta
     """From a spare being taken to its replacement holding every member asleep: a node (new by
     default: a taken host's node stays busy), the image, the pod, then each engine in turn (vLLM
     sizes its KV cache from the free memory it sees, so the next starts only once this one sleeps)."""
-    first = phases.predict_cold_start(1, instance, new_node=new_node, compile_cached=compile_cached,
-                                      image_present=False, parallel_pull=True)
     engines = []
     for m in members:
         c = phases.predict_cold_start(m.weights_bytes, instance, new_node=False, compile_cached=compile_cached,
                                       image_present=True, weights_source="node-cache" if m.staged else "s3")
         sleep = m.weights_bytes / SLEEP_LEVEL1_BYTES_PER_S if sleep_level == 1 else 0.0
         engines.append((m.name, c.ready_seconds + sleep))
-    return ReplacementWindow(node_launch=first.node_launch, image_pull=first.image_pull, pod_start=first.pod_start,
-                             engines=tuple(engines))
+    # A new node pulls the image (SOCI parallel pull where the mode has it: the cold-start figure);
+    # a warm spare node already has it (the node cache pre-pulls every staged model's image).
+    return ReplacementWindow(node_launch=phases.NODE_LAUNCH_SECONDS if new_node else 0.0,
+                             image_pull=phases.image_pull_seconds(not new_node, True),
+                             pod_start=phases.POD_START_SECONDS, engines=tuple(engines))
 
 
 def pool_cost(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> PoolCost:
