@@ -13,6 +13,7 @@ from warmstart.decisions import instances, phases, tuning
 from warmstart.decisions import standby as standby_mod
 from warmstart.decisions import standby_pool as sp
 from warmstart.decisions.instances import GIB
+from warmstart.errors import ConfigError, ConfigErrors
 
 GPU_TYPES = sorted(instances.catalog())
 
@@ -27,8 +28,8 @@ def member(i: int, gib: float = 15.0, instance_type: str = "p5.48xlarge", tp: in
                          instance_type=instance_type, tensor_parallel_size=tp, weights_bytes=int(gib * GIB), **kw)
 
 
-def errors_of(s: sp.PoolSpec, members: list[sp.PoolMember]) -> list[sp.PoolError]:
-    with pytest.raises(sp.PoolErrors) as caught:
+def errors_of(s: sp.PoolSpec, members: list[sp.PoolMember]) -> list[ConfigError]:
+    with pytest.raises(ConfigErrors) as caught:
         sp.plan_pool(s, members)
     return caught.value.errors
 
@@ -67,7 +68,7 @@ def test_a_pool_that_plans_passes_vllms_start_check_for_every_engine_in_turn(ins
     s = spec(instance_type, residue_bytes=None if residue_gib is None else int(residue_gib * GIB))
     try:
         plan = sp.plan_pool(s, [member(i, gib, instance_type) for i in range(n)])
-    except sp.PoolErrors:
+    except ConfigErrors:
         return
     # vLLM refuses to start when free memory < total x utilization (gpu_worker.init_device): engine
     # k starts beside k sleepers, so every k in start order must pass.

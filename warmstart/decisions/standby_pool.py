@@ -86,6 +86,7 @@ from typing import Literal
 from . import phases
 from . import standby as standby_mod
 from . import tuning
+from ..errors import ConfigError, ConfigErrors
 from .instances import GIB, GpuInstance
 
 SleepLevelChoice = Literal[1, 2, "auto"]
@@ -129,14 +130,6 @@ SUPERVISOR_PORT = 8090
 SLEEP_LEVEL1_BYTES_PER_S = phases.WAKE_LEVEL1_BYTES_PER_S
 
 TRUST_REMOTE_CODE_FLAG = "--trust-remote-code"
-
-
-class PoolError(ValueError):
-    """One broken rule: the config key, the rule with its figures, the fix (a ConfigError's parts)."""
-
-    def __init__(self, key: str, rule: str, fix: str, value: object = None) -> None:
-        self.key, self.rule, self.fix, self.value = key, rule, fix, value
-        super().__init__(f"{key}: {rule}; fix: {fix}")
 
 
 @dataclass(frozen=True)
@@ -417,59 +410,59 @@ def pool_cost(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
 # --- the whole pool ---------------------------------------------------------------------------------
 
 
-def check_members(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> list[PoolError]:
+def check_members(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> list[ConfigError]:
     """The placement and trust rules, each member on its own."""
-    errors: list[PoolError] = []
+    errors: list[ConfigError] = []
     if not members:
-        errors.append(PoolError(spec.key, f"standby pool '{spec.name}' has no member: no model names it in "
+        errors.append(ConfigError(spec.key, f"standby pool '{spec.name}' has no member: no model names it in "
                                 f"`standby.pool`, so its {spec.spares} spare host(s) would hold GPUs for nothing",
                                 f"add `standby: {{pool: {spec.name}}}` to the models it serves, or remove the pool",
                                 spec.name))
     if len(members) > MAX_ENGINES_PER_HOST:
-        errors.append(PoolError(spec.key, f"standby pool '{spec.name}' has {len(members)} members, above the "
+        errors.append(ConfigError(spec.key, f"standby pool '{spec.name}' has {len(members)} members, above the "
                                 f"{MAX_ENGINES_PER_HOST} engines one host runs (a replacement host starts them one "
                                 "after another)", "split the models over two pools", len(members)))
     for m in members:
         pool_key = f"{m.key}.standby.pool"
         if any(a.split("=", 1)[0] == TRUST_REMOTE_CODE_FLAG for a in m.extra_args):
-            errors.append(PoolError(f"{m.key}.extraArgs", f"{m.name}: runs remote code ({TRUST_REMOTE_CODE_FLAG}), "
+            errors.append(ConfigError(f"{m.key}.extraArgs", f"{m.name}: runs remote code ({TRUST_REMOTE_CODE_FLAG}), "
                                     f"and the engines of pool '{spec.name}' share one container: its code could read "
                                     "the other models' files and reach their engines' admin routes on localhost",
                                     "use per-model standby (`standby.count`) for this model, or drop "
                                     f"{TRUST_REMOTE_CODE_FLAG}", TRUST_REMOTE_CODE_FLAG))
         if m.per_model_standby:
-            errors.append(PoolError(f"{m.key}.standby", f"{m.name}: names pool '{spec.name}' and also keeps its own "
+            errors.append(ConfigError(f"{m.key}.standby", f"{m.name}: names pool '{spec.name}' and also keeps its own "
                                     "sleepers (`count`); a model has one kind of standby",
                                     "remove `count` and `sleepLevel` (the pool's apply), or remove `pool`"))
         if m.namespace != spec.namespace:
-            errors.append(PoolError(pool_key, f"{m.name}: serves in namespace '{m.namespace}' but pool '{spec.name}' "
+            errors.append(ConfigError(pool_key, f"{m.name}: serves in namespace '{m.namespace}' but pool '{spec.name}' "
                                     f"hosts engines in '{spec.namespace}'; a host serves one namespace (each model's "
                                     "router discovers workers in its own)",
                                     f"deploy the model in '{spec.namespace}', or give its namespace a pool of its own",
                                     spec.name))
         if m.instance_type != spec.instance.instance_type:
-            errors.append(PoolError(pool_key, f"{m.name}: runs on {m.instance_type} but pool '{spec.name}' hosts run "
+            errors.append(ConfigError(pool_key, f"{m.name}: runs on {m.instance_type} but pool '{spec.name}' hosts run "
                                     f"on {spec.instance.instance_type}; its engine would run on other GPUs than it "
                                     "was sized for", f"set the model's instanceType to {spec.instance.instance_type}, "
                                     "or use a pool of its instance type", spec.name))
         if m.tensor_parallel_size != spec.gpus:
-            errors.append(PoolError(pool_key, f"{m.name}: tensorParallelSize={m.tensor_parallel_size} but pool "
+            errors.append(ConfigError(pool_key, f"{m.name}: tensorParallelSize={m.tensor_parallel_size} but pool "
                                     f"'{spec.name}' hosts have a GPU set of {spec.gpus}; an engine uses exactly the "
                                     "host's GPUs", f"set tensorParallelSize: {spec.gpus}, or use a pool with "
                                     f"gpus: {m.tensor_parallel_size}", spec.name))
         if not m.autoscaled:
-            errors.append(PoolError(pool_key, f"{m.name}: a pooled engine is woken for a rise its autoscaler sees, and "
+            errors.append(ConfigError(pool_key, f"{m.name}: a pooled engine is woken for a rise its autoscaler sees, and "
                                     "the model has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or "
                                     "remove standby", spec.name))
         if not m.routed:
-            errors.append(PoolError(pool_key, f"{m.name}: only the model's router keeps the host's sleeping engines "
+            errors.append(ConfigError(pool_key, f"{m.name}: only the model's router keeps the host's sleeping engines "
                                     "out of traffic, and routing is none",
                                     "set routing.policy: auto (or a named policy), or remove standby", spec.name))
     return errors
 
 
 def choose_sleep_level(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
-                       ) -> tuple[int, str, HostMemory, PoolError | None]:
+                       ) -> tuple[int, str, HostMemory, ConfigError | None]:
     """The pool's sleep level, why, and the host memory at it; or the refusal with the figures."""
     key = f"{spec.key}.sleepLevel"
     one = host_memory(spec.instance, spec.gpus, members, 1)
@@ -481,7 +474,7 @@ def choose_sleep_level(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMem
 
     where = f"{spec.instance.instance_type} ({spec.instance.memory_gib} GiB of RAM for {spec.instance.gpu_count} GPUs)"
     if spec.sleep_level == 1 and not one.fits:
-        return 1, "", one, PoolError(key, f"pool '{spec.name}': at sleepLevel 1 every member's weights stay in the "
+        return 1, "", one, ConfigError(key, f"pool '{spec.name}': at sleepLevel 1 every member's weights stay in the "
                                      f"host's memory at once: {figures(one)} on {where}",
                                      "set sleepLevel: 2 or auto (weights reloaded on wake, from the node's NVMe where "
                                      "staged), move a model out of the pool, or use an instance with more RAM per GPU", 1)
@@ -490,14 +483,14 @@ def choose_sleep_level(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMem
     if spec.sleep_level == "auto" and one.fits:
         return 1, f"host RAM holds every member's weights ({figures(one)})", one, None
     if not two.fits:
-        return 2, "", two, PoolError(key, f"pool '{spec.name}': even at sleepLevel 2 the engines' processes need "
+        return 2, "", two, ConfigError(key, f"pool '{spec.name}': even at sleepLevel 2 the engines' processes need "
                                      f"{figures(two)} on {where}", "move models out of the pool, or use an instance "
                                      "with more RAM per GPU", spec.sleep_level)
     reason = "configured" if spec.sleep_level == 2 else f"level 1 would need {figures(one)}"
     return 2, reason, two, None
 
 
-def check_gpu(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...], budget: GpuBudget) -> list[PoolError]:
+def check_gpu(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...], budget: GpuBudget) -> list[ConfigError]:
     """Each member's weights and a KV cache fit under the derived utilization (the TP rule's own
     MIN_KV_CACHE_FRACTION, tuning.tensor_parallel_fits)."""
     errors = []
@@ -510,11 +503,11 @@ def check_gpu(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
             f"({'measured' if budget.residue_measured else 'the planning default'}) and "
             f"{HEADROOM_FRACTION:.0%} headroom")
     if budget.utilization <= tuning.MIN_KV_CACHE_FRACTION:
-        return [PoolError(f"{spec.key}", f"{head}: no room for any model", fix, len(members))]
+        return [ConfigError(f"{spec.key}", f"{head}: no room for any model", fix, len(members))]
     for m in members:
         u = min(budget.utilization, m.gpu_memory_utilization)
         if not tuning.tensor_parallel_fits(m.weights_bytes, spec.instance, spec.gpus, u):
-            errors.append(PoolError(f"{m.key}.standby.pool", f"{head}; {m.name}'s {m.weights_bytes / GIB:.1f} GiB of "
+            errors.append(ConfigError(f"{m.key}.standby.pool", f"{head}; {m.name}'s {m.weights_bytes / GIB:.1f} GiB of "
                                     f"weights over {spec.gpus} GPU(s) is {m.weights_bytes / spec.gpus / GIB:.1f} GiB per "
                                     f"GPU, above the {spec.instance.gpu_memory_bytes * (u - tuning.MIN_KV_CACHE_FRACTION) / GIB:.1f} "
                                     f"GiB that leave {tuning.MIN_KV_CACHE_FRACTION:.0%} of the GPU for its KV cache", fix,
@@ -523,14 +516,14 @@ def check_gpu(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
 
 
 def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> PoolPlan:
-    """The pool decided, or PoolErrors (raised as one `PoolErrors`) naming every broken rule."""
+    """The pool decided, or ConfigErrors naming every broken rule (the CLI prints each as one line, exit 2)."""
     if spec.gpus < 1 or spec.instance.gpu_count % spec.gpus or spec.gpus > spec.instance.gpu_count:
-        raise PoolErrors([PoolError(f"{spec.key}.gpus", f"pool '{spec.name}': a GPU set of {spec.gpus} does not "
+        raise ConfigErrors([ConfigError(f"{spec.key}.gpus", f"pool '{spec.name}': a GPU set of {spec.gpus} does not "
                                     f"divide {spec.instance.instance_type}'s {spec.instance.gpu_count} GPUs",
                                     "use gpus in (" + ", ".join(map(str, tuning.valid_tensor_parallel_sizes(spec.instance)))
                                     + ")", spec.gpus)])
     if spec.spares < 1:
-        raise PoolErrors([PoolError(f"{spec.key}.spares", "a pool keeps at least one spare host",
+        raise ConfigErrors([ConfigError(f"{spec.key}.spares", "a pool keeps at least one spare host",
                                     "set spares >= 1, or remove the pool", spec.spares)])
     members = tuple(sorted(members, key=lambda m: m.name))
     errors = check_members(spec, members)
@@ -541,7 +534,7 @@ def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
     if members:
         errors.extend(check_gpu(spec, members, budget))
     if errors:
-        raise PoolErrors(errors)
+        raise ConfigErrors(errors)
     engines = tuple(EngineSlot(model=m.name, order=i, port=ENGINE_PORT_BASE + i,
                                dist_port=DIST_PORT_BASE + i * DIST_PORT_STRIDE,
                                gpu_memory_utilization=min(budget.utilization, m.gpu_memory_utilization),
@@ -551,14 +544,6 @@ def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
                     spares=spec.spares, sleep_level=level, sleep_level_reason=reason, gpu=budget, host=host,
                     engines=engines, paths=tuple(wake_path(m, spec.instance, level) for m in members),
                     replacement=replacement_window(members, spec.instance, level), cost=pool_cost(spec, members))
-
-
-class PoolErrors(ValueError):
-    """Every broken rule of one pool, reported together."""
-
-    def __init__(self, errors: list[PoolError]) -> None:
-        self.errors = errors
-        super().__init__("\n".join(str(e) for e in errors))
 
 
 def rises_served(arrivals: list[float], spares: int, window_s: float) -> list[Literal["wake", "cold"]]:
