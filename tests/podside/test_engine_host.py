@@ -275,3 +275,27 @@ def test_a_bad_spec_is_one_line_naming_the_field_and_exit_2(tmp_path: Path, spec
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2 and words in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_two_hosts_serve_rises_in_order_and_a_third_gets_a_prompt_no(host_factory) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from warmstart.podside.engine_host import pool
+
+    a, b = host_factory(["m0", "m1", "m2"]), host_factory(["m0", "m1", "m2"])
+    a.wait_all_asleep()
+    b.wait_all_asleep()
+    views = [pool.parse_snapshot(name, h.url, h.status()) for name, h in (("ha", a), ("hb", b))]
+    wakes, cold = pool.assign(views, [(1.0, "m0"), (2.0, "m1"), (3.0, "m2")])
+    assert [(w.model, w.host) for w in wakes] == [("m0", "ha"), ("m1", "hb")] and cold == ["m2"]
+    with ThreadPoolExecutor(2) as ex:  # both wakes at once, through each host's supervisor
+        codes = list(ex.map(lambda w: call("POST", w.engine_url + "/wake_up")[0], wakes))
+    assert codes == [200, 200]
+    assert (a.status()["awake"], b.status()["awake"]) == ("m0", "m1")
+    # The cold one is told no at once by either host, never held.
+    started = time.monotonic()
+    assert call("POST", a.url + "/engines/m2/wake_up", timeout=5)[0] == 409
+    assert time.monotonic() - started < 5
+    views = [pool.parse_snapshot(name, h.url, h.status()) for name, h in (("ha", a), ("hb", b))]
+    assert pool.desired_hosts(views, spares=1) == 3
+    assert pool.deletion_costs(views) == {"ha": "0", "hb": "0"}
