@@ -239,18 +239,24 @@ def test_the_supervisors_spec_carries_the_plan_and_the_supervisor_reads_it() -> 
     from warmstart.podside.engine_host import spec as host_spec_file
 
     plan = sp.plan_pool(spec(gpus=2), [member(i, 30, tp=2) for i in range(3)])
-    doc = sp.host_spec(plan, {f"m{i}": ["vllm", "serve", f"/models/m{i}", "--max-model-len", "8192"] for i in range(3)})
-    parsed = host_spec_file.parse(doc)
+    # The model's own pods' command, as manifests/serving.py renders it: its port, TP and utilization
+    # are replaced by the pool's, everything else is kept.
+    own = {f"m{i}": ["vllm", "serve", f"s3://b/m{i}", "--port=8000", "--tensor-parallel-size=2",
+                     "--gpu-memory-utilization=0.9", "--max-model-len=8192", standby_mod.SLEEP_MODE_FLAG]
+           for i in range(3)}
+    parsed = host_spec_file.parse(sp.host_spec(plan, own))
     assert parsed.sleep_level == plan.sleep_level
     assert [(e.model, e.port) for e in parsed.engines] == [(s.model, s.port) for s in plan.engines]
     for e, slot in zip(parsed.engines, plan.engines):
-        flags = dict(zip(e.argv, e.argv[1:]))
-        assert float(flags["--gpu-memory-utilization"]) == slot.gpu_memory_utilization
-        assert flags["--tensor-parallel-size"] == "2" and flags["--port"] == str(slot.port)
-        assert standby_mod.SLEEP_MODE_FLAG in e.argv
+        flags = [a.split("=", 1) for a in e.argv if a.startswith("--")]
+        names = [f[0] for f in flags]
+        assert len(names) == len(set(names))  # each flag once: the pool's value, not both
+        values = {f[0]: f[1] for f in flags if len(f) == 2}
+        assert float(values["--gpu-memory-utilization"]) == slot.gpu_memory_utilization
+        assert values["--tensor-parallel-size"] == "2" and values["--port"] == str(slot.port)
+        assert values["--max-model-len"] == "8192" and list(e.argv[:3]) == ["vllm", "serve", f"s3://b/{slot.model}"]
+        assert standby_mod.SLEEP_MODE_FLAG in names
         assert e.env["VLLM_PORT"] == str(slot.dist_port) and e.env[standby_mod.DEV_MODE_ENV] == "1"
         assert e.env[sp.PINNED_HOST_ALLOC_ENV] == sp.PINNED_HOST_ALLOC_CONF
     # One engine's start may take the longest start-up budget of any member before it is cut.
     assert parsed.startup_timeout_s == tuning.startup_budget_seconds(30 * GIB)
-    with pytest.raises(ValueError, match="the pool decides --gpu-memory-utilization"):
-        sp.host_spec(plan, {f"m{i}": ["vllm", "serve", "--gpu-memory-utilization=0.9"] for i in range(3)})

@@ -571,24 +571,23 @@ def rises_served(arrivals: list[float], spares: int, window_s: float) -> list[Li
 # setting per-model standby's sleepers get (issue 37); one constant once both are merged.
 PINNED_HOST_ALLOC_ENV = "PYTORCH_ALLOC_CONF"
 PINNED_HOST_ALLOC_CONF = "pinned_max_cached_size_mb:2"
+# What the pool decides for each engine in place of the model's own value (a model's own pods keep theirs).
+POOL_FLAGS = ("--port", "--tensor-parallel-size", "--gpu-memory-utilization", standby_mod.SLEEP_MODE_FLAG)
 
 
-def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]],
-              managed_flags: tuple[str, ...] = ()) -> dict:
-    """The engine host's spec file (warmstart/podside/engine_host/spec.py reads it): each engine's
-    `serve_argv` (the model's own `vllm serve ...` command, without the flags the pool decides) with
-    its port, TP, derived utilization and sleep mode added; its distributed ports, the dev routes the
-    actuator's wake needs, and the pinned-allocator setting in its environment; in start order."""
+def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]]) -> dict:
+    """The engine host's spec file (warmstart/podside/engine_host/spec.py reads it), engines in start
+    order. Each engine runs its model's own `vllm serve` command (`serve_argv`, as the model's pods
+    run it: manifests/serving.py `vllm_args`) with the flags the pool decides put in place of the
+    model's: its port on the host, the host's GPU set as its TP, the derived utilization, sleep mode;
+    and in its environment its distributed ports, the dev routes the actuator's wake needs, and the
+    pinned-allocator setting host RAM was counted under."""
     startup = 0
     engines = []
     for slot in plan.engines:
-        argv = list(serve_argv[slot.model])
-        clash = [a for a in argv if a.split("=", 1)[0] in (*managed_flags, "--port", "--tensor-parallel-size",
-                                                            "--gpu-memory-utilization", standby_mod.SLEEP_MODE_FLAG)]
-        if clash:
-            raise ValueError(f"{slot.model}: the pool decides {clash[0]}")
-        argv += ["--port", str(slot.port), "--tensor-parallel-size", str(plan.gpus),
-                 "--gpu-memory-utilization", f"{slot.gpu_memory_utilization:.2f}", standby_mod.SLEEP_MODE_FLAG]
+        argv = [a for a in serve_argv[slot.model] if a.split("=", 1)[0] not in POOL_FLAGS]
+        argv += [f"--port={slot.port}", f"--tensor-parallel-size={plan.gpus}",
+                 f"--gpu-memory-utilization={slot.gpu_memory_utilization:.2f}", standby_mod.SLEEP_MODE_FLAG]
         engines.append({"model": slot.model, "port": slot.port, "argv": argv,
                         "env": {"VLLM_PORT": str(slot.dist_port), standby_mod.DEV_MODE_ENV: "1",
                                 PINNED_HOST_ALLOC_ENV: PINNED_HOST_ALLOC_CONF}})
