@@ -3,7 +3,7 @@ process it starts with an argv and a port, which loads for a while (its /health 
 and then serves vLLM 0.33.0's sleep API (tests/routing/fake_vllm.py's handler, in dev mode).
 
 Every event is appended as one JSON line to `--events` (`start` when the process begins, `healthy`,
-`sleep`, `wake_up`), with the time and the model, so a test reads the order in which the supervisor
+`sleep`, `wake_up`, and `worker <pid>` for a child it started with `--spawn-worker`), with the time and the model, so a test reads the order in which the supervisor
 brought engines up. Each line is one write(2) of a few dozen bytes to a file opened O_APPEND, so
 lines from several engines never interleave.
 
@@ -16,6 +16,8 @@ import argparse
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from http.server import ThreadingHTTPServer
@@ -38,8 +40,14 @@ def main() -> None:
     p.add_argument("--events", required=True)
     p.add_argument("--load-s", type=float, default=0.3, help="seconds /health refuses after start (loading)")
     p.add_argument("--weights-gib", type=float, default=0.0)
+    p.add_argument("--spawn-worker", action="store_true",
+                   help="start a child process, as vLLM's engine core and TP workers are, and record its pid")
     a = p.parse_args()
     record(a.events, a.model, "start")
+    if a.spawn_worker:
+        # Bounded, so that a test cut short leaves nothing running for long.
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        record(a.events, a.model, f"worker {worker.pid}")
     state = fake_vllm.State(a.model, 64, 0.0, dev_mode=True, weights_gib=a.weights_gib)
     state.healthy = False
     base = fake_vllm.handler(state)

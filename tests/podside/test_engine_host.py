@@ -47,6 +47,15 @@ def call(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tupl
         return code, raw
 
 
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, dead but not yet reaped by its parent, counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_until(what: str, check: Callable[[], bool], timeout: float = UP_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -65,7 +74,8 @@ class Host:
         ports = free_ports(len(models))
         engines = [{"model": m, "port": p,
                     "argv": [sys.executable, "-m", "tests.podside.fake_pooled_engine", "--model", m, "--port", str(p),
-                             "--events", str(self.events_file), "--load-s", str((load_s or {}).get(m, 0.3))],
+                             "--events", str(self.events_file), "--load-s", str((load_s or {}).get(m, 0.3)),
+                             "--spawn-worker"],
                     "env": {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}}
                    for m, p in zip(models, ports)]
         spec = {"sleepLevel": level, "engines": engines, "backoffInitialSeconds": 0.5, "backoffMaxSeconds": 2,
@@ -110,6 +120,11 @@ class Host:
     def events(self) -> list[dict]:
         return [json.loads(x) for x in self.events_file.read_text().splitlines() if x.strip()]
 
+    def workers(self, model: str) -> list[int]:
+        """The pids of the child processes `model`'s engines started, oldest first."""
+        return [int(e["event"].split()[1]) for e in self.events() if e["model"] == model
+                and e["event"].startswith("worker ")]
+
     def wait_all_asleep(self) -> None:
         wait_until("every engine asleep", lambda: self.status()["spare"])
 
@@ -139,6 +154,10 @@ def host_factory(tmp_path: Path) -> Iterator[Callable[..., Host]]:
         if h.proc.poll() is None:
             pids += [e["pid"] for e in h.status()["engines"] if e["pid"]]
         h.stop()
+    for h in hosts:  # a test that failed half-way may have left an engine's child: end it (ours, by pid)
+        for pid in [w for m in {e["model"] for e in h.events()} for w in h.workers(m)]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
     for pid in pids:  # the supervisor's SIGTERM stopped its engines; nothing of them is left
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
@@ -176,6 +195,11 @@ def test_one_engine_killed_is_restarted_alone(host_factory) -> None:
     assert (after["m0"], after["m2"]) == (before["m0"], before["m2"])  # never restarted with it
     m1 = next(e for e in h.status()["engines"] if e["model"] == "m1")
     assert m1["restarts"] == 1 and "exited" in m1["lastError"]
+    # The dead engine's own children (vLLM's engine core and TP workers, which hold its GPU memory)
+    # went with it; the other engines' did not.
+    old_worker, new_worker = h.workers("m1")
+    assert not alive(old_worker) and alive(new_worker)
+    assert all(alive(h.workers(m)[0]) for m in ("m0", "m2"))
 
 
 def test_the_actuators_routes_keep_one_awake_engine_per_host(host_factory) -> None:
@@ -252,7 +276,8 @@ def test_an_engine_that_never_loads_is_cut_at_its_timeout_and_the_next_one_still
 def test_a_sigterm_stops_every_engine_and_exits_0(host_factory) -> None:
     h = host_factory(["m0", "m1"])
     h.wait_all_asleep()
-    pids = [h.pid("m0"), h.pid("m1")]
+    pids = [h.pid("m0"), h.pid("m1"), *h.workers("m0"), *h.workers("m1")]
+    assert len(pids) == 4
     h.stop()
     assert h.proc.returncode == 0
     for pid in pids:
