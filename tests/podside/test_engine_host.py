@@ -68,7 +68,7 @@ class Host:
     """The supervisor in its own process, its stdout lines collected."""
 
     def __init__(self, tmp: Path, models: list[str], *, level: int = 1, load_s: dict[str, float] | None = None,
-                 extra: dict | None = None) -> None:
+                 extra: dict | None = None, argv: dict[str, list[str]] | None = None) -> None:
         self.events_file = tmp / "events.jsonl"
         self.events_file.touch()
         ports = free_ports(len(models))
@@ -78,6 +78,8 @@ class Host:
                              "--spawn-worker"],
                     "env": {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}}
                    for m, p in zip(models, ports)]
+        for e in engines:
+            e["argv"] = (argv or {}).get(e["model"], e["argv"])
         spec = {"sleepLevel": level, "engines": engines, "backoffInitialSeconds": 0.5, "backoffMaxSeconds": 2,
                 **(extra or {})}
         self.spec_file = tmp / "spec.json"
@@ -271,6 +273,14 @@ def test_an_engine_that_never_loads_is_cut_at_its_timeout_and_the_next_one_still
     wait_until("m1 asleep", lambda: h.state("m1") == "asleep")
     m0 = next(e for e in h.status()["engines"] if e["model"] == "m0")
     assert m0["state"] in ("failed", "starting") and "no /health within 2 s" in m0["lastError"]
+
+
+def test_an_engine_that_cannot_be_started_is_reported_and_the_others_still_start(host_factory, tmp_path: Path) -> None:
+    h = host_factory(["m0", "m1"], argv={"m0": [str(tmp_path / "no-such-vllm")]})
+    wait_until("m1 asleep", lambda: h.state("m1") == "asleep")
+    m0 = next(e for e in h.status()["engines"] if e["model"] == "m0")
+    assert m0["state"] in ("failed", "starting") and "could not start" in m0["lastError"]
+    assert call("GET", h.url + "/health")[0] == 503
 
 
 def test_a_sigterm_stops_every_engine_and_exits_0(host_factory) -> None:
