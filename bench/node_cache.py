@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.podside.servers import BUCKET, RcloneS3  # noqa: E402
 from warmstart.decisions import node_cache, tuning  # noqa: E402
-from warmstart.podside import weights_select, weights_stage  # noqa: E402
+from warmstart.podside import weights_select  # noqa: E402
+from warmstart.podside.weights_stage import main as weights_stage  # noqa: E402
 
 STREAM = r"""
 import json, sys, time

@@ -52,7 +52,8 @@ from tests.routing.fake_vllm import MODEL, WAKE_S_PER_GIB, FakeVllm  # noqa: E40
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
 from warmstart.decisions import routing  # noqa: E402
 from warmstart.manifests import serving  # noqa: E402
-from warmstart.podside import front_queue, standby  # noqa: E402
+from warmstart.podside import front_queue
+from warmstart.podside.standby import main as standby  # noqa: E402
 
 BOUND_S = 120.0  # the most any wait here takes
 

@@ -202,7 +202,7 @@ def test_the_restore_outcome_reaches_the_first_token_record(tmp_path):
     """The compile-cache restore leaves its outcome line in the pod's state directory, where the
     first-token sidecar reads it into the record `warmstart coldstart --history` splits by."""
     from tests.podside.pods import BASE_ENV
-    from warmstart.podside import compile_cache as cc
+    from warmstart.podside.compile_cache import main as cc
     from warmstart.podside import first_token as ft
 
     state = tmp_path / "run"

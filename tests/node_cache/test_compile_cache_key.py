@@ -22,7 +22,7 @@ import pytest
 
 from tests.podside.pods import pod_factory
 from warmstart.decisions.node_cache import container_model_path, model_version_digest
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # pod scripts as subprocesses
 

@@ -12,7 +12,7 @@ from tests.support.stacks import load_stack_doc, render_doc
 from warmstart.config import ModelSpec
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import node_cache as objects
-from warmstart.podside import weights_stage
+from warmstart.podside.weights_stage import main as weights_stage
 
 
 def test_the_stack_key_the_plan_and_the_stager_accept_the_same_values():

@@ -23,7 +23,7 @@ from warmstart import versions
 from warmstart.decisions import instances, node_cache as decide, placement, soci
 from warmstart.manifests import node_cache as nc
 from warmstart.manifests.serving import deployment_spec, merge_extras, vllm_args
-from warmstart.podside import weights_stage
+from warmstart.podside.weights_stage import main as weights_stage
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 

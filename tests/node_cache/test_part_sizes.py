@@ -10,7 +10,7 @@ import os
 
 from hypothesis import given, settings, strategies as st
 
-from warmstart.podside import weights_stage
+from warmstart.podside.weights_stage import main as weights_stage
 
 MIB = 1 << 20
 

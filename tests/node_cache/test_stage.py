@@ -23,7 +23,8 @@ from tests.support.node_cache import (
     tree,
     wait_for,
 )
-from warmstart.podside import weights_select, weights_stage
+from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import main as weights_stage
 
 pytestmark = pytest.mark.servers  # the staging script with s5cmd against rclone
 

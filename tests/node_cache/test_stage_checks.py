@@ -26,7 +26,7 @@ import pytest
 from tests.podside.faults import FaultProxy, Rule
 from tests.podside.servers import BUCKET, RcloneS3, SeaweedS3
 from tests.support.node_cache import STAGE, Node, Version, digest_of, model_files, tree
-from warmstart.podside import weights_stage
+from warmstart.podside.weights_stage import main as weights_stage
 
 MIB = 1 << 20
 

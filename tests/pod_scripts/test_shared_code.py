@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from warmstart.manifests import pod_scripts
-from warmstart.podside import podside_common
+from warmstart.podside.common import shared as podside_common
 
 PODSIDE = Path(podside_common.__file__).parent
 SHARED = "podside_common.py"

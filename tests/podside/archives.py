@@ -13,7 +13,7 @@ import tarfile
 from typing import Any, Callable
 
 from tests.podside.servers import BUCKET, S3Server
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 
 def manifest_entries(files: dict[str, bytes]) -> list[list[Any]]:

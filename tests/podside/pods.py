@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from warmstart.podside import compile_cache
+from warmstart.podside.compile_cache import main as compile_cache
 
 from tests.podside.servers import BUCKET, S3Server
 

@@ -19,7 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from warmstart.coldstart import history
-from warmstart.podside import first_token, podside_common, weights_import, weights_select, weights_stage
+from warmstart.podside import first_token, weights_select
+from warmstart.podside.common import shared as podside_common
+from warmstart.podside.weights_import import main as weights_import
+from warmstart.podside.weights_stage import main as weights_stage
 
 leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
 documents = st.dictionaries(st.text(max_size=8), st.recursive(

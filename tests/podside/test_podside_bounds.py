@@ -20,7 +20,7 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, FakeS3, HealthServer
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
 

@@ -15,7 +15,7 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, Run, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, RcloneS3, S3Server
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
 

@@ -25,7 +25,7 @@ from tests.support.weights_import import (
     sha,
     through,
 )
-from warmstart.podside import weights_import as wi
+from warmstart.podside.weights_import import main as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers
 
@@ -205,7 +205,7 @@ def test_a_hub_file_altered_once_is_downloaded_again_and_its_sha256_recorded(hub
 _PEAK = """
 import resource, sys
 sys.path.insert(0, {root!r})
-from warmstart.podside import weights_import as wi
+from warmstart.podside.weights_import import main as wi
 n = wi.MAX_JSON_BYTES - 64
 if {shape!r} == "small-containers":  # the most memory per byte json.loads can be made to take
     body = b"[" + b"{{}}," * (n // 3 - 1) + b"{{}}]"

@@ -11,7 +11,7 @@ import pytest
 from tests.podside.faults import FaultProxy, Rule, get_of
 from tests.support.weights_import import DST, WANTED, assert_copied, through
 from tests.podside.servers import BUCKET
-from warmstart.podside import weights_import as wi
+from warmstart.podside.weights_import import main as wi
 
 pytestmark = pytest.mark.servers
 

@@ -14,7 +14,7 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, leftovers, run_engine, tree
 from tests.podside.servers import BUCKET
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
 

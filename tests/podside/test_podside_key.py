@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.podside.pods import BASE_ENV
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 
 factor_values = st.one_of(st.text(max_size=20), st.integers(), st.booleans())

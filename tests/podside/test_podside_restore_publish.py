@@ -17,7 +17,7 @@ import pytest
 
 from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, HealthServer, S3Server, SeaweedS3
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
 

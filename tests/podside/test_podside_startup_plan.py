@@ -13,7 +13,7 @@ import pytest
 
 from tests.podside.pods import BASE_ENV, leftovers
 from warmstart.decisions import cachekey
-from warmstart.podside import compile_cache as cc
+from warmstart.podside.compile_cache import main as cc
 
 PLAN = "vllm/startup_plan/startup_plan_0123456789abcdef.json"
 

@@ -26,7 +26,7 @@ from tests.support.weights_import import (COMMIT, DST, MIB, MODULE, OTHER_COMMIT
                                           clean_environ, ensure_bucket, model_files, objects, parse, put_tree,
                                           weights_gib)
 from warmstart.decisions import weights_import as decisions
-from warmstart.podside import weights_import as wi
+from warmstart.podside.weights_import import main as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers and a Hub stand-in
 

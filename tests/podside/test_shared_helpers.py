@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from warmstart.podside import podside_common as common
+from warmstart.podside.common import shared as common
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.support import kubelet
 from tests.support.loopback import LoopbackServer
 from warmstart.manifests import serving
-from warmstart.podside import standby as actuator
+from warmstart.podside.standby import main as actuator
 
 pytestmark = pytest.mark.servers  # fake engines and the actuator script
 

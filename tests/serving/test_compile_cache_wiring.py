@@ -122,7 +122,7 @@ def test_every_jit_cache_and_the_startup_plan_live_on_the_nodes_compile_cache(re
     image fills (FlashInfer, CUDA, DeepGEMM, TVM-FFI, TileLang) and the startup plan sit under the
     compile-cache mount, a hostPath on the node's NVMe, inside what the publisher carries."""
     from warmstart.manifests import serving
-    from warmstart.podside import compile_cache as podside
+    from warmstart.podside.compile_cache import main as podside
 
     mount = placement.COMPILE_CACHE_MOUNT
     publisher = podside.Settings.from_env({"WARMSTART_CACHE_PREFIX": "m/", "WARMSTART_MODEL": "m",

@@ -314,7 +314,7 @@ def test_scratch_never_exceeds_the_cap_and_holds_a_small_model_whole(gib):
 
 
 def test_the_script_and_the_job_agree_on_what_cannot_be_retried():
-    from warmstart.podside import weights_import as script
+    from warmstart.podside.weights_import import main as script
     assert set(import_job.PERMANENT_EXIT_CODES) == {script.EXIT_CONFIG, script.EXIT_ACCESS, script.EXIT_VERIFY}
 
 

@@ -26,7 +26,7 @@ from tests.routing.router import SmgRouter, write_discovery_file
 from warmstart.decisions import routing
 from warmstart.manifests import routing as router_objects
 from warmstart.manifests import serving
-from warmstart.podside import standby as actuator
+from warmstart.podside.standby import main as actuator
 
 BOUND_S = 30.0
 

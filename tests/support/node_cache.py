@@ -19,7 +19,8 @@ from tests.podside.servers import BUCKET, RcloneS3
 from warmstart import mocks
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions.node_cache import model_version_digest
-from warmstart.podside import weights_select, weights_stage
+from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import main as weights_stage
 
 
 def s5cmd_binary() -> str | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.podside.servers import S3Server
-from warmstart.podside import weights_import as wi
+from warmstart.podside.weights_import import main as wi
 
 MODULE = Path(wi.__file__).resolve()
 MIB = 1 << 20

@@ -39,7 +39,7 @@ PULUMI_WAIT_MARGIN_SECONDS = 120
 # Pod retries of a failed copy (each resumes where the last stopped). Config, source and
 # verification errors fail the Job at once (podFailurePolicy), so these are for transient faults.
 BACKOFF_LIMIT = 2
-# The Hugging Face path streams file by file through an emptyDir (podside/weights_import_stream.py):
+# The Hugging Face path streams file by file through an emptyDir (podside/weights_import/stream.py):
 # a file is downloaded, uploaded while hashed, and deleted, and a file starts only while the files
 # in flight fit the scratch. So the scratch is bounded by the largest file times the files in
 # flight, not by the model. The render sizes it by this assumption about the largest file: 10 GiB,

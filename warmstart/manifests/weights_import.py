@@ -24,7 +24,7 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
-from ..podside import weights_import as script
+from ..podside.weights_import import main as script
 from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -57,7 +57,7 @@ CPU_LIMIT = "4"
 # client's download buffers.
 BASE_MEMORY_BYTES = 2 * GIB
 # A Hub upload holds each part in memory from its read (and hash) until S3 has it: at most the
-# transfer threads' count of parts (weights_import_stream.PartUploads), at the script's defaults.
+# transfer threads' count of parts (weights_import/stream.py PartUploads), at the script's defaults.
 UPLOAD_PARTS_IN_FLIGHT_BYTES = 16 * 64 * 1024 * 1024
 _MEMORY_STEP = 256 * 1024 * 1024
 

@@ -27,12 +27,7 @@ import sys
 import time
 from typing import Any
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import emit_line, make_s3_client
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import emit_line, make_s3_client
+from .common.shared import emit_line, make_s3_client
 
 EVENT = "warmstart.bench_loader"
 

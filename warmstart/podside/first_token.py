@@ -70,12 +70,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
+from .common.shared import emit_line, exit_at_deadline, json_line, make_s3_client, parse_json, read_regular
 
 EVENT = "warmstart.first_token"
 RECORD_EVENT = "warmstart.coldstart_record"

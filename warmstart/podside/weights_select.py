@@ -55,12 +55,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import emit_line, parse_json as _parse_json, read_regular
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import emit_line, parse_json as _parse_json, read_regular
+from .common.shared import emit_line, parse_json as _parse_json, read_regular
 
 EVENT = "warmstart.weights"
 MARKER = ".warmstart-complete.json"

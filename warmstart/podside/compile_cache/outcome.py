@@ -11,13 +11,8 @@ import errno
 import os
 from pathlib import Path
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_settings import _ephemeral, EVENT
-    from .podside_common import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_settings import _ephemeral, EVENT
-    from podside_common import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
-
+from .settings import _ephemeral, EVENT
+from ..common.shared import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
 
 # --------------------------------------------------------------------------------------------
 # Outcomes and the log line

@@ -19,13 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_settings import CacheError, FORMAT_VERSION, Settings, TRITON_DISTS
-    from .podside_common import parse_json, read_regular
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_settings import CacheError, FORMAT_VERSION, Settings, TRITON_DISTS
-    from podside_common import parse_json, read_regular
-
+from .settings import CacheError, FORMAT_VERSION, Settings, TRITON_DISTS
+from ..common.shared import parse_json, read_regular
 
 # --------------------------------------------------------------------------------------------
 # Cache key

@@ -15,11 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import emit_line
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from podside_common import emit_line
-
+from ..common.shared import emit_line
 
 EVENT = "warmstart.weights_stage"
 MARKER = ".warmstart-complete.json"

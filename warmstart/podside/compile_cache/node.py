@@ -16,13 +16,8 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_outcome import Outcome
-    from .compile_cache_settings import CacheError, Settings, _STALE_TEMP_S
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_outcome import Outcome
-    from compile_cache_settings import CacheError, Settings, _STALE_TEMP_S
-
+from .outcome import Outcome
+from .settings import CacheError, Settings, _STALE_TEMP_S
 
 # --------------------------------------------------------------------------------------------
 # Node-local state: lock, markers, temp files

@@ -18,25 +18,14 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .weights_import_s3 import (
-        CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
-        read_json, transfer_all, Transfers, UNREADABLE,
-    )
-    from .weights_import_stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
-    from .weights_import_settings import (
-        AccessError, ConfigError, gib, ImportFailure, MIB, Settings, TransferError, VerifyError,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from weights_import_s3 import (
-        CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
-        read_json, transfer_all, Transfers, UNREADABLE,
-    )
-    from weights_import_stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
-    from weights_import_settings import (
-        AccessError, ConfigError, gib, ImportFailure, MIB, Settings, TransferError, VerifyError,
-    )
-
+from .s3 import (
+    CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
+    read_json, transfer_all, Transfers, UNREADABLE,
+)
+from .stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
+from .settings import (
+    AccessError, ConfigError, gib, ImportFailure, MIB, Settings, TransferError, VerifyError,
+)
 
 # --------------------------------------------------------------------------------------------
 # Sources: what is there, and how it gets to the destination

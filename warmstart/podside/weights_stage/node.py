@@ -19,19 +19,11 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import parse_json as _parse_json, read_regular
-    from .weights_stage_settings import (
-        Deadline, LOADING_DIR, LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES,
-        MAX_PAUSE_FILES, PARTIAL_SUFFIX, Settings, StageRefused,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from podside_common import parse_json as _parse_json, read_regular
-    from weights_stage_settings import (
-        Deadline, LOADING_DIR, LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES,
-        MAX_PAUSE_FILES, PARTIAL_SUFFIX, Settings, StageRefused,
-    )
-
+from ..common.shared import parse_json as _parse_json, read_regular
+from .settings import (
+    Deadline, LOADING_DIR, LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES,
+    MAX_PAUSE_FILES, PARTIAL_SUFFIX, Settings, StageRefused,
+)
 
 def read_small(path: Path, limit: int, dir_fd: int | None = None) -> bytes | None:
     """The bytes of a regular file of at most `limit` bytes; None for anything else. Opened

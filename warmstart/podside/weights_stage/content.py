@@ -19,19 +19,11 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import make_s3_client
-    from .weights_stage_node import _write_file, parse_json, read_small
-    from .weights_stage_settings import (
-        Deadline, ETAG_MD5, ETAG_MULTIPART, IMPORT_MANIFEST, MAX_MARKER_BYTES, MIB, Settings, StageRefused,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from podside_common import make_s3_client
-    from weights_stage_node import _write_file, parse_json, read_small
-    from weights_stage_settings import (
-        Deadline, ETAG_MD5, ETAG_MULTIPART, IMPORT_MANIFEST, MAX_MARKER_BYTES, MIB, Settings, StageRefused,
-    )
-
+from ..common.shared import make_s3_client
+from .node import _write_file, parse_json, read_small
+from .settings import (
+    Deadline, ETAG_MD5, ETAG_MULTIPART, IMPORT_MANIFEST, MAX_MARKER_BYTES, MIB, Settings, StageRefused,
+)
 
 @dataclasses.dataclass(frozen=True)
 class ObjectFacts:

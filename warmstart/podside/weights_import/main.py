@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Copy a model's weights into its S3 `source` prefix, verify them, and record a manifest.
 
 Why: a stack whose model bucket is created by the same `pulumi up` starts with an empty
@@ -18,7 +17,7 @@ names (vLLM loads only those; a `consolidated.safetensors` beside them is skippe
 
 How: from S3, boto3's managed transfer does server-side copies (multipart `UploadPartCopy`
 above WARMSTART_PART_BYTES), many files and parts at once on one thread pool; nothing passes
-through the pod. From the Hugging Face Hub, file by file (weights_import_stream.py): each file
+through the pod. From the Hugging Face Hub, file by file (weights_import/stream.py): each file
 is fetched with `huggingface_hub.hf_hub_download` into WARMSTART_SCRATCH_DIR (it honours
 HF_ENDPOINT and HF_TOKEN), uploaded as a multipart upload while it is hashed, completed only when
 the Hub's sha256 (or git blob id) matches and aborted otherwise, and deleted; the files in flight
@@ -103,33 +102,17 @@ from typing import Any, Iterable, Mapping
 
 # The names the code below uses, and those callers read on this module as they did before it was
 # split (weights_import.EVENT, .TransferError, .parse_json, ... in tests/).
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
-    from .weights_import_s3 import (
-        CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
-        MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
-    )
-    from .weights_import_settings import (
-        AccessError, ConfigError, emit, EVENT, EXIT_ACCESS, EXIT_BUG, EXIT_CONFIG, EXIT_OK, EXIT_TERMINATED,
-        EXIT_TRANSFER, EXIT_VERIFY, FORMAT, gib, ImportFailure, INDEX_NAME, Interrupted, MANIFEST_NAME,
-        Phase, Settings, termination_log, TransferError, VerifyError, wanted, WEIGHTS_TOLERANCE,
-    )
-    from .weights_import_sources import HubSource, prove_by_hash, S3Source, SourceFile
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from podside_common import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
-    from weights_import_s3 import (
-        CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
-        MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
-    )
-    from weights_import_settings import (
-        AccessError, ConfigError, emit, EVENT, EXIT_ACCESS, EXIT_BUG, EXIT_CONFIG, EXIT_OK, EXIT_TERMINATED,
-        EXIT_TRANSFER, EXIT_VERIFY, FORMAT, gib, ImportFailure, INDEX_NAME, Interrupted, MANIFEST_NAME,
-        Phase, Settings, termination_log, TransferError, VerifyError, wanted, WEIGHTS_TOLERANCE,
-    )
-    from weights_import_sources import HubSource, prove_by_hash, S3Source, SourceFile
-
+from ..common.shared import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
+from .s3 import (
+    CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
+    MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
+)
+from .settings import (
+    AccessError, ConfigError, emit, EVENT, EXIT_ACCESS, EXIT_BUG, EXIT_CONFIG, EXIT_OK, EXIT_TERMINATED,
+    EXIT_TRANSFER, EXIT_VERIFY, FORMAT, gib, ImportFailure, INDEX_NAME, Interrupted, MANIFEST_NAME,
+    Phase, Settings, termination_log, TransferError, VerifyError, wanted, WEIGHTS_TOLERANCE,
+)
+from .sources import HubSource, prove_by_hash, S3Source, SourceFile
 
 # --------------------------------------------------------------------------------------------
 # The checks
@@ -591,6 +574,3 @@ def _log_at_deadline(code: int) -> None:
     if path is not None and code != EXIT_OK:
         path.write_text(f"weights import failed (done): {_MANIFEST['deadline_reason']}\n")
 
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -19,27 +19,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .weights_stage_content import UNVERIFIABLE_MEMO
-    from .weights_stage_node import (
-        _fsync_path, _write_file, fresh_dir, is_real_dir, parse_json, Pauses, read_small, remove, sanitize_tree, under,
-        wait_while_loading,
-    )
-    from .weights_stage_settings import (
-        COPIER_STOP_S, Deadline, MARKER, MARKER_FORMAT, MAX_MARKER_BYTES, Settings, SOURCE_SNAPSHOT, StageRefused,
-        _STDERR_TAIL,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from weights_stage_content import UNVERIFIABLE_MEMO
-    from weights_stage_node import (
-        _fsync_path, _write_file, fresh_dir, is_real_dir, parse_json, Pauses, read_small, remove, sanitize_tree, under,
-        wait_while_loading,
-    )
-    from weights_stage_settings import (
-        COPIER_STOP_S, Deadline, MARKER, MARKER_FORMAT, MAX_MARKER_BYTES, Settings, SOURCE_SNAPSHOT, StageRefused,
-        _STDERR_TAIL,
-    )
-
+from .content import UNVERIFIABLE_MEMO
+from .node import (
+    _fsync_path, _write_file, fresh_dir, is_real_dir, parse_json, Pauses, read_small, remove, sanitize_tree, under,
+    wait_while_loading,
+)
+from .settings import (
+    COPIER_STOP_S, Deadline, MARKER, MARKER_FORMAT, MAX_MARKER_BYTES, Settings, SOURCE_SNAPSHOT, StageRefused,
+    _STDERR_TAIL,
+)
 
 def _s5(settings: Settings, *args: str) -> list[str]:
     cmd = [settings.s5cmd, "--json"]

@@ -6,17 +6,10 @@ layout; shipped with it as files of one ConfigMap folder (warmstart/manifests/po
 
 from __future__ import annotations
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_node import NodeLock, _remove, _write_json_atomic
-    from .compile_cache_outcome import describe_error
-    from .compile_cache_settings import CacheError, Settings
-    from .podside_common import parse_json, read_regular
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_node import NodeLock, _remove, _write_json_atomic
-    from compile_cache_outcome import describe_error
-    from compile_cache_settings import CacheError, Settings
-    from podside_common import parse_json, read_regular
-
+from .node import NodeLock, _remove, _write_json_atomic
+from .outcome import describe_error
+from .settings import CacheError, Settings
+from ..common.shared import parse_json, read_regular
 
 STARTUP_PLAN_DIR = "vllm/startup_plan"
 #: Largest record read: it holds one fingerprint, under 100 bytes.

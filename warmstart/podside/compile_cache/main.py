@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Pre-warm vLLM's torch.compile cache on a new node from S3, and publish it once.
 
 Why: the first vLLM pod on a node compiles for 50-80 s; pods that find the node's NVMe cache
@@ -145,55 +144,28 @@ from typing import Any, Callable, Mapping
 
 # The names the code below uses, and those callers read on this module as they did before it was
 # split (compile_cache.EVENT, .STATE_DIRNAME, .detect_accelerator, ... in tests/podside/).
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_archive import (
-        _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
-        snapshot,
-    )
-    from .compile_cache_key import (
-        cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
-        resolve_factors, runs_nvidia_smi, weights_factor,
-    )
-    from .compile_cache_node import (
-        _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
-        LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
-    )
-    from .compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
-    from .compile_cache_s3 import (
-        _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
-    )
-    from .compile_cache_settings import (
-        CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
-        FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
-    )
-    from .compile_cache_startup_plan import guard_startup_plans
-    from .podside_common import s3_code as _s3_code, s3_status as _s3_status
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compile_cache_archive import (
-        _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
-        snapshot,
-    )
-    from compile_cache_key import (
-        cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
-        resolve_factors, runs_nvidia_smi, weights_factor,
-    )
-    from compile_cache_node import (
-        _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
-        LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
-    )
-    from compile_cache_outcome import compile_dirs, describe_error, _emit, Outcome
-    from compile_cache_s3 import (
-        _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
-    )
-    from compile_cache_settings import (
-        CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
-        FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
-    )
-    from compile_cache_startup_plan import guard_startup_plans
-    from podside_common import s3_code as _s3_code, s3_status as _s3_status
-
+from .archive import (
+    _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
+    snapshot,
+)
+from .key import (
+    cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
+    resolve_factors, runs_nvidia_smi, weights_factor,
+)
+from .node import (
+    _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
+    LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
+)
+from .outcome import compile_dirs, describe_error, _emit, Outcome
+from .s3 import (
+    _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
+)
+from .settings import (
+    CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
+    FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
+)
+from .startup_plan import guard_startup_plans
+from ..common.shared import s3_code as _s3_code, s3_status as _s3_status
 
 # --------------------------------------------------------------------------------------------
 # Archive: safe extraction (the rest of the archive is compile_cache_archive.py). Here, with the
@@ -960,6 +932,3 @@ def _exit_now(code: int) -> None:
             pass
     os._exit(code)
 
-
-if __name__ == "__main__":
-    _exit_now(main())

@@ -13,11 +13,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .weights_stage_settings import NFD_API, NFD_NODE_NAME_LABEL, Settings
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from weights_stage_settings import NFD_API, NFD_NODE_NAME_LABEL, Settings
-
+from .settings import NFD_API, NFD_NODE_NAME_LABEL, Settings
 
 def node_feature(settings: Settings) -> dict[str, Any]:
     """The NodeFeature whose label nfd-master copies onto the node. Owned by this pod, so the

@@ -17,17 +17,10 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_node import _remove
-    from .compile_cache_settings import (
-        CacheError, _ephemeral, FORMAT_VERSION, MANIFEST_MEMBER, _MAX_HEADER_BYTES, Settings, STATE_DIRNAME,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_node import _remove
-    from compile_cache_settings import (
-        CacheError, _ephemeral, FORMAT_VERSION, MANIFEST_MEMBER, _MAX_HEADER_BYTES, Settings, STATE_DIRNAME,
-    )
-
+from .node import _remove
+from .settings import (
+    CacheError, _ephemeral, FORMAT_VERSION, MANIFEST_MEMBER, _MAX_HEADER_BYTES, Settings, STATE_DIRNAME,
+)
 
 # --------------------------------------------------------------------------------------------
 # Archive: build and safe extraction

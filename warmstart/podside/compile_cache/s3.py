@@ -11,13 +11,8 @@ import threading
 import time
 from typing import Any, Callable
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
-    from .podside_common import s3_code as _s3_code
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from compile_cache_settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
-    from podside_common import s3_code as _s3_code
-
+from .settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+from ..common.shared import s3_code as _s3_code
 
 # --------------------------------------------------------------------------------------------
 # Deadlines
@@ -89,10 +84,7 @@ def make_client(settings: Settings) -> Any:
     # botocore's session, not boto3's (make_s3_client without with_boto3): boto3's import was a
     # third of a restore's wall time, and the restore sits on the pod's start-up path. Imported
     # here, as botocore is in make_s3_client, so that `key` works in an image without boto3.
-    if __package__:
-        from .podside_common import make_s3_client
-    else:
-        from podside_common import make_s3_client
+    from ..common.shared import make_s3_client
 
     # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
     return make_s3_client(region=settings.region, connect_timeout_s=5, read_timeout_s=20, max_attempts=3)

@@ -10,21 +10,12 @@ import threading
 import time
 from typing import Any, Callable
 
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .podside_common import (
-        make_s3_client, parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status,
-    )
-    from .weights_import_settings import (
-        AccessError, MIB, PERMANENT_S3_CODES, Settings, SMALL_READ_S, TransferError,
-    )
-else:  # run as a file from the ConfigMap's folder, which is sys.path[0]: flat modules
-    from podside_common import (
-        make_s3_client, parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status,
-    )
-    from weights_import_settings import (
-        AccessError, MIB, PERMANENT_S3_CODES, Settings, SMALL_READ_S, TransferError,
-    )
-
+from ..common.shared import (
+    make_s3_client, parse_json as _parse_json, s3_code as _s3_code, s3_status as _s3_status,
+)
+from .settings import (
+    AccessError, MIB, PERMANENT_S3_CODES, Settings, SMALL_READ_S, TransferError,
+)
 
 # --------------------------------------------------------------------------------------------
 # S3

@@ -568,6 +568,3 @@ def main(argv: list[str] | None = None) -> int:
         pass
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Stage one model version's weights on this node's NVMe, and say so with a node label.
 
 Runs in the model's own image (standard library, and the image's boto3 for HeadObject where it
@@ -102,43 +101,22 @@ from typing import Any, Callable, Mapping
 
 # The names the code below uses, and those callers read on this module as they did before it was
 # split (weights_stage.Settings, .list_source, .part_size_candidates, ... in tests/).
-if __package__:  # imported as warmstart.podside.* (the tests, the renderer)
-    from .weights_stage_content import (
-        check_content, _hash_file, KeptRefusal, _LOGGED_MEMOS, MAX_GUESSED_PART_SIZES, _memo_key, MISMATCH_MEMO,
-        object_facts, ObjectFacts, part_size_candidates, _PartDigests, s3_checksum, s3_client, s3_etag, S3_MAX_PART,
-        S3_MAX_PARTS, S3_MIN_PART, _split_source, UNVERIFIABLE_MEMO,
-    )
-    from .weights_stage_copy import copy, list_source, prepare_partial, promote, _s5, _stop, verify
-    from .weights_stage_label import _api, feature_name, _feature_path, label, node_feature
-    from .weights_stage_node import (
-        check_space, collect_garbage, complete, _fsync_path, fresh_dir, is_real_dir, loading_pods, NodeLock,
-        parse_json, Pauses, read_marker, read_small, remove, sanitize_tree, under, wait_while_loading, _write_file,
-    )
-    from .weights_stage_settings import (
-        CONTENT_CHECKS, COPIER_STOP_S, Deadline, emit, ETAG_MD5, ETAG_MULTIPART, EVENT, IMPORT_MANIFEST, LOADING_DIR,
-        LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES, MAX_PAUSE_FILES, MIB,
-        NFD_API, NFD_NODE_NAME_LABEL, PARTIAL_SUFFIX, Settings, SOURCE_SNAPSHOT, StageRefused, UNLABEL_TIMEOUT_S,
-    )
-else:  # run as a file from the ConfigMap's folder: flat modules. `python3 <folder>/<script>.py` puts
-    # the folder first on sys.path, runpy.run_path(<script>) does not: the insert covers both.
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from weights_stage_content import (
-        check_content, _hash_file, KeptRefusal, _LOGGED_MEMOS, MAX_GUESSED_PART_SIZES, _memo_key, MISMATCH_MEMO,
-        object_facts, ObjectFacts, part_size_candidates, _PartDigests, s3_checksum, s3_client, s3_etag, S3_MAX_PART,
-        S3_MAX_PARTS, S3_MIN_PART, _split_source, UNVERIFIABLE_MEMO,
-    )
-    from weights_stage_copy import copy, list_source, prepare_partial, promote, _s5, _stop, verify
-    from weights_stage_label import _api, feature_name, _feature_path, label, node_feature
-    from weights_stage_node import (
-        check_space, collect_garbage, complete, _fsync_path, fresh_dir, is_real_dir, loading_pods, NodeLock,
-        parse_json, Pauses, read_marker, read_small, remove, sanitize_tree, under, wait_while_loading, _write_file,
-    )
-    from weights_stage_settings import (
-        CONTENT_CHECKS, COPIER_STOP_S, Deadline, emit, ETAG_MD5, ETAG_MULTIPART, EVENT, IMPORT_MANIFEST, LOADING_DIR,
-        LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES, MAX_PAUSE_FILES, MIB,
-        NFD_API, NFD_NODE_NAME_LABEL, PARTIAL_SUFFIX, Settings, SOURCE_SNAPSHOT, StageRefused, UNLABEL_TIMEOUT_S,
-    )
-
+from .content import (
+    check_content, _hash_file, KeptRefusal, _LOGGED_MEMOS, MAX_GUESSED_PART_SIZES, _memo_key, MISMATCH_MEMO,
+    object_facts, ObjectFacts, part_size_candidates, _PartDigests, s3_checksum, s3_client, s3_etag, S3_MAX_PART,
+    S3_MAX_PARTS, S3_MIN_PART, _split_source, UNVERIFIABLE_MEMO,
+)
+from .copy import copy, list_source, prepare_partial, promote, _s5, _stop, verify
+from .label import _api, feature_name, _feature_path, label, node_feature
+from .node import (
+    check_space, collect_garbage, complete, _fsync_path, fresh_dir, is_real_dir, loading_pods, NodeLock,
+    parse_json, Pauses, read_marker, read_small, remove, sanitize_tree, under, wait_while_loading, _write_file,
+)
+from .settings import (
+    CONTENT_CHECKS, COPIER_STOP_S, Deadline, emit, ETAG_MD5, ETAG_MULTIPART, EVENT, IMPORT_MANIFEST, LOADING_DIR,
+    LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES, MAX_PAUSE_FILES, MIB,
+    NFD_API, NFD_NODE_NAME_LABEL, PARTIAL_SUFFIX, Settings, SOURCE_SNAPSHOT, StageRefused, UNLABEL_TIMEOUT_S,
+)
 
 def stage(settings: Settings | None = None, *, emit_line: bool = True) -> dict[str, Any]:
     """One staging attempt. Never raises (a KeyboardInterrupt/SystemExit is logged, re-raised)."""
@@ -303,6 +281,3 @@ def main(argv: list[str] | None = None) -> int:
         hold(settings)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,7 @@
+"""`python3 standby.pyz [args]`: the zip's root __main__ runs this module (warmstart/manifests/pod_scripts.py)."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())
