@@ -44,7 +44,7 @@ from tests.podside.faults import FaultProxy  # noqa: E402
 from tests.podside.hub import HubStandIn  # noqa: E402
 from tests.podside.servers import RcloneS3  # noqa: E402
 from tests.support.weights_import import COMMIT, Job, body, ensure_bucket, objects, sha, through  # noqa: E402
-from warmstart.podside import weights_import as wi  # noqa: E402
+from warmstart.podside.weights_import import settings as wi  # noqa: E402
 
 MIB = 1 << 20
 BUCKET = "models"
