@@ -19,8 +19,9 @@ from typing import Any, Callable
 from warmstart.podside.compile_cache import main as compile_cache
 
 from tests.podside.servers import BUCKET, S3Server
+from tests.support.pod_scripts import artifact
 
-MODULE = Path(compile_cache.__file__).resolve()
+MODULE = artifact("compile_cache.pyz")
 IMAGE = "registry.example/vllm/vllm-openai:v0.11.1@sha256:" + "ab" * 32
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
 from tests.podside.servers import BUCKET, SeaweedS3, find_binary
+from tests.support.pod_scripts import artifact
 from tests.support.weights_import import (
     DST,
     SRC,
@@ -101,9 +102,9 @@ def test_sigterm_exits_by_the_deadline_even_when_the_unwinding_hangs(s3_job, pre
 
     job, _ = s3_job
     proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
-    hang = ("import sys, threading; sys.path.insert(0, sys.argv[1]); import weights_import as wi; "
+    hang = ("import sys, threading; sys.path.insert(0, sys.argv[1]); from podside.weights_import import main as wi; "
             "wi.Transfers.cancel = lambda self, *a, **k: threading.Event().wait(); sys.exit(wi.main([]))")
-    proc = subprocess.Popen([sys.executable, "-c", hang, str(wi.__file__).rsplit("/", 1)[0]],
+    proc = subprocess.Popen([sys.executable, "-c", hang, str(artifact("weights_import.pyz"))],
                             env=through(job, proxy).full_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err, took = _terminate_mid_copy(proc, proxy, timeout_s=60)
     assert proc.returncode == 143, (out, err)
@@ -220,7 +221,7 @@ def test_the_largest_json_the_import_parses_fits_the_jobs_memory_limit(shape):
 
     from warmstart.manifests import weights_import as manifest
 
-    root = str(Path(wi.__file__).resolve().parents[2])
+    root = str(Path(wi.__file__).resolve().parents[3])
     out = subprocess.run([sys.executable, "-c", _PEAK.format(root=root, shape=shape)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

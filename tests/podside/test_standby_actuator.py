@@ -23,12 +23,13 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.support import kubelet
 from tests.support.loopback import LoopbackServer
+from tests.support.pod_scripts import artifact
 from warmstart.manifests import serving
 from warmstart.podside.standby import main as actuator
 
 pytestmark = pytest.mark.servers  # fake engines and the actuator script
 
-SCRIPT = Path(actuator.__file__).resolve()
+SCRIPT = artifact("standby.pyz")
 BOUND_S = 30.0  # the most any wait here takes on a loaded machine
 
 

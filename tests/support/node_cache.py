@@ -16,6 +16,7 @@ from typing import Any
 import components
 from components.node_cache import ModelNodeCache
 from tests.podside.servers import BUCKET, RcloneS3
+from tests.support.pod_scripts import artifact
 from warmstart import mocks
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions.node_cache import model_version_digest
@@ -71,8 +72,8 @@ def model_files(seed: int, mib: int = 3) -> dict[str, bytes]:
             "config.json": json.dumps({"seed": seed}).encode(), "tokenizer/tokenizer.json": b"{}" * 100}
 
 
-STAGE = Path(weights_stage.__file__).resolve()
-SELECT = Path(weights_select.__file__).resolve()
+STAGE = artifact("weights_stage.pyz")
+SELECT = artifact("weights_select.pyz")
 K8S = "1.33"
 SOURCE = "s3://team-models/llama-8b/v3"
 IMAGE = "vllm/vllm-openai:v0.33.0@sha256:" + "cd" * 32

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.podside.servers import S3Server
+from tests.support.pod_scripts import artifact
 from warmstart.podside.weights_import import main as wi
 
-MODULE = Path(wi.__file__).resolve()
+MODULE = artifact("weights_import.pyz")
 MIB = 1 << 20
 PART = 5 * MIB
 COMMIT = "0e9e39f249a16976918f6564b8830bc894c89659"

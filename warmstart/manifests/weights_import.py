@@ -25,7 +25,6 @@ from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
 from ..podside.weights_import import main as script
-from . import pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
     IMAGE_PULL_POLICY,
@@ -37,7 +36,7 @@ from .serving import (
 )
 
 CONFIGMAP_NAME = "warmstart-weights-import"
-SCRIPT_KEY = "weights_import.py"
+SCRIPT_KEY = "weights_import.pyz"
 SCRIPT_VOLUME = "warmstart-weights-import"
 SCRIPT_MOUNT = "/opt/warmstart"
 CONTAINER = "weights-import"
@@ -73,10 +72,6 @@ PERMANENT_EXIT_CODES = (2, 3, 4)
 ANNOTATION_SOURCE = f"{ANNOTATION_DOMAIN}/import-source"
 ANNOTATION_REVISION = f"{ANNOTATION_DOMAIN}/import-revision"
 ANNOTATION_DESTINATION = f"{ANNOTATION_DOMAIN}/import-destination"
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def labels(model: str) -> dict[str, str]:

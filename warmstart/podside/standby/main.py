@@ -69,6 +69,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from ..common.shared import emit_line
+
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 # The label the routers' worker selector requires to be AWAKE (warmstart/manifests/serving.py puts
@@ -81,7 +83,7 @@ _SAMPLE = re.compile(r'^(vllm:num_requests_(?:waiting|running))(\{[^}]*\})?\s+([
 
 
 def log(event: str, **fields: object) -> None:
-    print(json.dumps({"event": event, "time": round(time.time(), 3), **fields}, sort_keys=True), flush=True)
+    emit_line({"event": event, "time": round(time.time(), 3), **fields}, sort_keys=True)
 
 
 # --------------------------------------------------------------------------------------
