@@ -54,7 +54,7 @@ from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
 from warmstart.decisions import routing  # noqa: E402
 from warmstart.manifests import serving  # noqa: E402
 from warmstart.podside import front_queue
-from warmstart.podside.standby import main as standby  # noqa: E402
+from warmstart.podside.standby import observe as standby  # noqa: E402
 
 BOUND_S = 120.0  # the most any wait here takes
 

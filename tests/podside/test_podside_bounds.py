@@ -126,8 +126,8 @@ def test_restore_memory_stays_flat_over_a_many_member_archive(pod: PodFactory, r
         files = {f"inductor/many/{i:05d}": b"" for i in range(count)}
         archives.put(rclone_s3, key, archives.forge(files, cc._key_hash(key)))
         code = ("import resource, sys; sys.argv = ['x', 'restore']; sys.path.insert(0, %r);"
-                "import compile_cache as c; c.restore();"
-                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE.parent)
+                "from podside.compile_cache import main as c; c.restore();"
+                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE)
         proc = subprocess.run([sys.executable, "-c", code], env=p.full_env(), capture_output=True, text=True,
                               timeout=120)
         assert '"result":"restored"' in proc.stdout, proc.stdout + proc.stderr
@@ -153,8 +153,8 @@ def test_restore_memory_stays_flat_over_a_member_that_compresses_a_thousandfold(
         body = archives.forge({"inductor/zeros": bytes(mib << 20)}, cc._key_hash(key))
         archives.put(rclone_s3, key, body)
         code = ("import resource, sys; sys.argv = ['x', 'restore']; sys.path.insert(0, %r);"
-                "import compile_cache as c; c.restore();"
-                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE.parent)
+                "from podside.compile_cache import main as c; c.restore();"
+                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE)
         proc = subprocess.run([sys.executable, "-c", code], env=p.full_env(), capture_output=True, text=True,
                               timeout=120)
         assert '"result":"restored"' in proc.stdout, proc.stdout + proc.stderr
