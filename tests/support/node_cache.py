@@ -21,6 +21,7 @@ from warmstart import mocks
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions.node_cache import model_version_digest
 from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 
@@ -105,7 +106,7 @@ def node_cache_component(**overrides: Any) -> tuple[Any, list[mocks.Registered]]
 
 def tree(path: Path) -> dict[str, bytes]:
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*")
-            if p.is_file() and p.name != weights_stage.MARKER}
+            if p.is_file() and p.name != weights_stage_settings.MARKER}
 
 
 def digest_of(v: Version) -> str:

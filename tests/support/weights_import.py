@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.podside.servers import S3Server
 from tests.support.pod_scripts import artifact
+from warmstart.podside.weights_import import settings as weights_import_settings
 from warmstart.podside.weights_import import main as wi
 
 MODULE = artifact("weights_import.pyz")
@@ -82,7 +83,7 @@ def clean_environ() -> dict[str, str]:
 
 def parse(stdout: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-    assert all(line["event"] == wi.EVENT for line in lines), stdout
+    assert all(line["event"] == weights_import_settings.EVENT for line in lines), stdout
     return lines
 
 

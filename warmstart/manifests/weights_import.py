@@ -24,7 +24,7 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
-from ..podside.weights_import import main as script
+from ..podside.weights_import import s3 as script_s3
 from .serving import (
     ANNOTATION_DOMAIN,
     IMAGE_PULL_POLICY,
@@ -63,11 +63,11 @@ def memory_limit_bytes() -> int:
     (`MAX_JSON_BYTES`, anything larger is refused unread) parsed at the measured worst case of
     `JSON_PARSE_FACTOR` times its size (tests/podside/test_podside_import_faults.py measures
     it), plus the body's bytes and text, on top of BASE_MEMORY_BYTES; rounded up to 256 MiB."""
-    need = BASE_MEMORY_BYTES + (script.JSON_PARSE_FACTOR + 2) * script.MAX_JSON_BYTES
+    need = BASE_MEMORY_BYTES + (script_s3.JSON_PARSE_FACTOR + 2) * script_s3.MAX_JSON_BYTES
     return -(-need // _MEMORY_STEP) * _MEMORY_STEP
 
 
-# Exit codes of the script that no retry can fix (see warmstart/podside/weights_import.py).
+# Exit codes of the script that no retry can fix (see warmstart/podside/weights_import/main.py).
 PERMANENT_EXIT_CODES = (2, 3, 4)
 ANNOTATION_SOURCE = f"{ANNOTATION_DOMAIN}/import-source"
 ANNOTATION_REVISION = f"{ANNOTATION_DOMAIN}/import-revision"
