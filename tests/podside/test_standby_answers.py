@@ -178,3 +178,12 @@ def test_the_heartbeat_turns_while_the_pod_list_fails(tmp_path: Path, status, bo
     failed = sum(e["event"] == "warmstart.standby_discovery_failed" for e in lines)
     assert failed >= 4 if fails else failed == 0, lines
     assert beat.exists() and len(stamps) >= 2, stamps
+
+
+def test_a_sample_that_is_not_a_finite_count_counts_nothing():
+    """`1e400` reads as an infinity, and ceil(inf / target) engines to wake raised OverflowError."""
+    from warmstart.podside.standby.observe import parse_metrics
+
+    text = ('vllm:num_requests_waiting{model_name="m"} 1e400\nvllm:num_requests_waiting{model_name="m"} -3\n'
+            'vllm:num_requests_waiting{model_name="m"} 2\nvllm:num_requests_running{model_name="m"} NaN\n')
+    assert parse_metrics(text, "m") == (2.0, 0.0)

@@ -68,19 +68,6 @@ class Engine:
 
 
 def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
-    """(waiting, running) summed over `text`'s samples (of `model_name=model` when given)."""
-    out = {"vllm:num_requests_waiting": 0.0, "vllm:num_requests_running": 0.0}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line.strip())
-        if not m or m[3] == "NaN":
-            continue
-        if model is not None and m[2] and f'model_name="{model}"' not in m[2]:
-            continue
-        out[m[1]] += float(m[3])
-    return out["vllm:num_requests_waiting"], out["vllm:num_requests_running"]
-
-
-def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
     """(waiting, running) summed over `text`'s samples (of `model_name=model` when given). A
     sample that is not a finite count (NaN, an infinity, a negative) counts nothing."""
     out = {"vllm:num_requests_waiting": 0.0, "vllm:num_requests_running": 0.0}
