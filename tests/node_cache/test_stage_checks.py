@@ -122,7 +122,7 @@ def test_a_part_size_no_rule_finds_is_unverifiable_and_never_copied_twice(tmp_pa
         gets = sum(1 for m, p, _ in proxy.seen if m == "GET" and p.split("?")[0].endswith("model.safetensors"))
         assert gets >= 1
         # The next attempts (the hold loop's retries, in one process): no copy, no re-hash, one line.
-        code = ("import sys; from warmstart.podside import weights_stage as w\n"
+        code = ("import sys; from warmstart.podside.weights_stage import main as w\n"
                 "for _ in range(3): w.stage()\n")
         before = len(proxy.seen)
         out = subprocess.run([sys.executable, "-c", code], env=env | {"WARMSTART_CONTENT_CHECK": "etag",
