@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.podside.servers import BUCKET, RcloneS3  # noqa: E402
+from tests.support.pod_scripts import artifact  # noqa: E402
 from warmstart.decisions import node_cache, tuning  # noqa: E402
 from warmstart.podside import weights_select  # noqa: E402
 from warmstart.podside.weights_stage import main as weights_stage  # noqa: E402
@@ -117,7 +118,7 @@ def main() -> None:
             shutil.rmtree(Path(f"{v2}.partial"), ignore_errors=True)
             if paused:
                 weights_select.request_pause(root, "bench-pod", 3600)
-            return subprocess.Popen([sys.executable, str(ROOT / "warmstart/podside/weights_stage.py"), "stage"],
+            return subprocess.Popen([sys.executable, str(artifact("weights_stage.pyz")), "stage"],
                                     env=stage_env("v2"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         runs: dict[str, list[float]] = {"s3": [], "local": [], "s3_with_copier": [], "s3_copier_paused": []}

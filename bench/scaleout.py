@@ -2,7 +2,7 @@
 """A scale-out by waking a standby engine, measured end to end on 127.0.0.1 (docs/scale-out.md).
 
 Everything but the engines is real: the pinned SMG router (PyPI `smg`, the binary the routing tests
-run), warmstart's standby actuator (warmstart/podside/standby.py) and front queue
+run), warmstart's standby actuator (warmstart/podside/standby/) and front queue
 (warmstart/podside/front_queue.py) run as their pods run them. What stands in for Kubernetes: the
 serving pods' rendered readiness probe (warmstart/manifests/serving.py, `readiness_probe`: `/health`,
 which a sleeping engine passes) run as the kubelet would, and the pods SMG's Kubernetes discovery
@@ -48,12 +48,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.podside.servers import free_ports  # noqa: E402
+from tests.support.pod_scripts import artifact  # noqa: E402
 from tests.routing.fake_vllm import MODEL, WAKE_S_PER_GIB, FakeVllm  # noqa: E402
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
 from warmstart.decisions import routing  # noqa: E402
 from warmstart.manifests import serving  # noqa: E402
 from warmstart.podside import front_queue
-from warmstart.podside.standby import main as standby  # noqa: E402
+from warmstart.podside.standby import observe as standby  # noqa: E402
 
 BOUND_S = 120.0  # the most any wait here takes
 
@@ -105,8 +106,8 @@ class Discovery(threading.Thread):
 class Actuator:
     def __init__(self, engines: list[str], labels: Path, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", standby.__file__, "--model", MODEL, "--engines", ",".join(engines),
-             "--labels-file", str(labels), "--period", "1", "--probe-timeout", "2", *args],
+            [sys.executable, "-I", "-S", str(artifact("standby.pyz")), "--model", MODEL,
+             "--engines", ",".join(engines), "--labels-file", str(labels), "--period", "1", "--probe-timeout", "2", *args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={"PATH": "/usr/bin:/bin"})
         self.lines: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -131,8 +132,8 @@ class FrontQueue:
         (self.port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", front_queue.__file__, "--host", "127.0.0.1", "--port", str(self.port),
-             "--upstream", upstream, "--ready-url", ready_url, "--max-held", "256", "--max-hold-seconds", "60",
+            [sys.executable, "-I", "-S", str(artifact("front_queue.pyz")), "--host", "127.0.0.1",
+             "--port", str(self.port), "--upstream", upstream, "--ready-url", ready_url, "--max-held", "256", "--max-hold-seconds", "60",
              "--retry-after", str(retry_after)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
         deadline = time.monotonic() + 20

@@ -110,7 +110,7 @@ class ModelNodeCache(pulumi.ComponentResource):
                                  (manifests.SELECT_CONFIGMAP, manifests.SELECT_SCRIPT)):
                 spec = config_map_spec(naming.script_config_map(cm_name, model, own=True), ns, key)
                 before.append(k8s.core.v1.ConfigMap(f"{name}-{key.removesuffix('.py').replace('_', '-')}",
-                                                    metadata=spec["metadata"], data=spec["data"], opts=child))
+                                                    metadata=spec["metadata"], binary_data=spec["binaryData"], opts=child))
         stage_map = naming.script_config_map(manifests.STAGE_CONFIGMAP, model, bool(args.get("ship_pod_scripts", True)))
         sa = manifests.service_account_spec(model, ns, args.get("role_arn"))
         before.append(k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],

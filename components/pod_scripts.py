@@ -13,7 +13,7 @@ from warmstart.manifests.pod_scripts import config_map_spec
 
 
 class PodScript(pulumi.ComponentResource):
-    """One ConfigMap carrying one pod-side script (not hosted on its own)."""
+    """One ConfigMap carrying one pod-side script's built artifact (not hosted on its own)."""
 
     config_map: k8s.core.v1.ConfigMap
 
@@ -22,5 +22,6 @@ class PodScript(pulumi.ComponentResource):
         super().__init__("warmstart:serving:PodScript", name, None, opts)
         spec = config_map_spec(config_map_name, namespace, script_key)
         self.config_map = k8s.core.v1.ConfigMap(
-            f"{name}-script", metadata=spec["metadata"], data=spec["data"], opts=pulumi.ResourceOptions(parent=self))
+            f"{name}-script", metadata=spec["metadata"], binary_data=spec["binaryData"],
+            opts=pulumi.ResourceOptions(parent=self))
         self.register_outputs({})

@@ -16,11 +16,12 @@ import pytest
 
 from tests.podside.pods import clean_environ
 from tests.podside.servers import BUCKET
+from tests.support.pod_scripts import artifact
 from warmstart.podside import first_token, weights_select
 
 pytestmark = pytest.mark.servers  # the sidecar script against a fake vLLM and rclone
 
-SCRIPT = Path(first_token.__file__).resolve()
+SCRIPT = artifact("first_token.pyz")
 
 
 class FakeVllm:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.podside.servers import BUCKET
 from tests.support.stacks import render_stack
+from tests.support.pod_scripts import artifact
 from warmstart.decisions import placement
 from warmstart.manifests import bench_loader, first_token
 from warmstart.podside import bench_loader as bench_script
@@ -80,7 +81,7 @@ def test_bench_script_measures_three_ways_against_s3(rclone_s3, tmp_path):
         "WARMSTART_MODEL_URI": f"s3://{BUCKET}/{prefix}",
         "WARMSTART_TUNED_ENV": json.dumps({"RUNAI_STREAMER_CONCURRENCY": "2", "RUNAI_STREAMER_CHUNK_BYTESIZE": str(16 << 20)}),
         "WARMSTART_NETWORK_GBPS": "5", "WARMSTART_CEILING_THREADS": "4", "WARMSTART_CASE_TIMEOUT_S": "120"}
-    proc = subprocess.run([sys.executable, bench_script.__file__], env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run([sys.executable, str(artifact("bench_loader.pyz"))], env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr
     line = json.loads(proc.stdout.strip().splitlines()[-1])
     assert line["event"] == "warmstart.bench_loader" and line["result"] == "ok", line

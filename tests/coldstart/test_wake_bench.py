@@ -116,7 +116,7 @@ def test_the_record_is_filed_where_the_history_reads_it(rclone_s3):
 
 def test_the_sleeper_picked_by_default_is_a_ready_pod_the_actuator_labelled_asleep():
     from warmstart.manifests import serving
-    from warmstart.podside.standby import main as standby
+    from warmstart.podside.standby import observe as standby
 
     def pod(name, phase, ready, engine):
         return {"metadata": {"name": name, "labels": {serving.ENGINE_LABEL: engine}},

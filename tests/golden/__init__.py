@@ -3,6 +3,9 @@
 - `render/<stack>/`: `warmstart render` of the stack (Kubernetes objects, cloud.json,
   plan.json). A test fails when a render changes; a deliberate change is committed together
   with the refreshed files, so the diff is reviewed: `python -m tests.golden` rewrites them.
+  A pod script's ConfigMap is recorded by what its artifact holds (the file list and digest of
+  its annotations), its base64 blob by its digest only (`golden_form`): a diff names the module
+  that changed instead of a wall of base64.
 - the generated parts of the docs: the README's sample of `warmstart render --stack dev` (its
   first command's output) and docs/config-reference.md, so a change to renders or to the config
   models is one refresh;
@@ -73,6 +76,33 @@ def elapsed_free(text: str) -> str:
     return re.sub(r" in \d+\.\d\ds$", " in <seconds>s", text.strip(), flags=re.M)
 
 
+def golden_form(folder: Path) -> None:
+    """Rewrite a render's pod-script ConfigMaps in `folder` in the form the goldens record: the
+    binaryData blob as its sha256 and size, the annotations' file list one line per file."""
+    import base64
+    import hashlib
+
+    import yaml
+
+    class Literal(str):
+        pass
+
+    def literal(dumper, value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+
+    dumper = type("GoldenDumper", (yaml.SafeDumper,), {})
+    dumper.add_representer(Literal, literal)
+    for path in sorted(folder.glob("kubernetes/*-configmap-*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        if not doc.get("binaryData"):
+            continue
+        blobs = {k: base64.b64decode(v) for k, v in doc["binaryData"].items()}
+        doc["binaryData"] = {k: f"<{len(b)} bytes, sha256 {hashlib.sha256(b).hexdigest()}>" for k, b in blobs.items()}
+        notes = doc["metadata"].get("annotations") or {}
+        doc["metadata"]["annotations"] = {k: Literal(v) if "\n" in v else v for k, v in notes.items()}
+        path.write_text(yaml.dump(doc, Dumper=dumper, sort_keys=False, default_flow_style=False, width=100))
+
+
 def update() -> None:
     """Rewrite render/<stack>/ for every shipped stack, the README's render sample,
     docs/config-reference.md, the generated Args (components/model_args.py, section_args.py), the
@@ -87,6 +117,7 @@ def update() -> None:
         out = RENDER / stack
         shutil.rmtree(out, ignore_errors=True)
         render.write(render.run_program(STACKS_DIR, stack), out)
+        golden_form(out)
         print(f"wrote {out}")
     sample, readme = sample_block(render_dev_output()), README.read_text()
     # Only when more than the seconds changed: a refresh leaves the README alone otherwise.

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.golden import RENDER, STATE
+from tests.golden import RENDER, STATE, golden_form
 from tests.support.stacks import ALL_STACK_NAMES, STACKS_DIR, render_stack
 from warmstart import render
 
@@ -21,6 +21,7 @@ def _files(folder) -> dict[str, str]:
 def test_render_matches_its_golden_files(stack, tmp_path):
     assert (RENDER / stack).is_dir(), f"no golden render for {stack}: run `python -m tests.golden`"
     render.write(render_stack(stack), tmp_path / stack)
+    golden_form(tmp_path / stack)
     got, want = _files(tmp_path / stack), _files(RENDER / stack)
     assert sorted(got) == sorted(want), "objects appeared or disappeared; see `python -m tests.golden`"
     changed = [name for name in want if got[name] != want[name]]

@@ -7,6 +7,7 @@ lands on the root EBS volume with no error
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
@@ -19,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support.stacks import render_stack
+from tests.support.pod_scripts import artifact
 from warmstart import config
 from warmstart.decisions import gpu_pools, instances, placement
 from warmstart.decisions.instances import GB, GIB, GpuInstance
@@ -30,7 +32,7 @@ from warmstart.manifests.serving import COMPILE_CACHE_VOLUME
 from warmstart.plan import stack as plan
 from warmstart.podside import nvme_check
 
-SCRIPT = Path(nvme_check.__file__)
+SCRIPT = artifact("nvme_check.pyz")
 
 
 def _instance(name: str = "x1.test", nvme_gb: int = 450, gpus: int = 1) -> GpuInstance:
@@ -170,7 +172,7 @@ def test_auto_mode_ephemeral_storage_from_config():
 def test_every_cached_model_runs_the_nvme_check_on_its_cache_volume(stack):
     r = render_stack(stack)
     (cm,) = [o for o in r.kind("ConfigMap") if o["metadata"]["name"] == nvme_check_manifest.CONFIGMAP_NAME]
-    assert cm["data"][nvme_check_manifest.SCRIPT_KEY] == SCRIPT.read_text()
+    assert base64.b64decode(cm["binaryData"][nvme_check_manifest.SCRIPT_KEY]) == SCRIPT.read_bytes()
     pools = {p.name: p for p in r.stack_plan.cluster.pools}
     for m in r.stack_plan.models:
         (dep,) = [d for d in r.kind("Deployment") if d["metadata"]["name"] == m.name]

@@ -22,6 +22,7 @@ import pytest
 
 from tests.podside.pods import pod_factory
 from warmstart.decisions.node_cache import container_model_path, model_version_digest
+from warmstart.podside.compile_cache import key as compile_cache_key
 from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # pod scripts as subprocesses
@@ -76,7 +77,7 @@ def test_anything_but_a_well_formed_local_choice_is_s3(tmp_path: Path, content: 
     f = tmp_path / "choice.json"
     if content is not None:
         f.write_bytes(content)
-    assert cc.weights_factor(f) == "s3"
+    assert compile_cache_key.weights_factor(f) == "s3"
 
 
 def test_an_unreadable_choice_is_s3_and_the_tool_still_runs(tmp_path: Path, rclone_s3) -> None:
@@ -95,10 +96,10 @@ def test_the_picker_output_is_what_the_key_reads(tmp_path: Path) -> None:
     write_copy(tmp_path / "weights")
     _, line, out = pick(tmp_path)
     assert line["choice"] == "local"
-    assert cc.weights_factor(out / "choice.json") == f"local:/weights/{DIGEST}"
+    assert compile_cache_key.weights_factor(out / "choice.json") == f"local:/weights/{DIGEST}"
     assert (out / "model-path").read_text() == f"/weights/{DIGEST}"
     _, line, out = pick(tmp_path, WARMSTART_WEIGHTS_DIGEST="ffffffffffff")
-    assert line["choice"] == "s3" and cc.weights_factor(out / "choice.json") == "s3"
+    assert line["choice"] == "s3" and compile_cache_key.weights_factor(out / "choice.json") == "s3"
 
 
 def test_a_cache_of_the_other_mode_is_not_a_permanent_miss(tmp_path: Path, rclone_s3) -> None:

@@ -12,12 +12,13 @@ from tests.support.stacks import load_stack_doc, render_doc
 from warmstart.config import ModelSpec
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import node_cache as objects
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 
 def test_the_stack_key_the_plan_and_the_stager_accept_the_same_values():
     accepted = typing.get_args(ModelSpec.model_fields["node_cache_content_check"].annotation)
-    assert accepted == decide.CONTENT_CHECKS == weights_stage.CONTENT_CHECKS
+    assert accepted == decide.CONTENT_CHECKS == weights_stage_settings.CONTENT_CHECKS
     assert ModelSpec.model_fields["node_cache_content_check"].default == "auto"
 
 

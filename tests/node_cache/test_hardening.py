@@ -33,7 +33,7 @@ from tests.support.pod_security import _selects, assert_pod_hardened
 from warmstart.decisions import instances, placement
 from warmstart.decisions import node_cache as decide
 from warmstart.manifests import compile_cache as ccm
-from warmstart.manifests import network_policy, pod_scripts, serving
+from warmstart.manifests import network_policy, serving
 from warmstart.manifests import node_cache as nc
 from warmstart.manifests.serving import deployment_spec, merge_extras
 
@@ -199,9 +199,8 @@ def test_the_stager_and_the_picker_run_as_the_pod_uid_after_the_owner(shared_tmp
     os.chown(scratch, UID, serving.RUN_AS_GID)
     scripts = shared_tmp / "scripts"
     scripts.mkdir(mode=0o755)
-    for script in (STAGE, SELECT):  # each with the podside modules its ConfigMap carries
-        for name in pod_scripts.script_files(script.name):
-            shutil.copy(script.parent / name, scripts / name)
+    for script in (STAGE, SELECT):  # each one built artifact, as its ConfigMap volume holds it
+        shutil.copy(script, scripts / script.name)
     env = node.env(version, DIGEST, WARMSTART_WEIGHTS_ROOT=str(root), HOME=str(scratch), TMPDIR=str(scratch),
                    PYTHONDONTWRITEBYTECODE="1", PATH="/usr/bin:/bin")
     stage = [SYSTEM_PYTHON, str(scripts / STAGE.name), "stage"]

@@ -23,6 +23,8 @@ from warmstart import versions
 from warmstart.decisions import instances, node_cache as decide, placement, soci
 from warmstart.manifests import node_cache as nc
 from warmstart.manifests.serving import deployment_spec, merge_extras, vllm_args
+from warmstart.podside.weights_stage import label as weights_stage_label
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -100,7 +102,7 @@ def _staging_settings(**env: str) -> weights_stage.Settings:
 
 
 def test_the_node_feature_is_valid_owned_by_its_pod_and_names_the_node() -> None:
-    obj = weights_stage.node_feature(_staging_settings())
+    obj = weights_stage_label.node_feature(_staging_settings())
     NODE_FEATURE.validate(obj)
     kubernetes_validate.validate({k: v for k, v in obj.items() if k != "spec"} | {"apiVersion": "v1", "kind": "ConfigMap"},
                                  K8S, strict=True)  # metadata (name, labels, ownerReferences) is valid
@@ -156,22 +158,22 @@ def test_the_label_follows_the_copy_through_the_api_with_the_pod_token(fake_api,
     # Complete copy: hold labels; the copy disappears: hold unlabels (its restage is refused offline).
     (tmp_path / "w" / DIGEST).mkdir(parents=True)
     (tmp_path / "w" / DIGEST / "m.safetensors").write_bytes(b"x")
-    (tmp_path / "w" / DIGEST / weights_stage.MARKER).write_text(json.dumps({
-        "format": weights_stage.MARKER_FORMAT, "digest": DIGEST, "source": SOURCE,
+    (tmp_path / "w" / DIGEST / weights_stage_settings.MARKER).write_text(json.dumps({
+        "format": weights_stage_settings.MARKER_FORMAT, "digest": DIGEST, "source": SOURCE,
         "files": [{"key": "m.safetensors", "size": 1, "etag": "e"}]}))
     seen: list[int] = []
 
     def sleep(_: float) -> None:
         seen.append(len(FakeApi.calls))
-        (tmp_path / "w" / DIGEST / weights_stage.MARKER).unlink(missing_ok=True)
+        (tmp_path / "w" / DIGEST / weights_stage_settings.MARKER).unlink(missing_ok=True)
 
     weights_stage.hold(s, rounds=2, sleep=sleep, check_s=0)
     methods = [(m, p.split("?")[0].rsplit("/", 1)[-1]) for m, p, _, _ in FakeApi.calls]
-    name = weights_stage.feature_name(s)
+    name = weights_stage_label.feature_name(s)
     assert methods == [("PATCH", name), ("DELETE", name)]
     method, path, auth, body = FakeApi.calls[0]
     assert path.startswith("/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/inference/nodefeatures/") and auth == "Bearer tok-123"
-    assert "fieldManager=" in path and body == weights_stage.node_feature(s)
+    assert "fieldManager=" in path and body == weights_stage_label.node_feature(s)
 
 
 def test_serving_pods_prefer_cached_nodes_and_never_require_them() -> None:

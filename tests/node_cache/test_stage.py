@@ -24,6 +24,8 @@ from tests.support.node_cache import (
     wait_for,
 )
 from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import node as weights_stage_node
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 pytestmark = pytest.mark.servers  # the staging script with s5cmd against rclone
@@ -40,7 +42,7 @@ def test_complete_copy_is_promoted_with_its_marker_and_selected(node: Node, uplo
     assert rc == 0 and [(l["phase"], l["result"]) for l in lines] == [("stage", "staged")]
     assert lines[0]["bytes"] == sum(map(len, v.files.values())) and lines[0]["files"] == len(v.files)
     assert tree(node.root / d) == v.files
-    marker = json.loads((node.root / d / weights_stage.MARKER).read_text())
+    marker = json.loads((node.root / d / weights_stage_settings.MARKER).read_text())
     assert {f["key"]: f["size"] for f in marker["files"]} == {k: len(b) for k, b in v.files.items()}
     assert all(f["etag"] for f in marker["files"])
     assert sorted(p.name for p in node.root.iterdir() if not p.name.startswith(".")) == [d]  # no partial left
@@ -200,10 +202,10 @@ def test_staging_waits_while_a_serving_pod_streams_from_s3(node: Node, upload) -
     env = node.env(v, d) | {"WARMSTART_WEIGHTS_OUT": str(out), "WARMSTART_LOADING_HOLD_S": "1.5", "POD_UID": "uid-1"}
     _, (line,) = node.run(SELECT, env=env)
     assert line["choice"] == "s3"
-    assert weights_stage.loading_pods(node.settings(v, d)) == ["uid-1"]
+    assert weights_stage_node.loading_pods(node.settings(v, d)) == ["uid-1"]
     record = weights_stage.stage(node.settings(v, d), emit_line=False)
     assert record["result"] == "staged" and 1.0 <= record["paused_s"] <= 5
-    assert weights_stage.loading_pods(node.settings(v, d)) == []  # expired requests are cleaned up
+    assert weights_stage_node.loading_pods(node.settings(v, d)) == []  # expired requests are cleaned up
 
 
 def test_a_copy_in_flight_stops_for_a_serving_pod_and_resumes(node: Node, upload) -> None:

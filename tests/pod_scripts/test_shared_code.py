@@ -1,15 +1,15 @@
 """The pod-side scripts share their S3 client builder, outcome-line emitter and SIGTERM exit
-deadline through podside_common (issue 31 point 5): a script that grows its own copy again fails
+deadline through podside/common/shared.py (issue 31 point 5): a script that grows its own copy again fails
 here, by what the copy does, whatever it is named.
 
 - an S3 client builder: importing botocore's session or Config, or boto3 itself or its session,
-  or calling `create_client` / `<session>.client("s3", ...)`; any module but podside_common, since
+  or calling `create_client` / `<session>.client("s3", ...)`; any module but common/shared.py, since
   the deadlines and retries a pod needs are the builder's;
 - SIGTERM's backstop: writing to file descriptor 1 with os.write, or one function that both
   sleeps and calls os._exit;
 - an outcome-line emitter: `sys.stdout.write`, or printing a `json.dumps(...)` line (one without
-  `indent`), in every file of a ConfigMap that carries podside_common. A single-file script
-  (its ConfigMap carries no shared module) keeps its one print.
+  `indent`), in every file of a ConfigMap that carries common/shared.py. A single-file script
+  (its artifact carries no shared module) keeps its one print.
 """
 
 from __future__ import annotations
@@ -22,13 +22,16 @@ import pytest
 from warmstart.manifests import pod_scripts
 from warmstart.podside.common import shared as podside_common
 
-PODSIDE = Path(podside_common.__file__).parent
-SHARED = "podside_common.py"
-MODULES = sorted(p.name for p in PODSIDE.glob("*.py") if p.name not in ("__init__.py", SHARED))
-ENTRY_POINTS = sorted(n for n in MODULES if 'if __name__ == "__main__":' in (PODSIDE / n).read_text())
-#: Every file of a ConfigMap that carries the shared module.
-WITH_SHARED = sorted({f for e in ENTRY_POINTS if SHARED in (files := pod_scripts.script_files(e)) for f in files}
-                     - {SHARED})
+PODSIDE = Path(podside_common.__file__).parents[1]
+SHARED = "common/shared.py"
+#: Every module of warmstart/podside, by its path there.
+MODULES = sorted(str(p.relative_to(PODSIDE)) for p in PODSIDE.rglob("*.py")
+                 if p.name != "__init__.py" and "__pycache__" not in p.parts and str(p.relative_to(PODSIDE)) != SHARED)
+#: Every module of an artifact that carries the shared module (by its path in warmstart/podside).
+WITH_SHARED = sorted({p.removeprefix(f"{pod_scripts.PACKAGE}/") for key in pod_scripts.ENTRIES
+                      if f"{pod_scripts.PACKAGE}/{SHARED}" in (files := pod_scripts.script_files(key))
+                      for p in files if p.startswith(f"{pod_scripts.PACKAGE}/") and p.endswith(".py")}
+                     - {SHARED, "__init__.py", "common/__init__.py"})
 
 
 def _dotted(node: ast.AST) -> str:
@@ -116,7 +119,7 @@ def test_no_script_that_ships_the_shared_module_writes_its_own_outcome_lines(nam
 
 def test_the_scripts_that_had_copies_ship_the_shared_module() -> None:
     """The guard above covers them (and cannot pass vacuously on an empty list)."""
-    assert {"compile_cache_outcome.py", "first_token.py", "weights_import_settings.py", "weights_stage.py",
+    assert {"compile_cache/outcome.py", "first_token.py", "weights_import/settings.py", "weights_stage/main.py",
             "weights_select.py", "bench_loader.py"} <= set(WITH_SHARED)
 
 

@@ -13,6 +13,7 @@ import tarfile
 from typing import Any, Callable
 
 from tests.podside.servers import BUCKET, S3Server
+from warmstart.podside.compile_cache import node as compile_cache_node
 from warmstart.podside.compile_cache import main as cc
 
 
@@ -52,7 +53,7 @@ def metadata(body: bytes, key_hash: str) -> dict[str, str]:
 def put(server: S3Server, key: str, body: bytes, *, drop: tuple[str, ...] = (), **changes: str) -> None:
     """Upload `body` under `key` with the publisher's metadata, less `drop`, with `changes`
     (underscores for dashes: warmstart_format="1")."""
-    key_hash = cc._key_hash(key)
+    key_hash = compile_cache_node.key_digest(key)
     meta = {k: v for k, v in metadata(body, key_hash).items() if k not in drop}
     meta.update({k.replace("_", "-"): v for k, v in changes.items()})
     server.client().put_object(Bucket=BUCKET, Key=key, Body=body, Metadata=meta)

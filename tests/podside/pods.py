@@ -16,11 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as compile_cache
 
 from tests.podside.servers import BUCKET, S3Server
+from tests.support.pod_scripts import artifact
 
-MODULE = Path(compile_cache.__file__).resolve()
+MODULE = artifact("compile_cache.pyz")
 IMAGE = "registry.example/vllm/vllm-openai:v0.11.1@sha256:" + "ab" * 32
 
 
@@ -45,7 +47,7 @@ class Run:
 
 def parse_lines(stdout: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-    assert all(line["event"] == compile_cache.EVENT for line in lines), stdout
+    assert all(line["event"] == compile_cache_settings.EVENT for line in lines), stdout
     return lines
 
 
@@ -157,7 +159,7 @@ def tree(cache_dir: Path) -> dict[str, bytes]:
         return out
     for path in sorted(cache_dir.rglob("*")):
         rel = path.relative_to(cache_dir).as_posix()
-        if rel.split("/")[0] == compile_cache.STATE_DIRNAME:
+        if rel.split("/")[0] == compile_cache_settings.STATE_DIRNAME:
             continue
         if path.is_file() or path.is_symlink():
             out[rel] = path.read_bytes() if path.is_file() else b"<symlink>"
@@ -166,7 +168,7 @@ def tree(cache_dir: Path) -> dict[str, bytes]:
 
 def leftovers(cache_dir: Path) -> list[str]:
     """Temp files the tool left in its state dir (there must be none after any outcome)."""
-    state = cache_dir / compile_cache.STATE_DIRNAME
+    state = cache_dir / compile_cache_settings.STATE_DIRNAME
     return sorted(p.name for p in state.glob("tmp-*")) if state.exists() else []
 
 

@@ -15,11 +15,12 @@ import pytest
 
 from tests.podside.pods import clean_environ
 from tests.podside.servers import BUCKET, HealthServer
+from tests.support.pod_scripts import artifact
 from warmstart.podside import first_token
 
 pytestmark = pytest.mark.servers
 
-SCRIPT = Path(first_token.__file__).resolve()
+SCRIPT = artifact("first_token.pyz")
 
 
 def _env(health: HealthServer, s3, tmp_path: Path, prefix: str) -> dict[str, str]:

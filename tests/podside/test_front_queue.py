@@ -21,12 +21,13 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
 from tests.support.loopback import LoopbackServer
+from tests.support.pod_scripts import artifact
 from warmstart.decisions import autoscaling, routing
 from warmstart.podside import front_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
 
-SCRIPT = Path(front_queue.__file__).resolve()
+SCRIPT = artifact("front_queue.pyz")
 
 
 class Queue:

@@ -21,7 +21,10 @@ from hypothesis import strategies as st
 from warmstart.coldstart import history
 from warmstart.podside import first_token, weights_select
 from warmstart.podside.common import shared as podside_common
+from warmstart.podside.weights_import import s3 as weights_import_s3
+from warmstart.podside.weights_import import settings as weights_import_settings
 from warmstart.podside.weights_import import main as weights_import
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
@@ -65,7 +68,7 @@ nested = st.tuples(documents, st.integers(min_value=0, max_value=5000), st.boole
 def test_import_parse_of_a_cut_document_is_whole_or_unreadable(case):
     doc, share = case
     raw = encode(doc)
-    got = weights_import.parse_json(raw[: int(len(raw) * share)])
+    got = weights_import_s3.parse_json(raw[: int(len(raw) * share)])
     assert isinstance(got, dict) and weights_import.UNREADABLE in got
 
 
@@ -73,7 +76,7 @@ def test_import_parse_of_a_cut_document_is_whole_or_unreadable(case):
 @given(nested)
 def test_import_parse_of_a_nested_document_is_whole_or_unreadable(case):
     doc, levels, as_list = case
-    got = weights_import.parse_json(nest(encode(doc), levels, as_list))
+    got = weights_import_s3.parse_json(nest(encode(doc), levels, as_list))
     if levels + depth(doc) <= weights_import.MAX_JSON_DEPTH:
         assert got == unnest(doc, levels, as_list)
     else:
@@ -101,7 +104,7 @@ def test_import_read_of_a_body_cut_short_is_never_taken_whole(case, length_cut_t
     client = _Client(body, len(body) if length_cut_too else len(raw))
     try:
         got = weights_import.read_json(client, "b", "k", expected=len(raw), retries=1)
-    except weights_import.TransferError as exc:
+    except weights_import_settings.TransferError as exc:
         assert exc.exit_code == weights_import.EXIT_TRANSFER and "cut short" in str(exc)
     else:
         raise AssertionError(f"a cut body was read as {got!r}")
@@ -124,7 +127,7 @@ def test_stage_parse_of_a_cut_document_is_none(case):
 def test_stage_parse_of_a_nested_document_is_whole_or_none(case):
     doc, levels, as_list = case
     got = weights_stage.parse_json(nest(encode(doc), levels, as_list))
-    assert got == (unnest(doc, levels, as_list) if levels + depth(doc) <= weights_stage.MAX_JSON_DEPTH else None)
+    assert got == (unnest(doc, levels, as_list) if levels + depth(doc) <= weights_stage_settings.MAX_JSON_DEPTH else None)
 
 
 def _marker(doc: dict[str, Any]) -> dict[str, Any]:

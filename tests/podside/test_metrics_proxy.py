@@ -4,6 +4,7 @@ front of a real fake vLLM replica (tests/routing/fake_vllm.py) on 127.0.0.1."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import signal
 import subprocess
@@ -17,10 +18,11 @@ import pytest
 from warmstart.podside import metrics_proxy
 from tests.podside.servers import FakeS3, free_ports
 from tests.routing.fake_vllm import FakeVllm
+from tests.support.pod_scripts import artifact
 
 pytestmark = pytest.mark.servers  # a fake vLLM and the metrics proxy script
 
-SCRIPT = Path(metrics_proxy.__file__).resolve()
+SCRIPT = artifact("metrics_proxy.pyz")
 MARGIN_S = 2.0  # scheduling slack on a loaded machine
 
 
@@ -237,7 +239,7 @@ def test_the_sidecar_validates_in_a_pod_and_mounts_its_script():
     assert c["command"][:2] == ["python3", f"{mount['mountPath']}/{wiring.SCRIPT_KEY}"]
     assert c["command"][c["command"].index("--upstream") + 1] == "http://127.0.0.1:8000/metrics"
     cm = pod_scripts.config_map_spec(wiring.CONFIGMAP_NAME, "inference", wiring.SCRIPT_KEY)
-    assert cm["data"] == {"metrics_proxy.py": SCRIPT.read_text()}
+    assert cm["binaryData"] == {"metrics_proxy.pyz": base64.b64encode(SCRIPT.read_bytes()).decode()}
     assert extras.pod_annotations == {wiring.SCRIPT_ANNOTATION: pod_scripts.script_digest(wiring.SCRIPT_KEY)}
     with pytest.raises(ValueError, match="DNS label"):
         wiring.metrics_proxy_container("img", "Not_A.Label")

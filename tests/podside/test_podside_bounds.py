@@ -20,6 +20,8 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, FakeS3, HealthServer
+from warmstart.podside.compile_cache import node as compile_cache_node
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
@@ -41,8 +43,8 @@ def test_a_trickling_endpoint_is_abandoned_at_base_plus_size_over_floor(tmp_path
     """200 and valid metadata at once, then one byte every 50 ms (20 B/s, below the 1000 B/s floor)."""
     probe = pod_factory(tmp_path, FakeS3("silent"), health.url)("node-x")  # only for its key
     key = probe.key()
-    body = archives.forge({"inductor/fxgraph/a/entry": os.urandom(1500)}, cc._key_hash(key))
-    with FakeS3("trickle", body=body, metadata=archives.metadata(body, cc._key_hash(key))) as server:
+    body = archives.forge({"inductor/fxgraph/a/entry": os.urandom(1500)}, compile_cache_node.key_digest(key))
+    with FakeS3("trickle", body=body, metadata=archives.metadata(body, compile_cache_node.key_digest(key))) as server:
         b = probe.with_env(**server.env(), WARMSTART_DEADLINE_BASE_S="1", WARMSTART_FLOOR_BYTES_PER_S="1000")
         bound = 1 + len(body) / 1000
         started = time.monotonic()
@@ -71,7 +73,7 @@ def test_an_endpoint_that_accepts_and_never_answers_costs_the_base_only(tmp_path
 def test_an_object_over_the_size_limit_is_refused_before_its_body_is_read(tmp_path: Path, health) -> None:
     """Content-Length says 2000 bytes; at one byte per second, reading it would take half an hour."""
     probe = pod_factory(tmp_path, FakeS3("silent"), health.url)("node-x")
-    key_hash = cc._key_hash(probe.key())
+    key_hash = compile_cache_node.key_digest(probe.key())
     body = archives.forge({"inductor/a": os.urandom(1800)}, key_hash)
     with FakeS3("trickle", body=body, metadata=archives.metadata(body, key_hash), byte_interval_s=1) as server:
         b = probe.with_env(**server.env(), WARMSTART_MAX_BYTES="1000")
@@ -87,7 +89,7 @@ def test_an_object_over_the_size_limit_is_refused_before_its_body_is_read(tmp_pa
 def test_a_member_count_bomb_is_refused_at_the_limit(pod: PodFactory, rclone_s3) -> None:
     b = pod("node-b", WARMSTART_MAX_FILES="100")
     key = b.key()
-    body = archives.forge({f"inductor/bomb/{i}": b"" for i in range(5000)}, cc._key_hash(key))
+    body = archives.forge({f"inductor/bomb/{i}": b"" for i in range(5000)}, compile_cache_node.key_digest(key))
     assert len(body) < 200_000  # small object, many members
     archives.put(rclone_s3, key, body)
     started = time.monotonic()
@@ -106,7 +108,7 @@ def test_a_huge_pax_header_is_refused_before_tarfile_reads_it(pod: PodFactory, r
         info.pax_headers = {"comment": "a" * 20_000_000}
         tar.addfile(info)
 
-    body = archives.forge({"inductor/ok": b"fine"}, cc._key_hash(key), before_manifest=bomb)
+    body = archives.forge({"inductor/ok": b"fine"}, compile_cache_node.key_digest(key), before_manifest=bomb)
     assert len(body) < 200_000
     archives.put(rclone_s3, key, body)
     assert_refused(cc.restore(b.settings(), client=rclone_s3.client(), emit=False), b.cache_dir, "pax header")
@@ -124,10 +126,10 @@ def test_restore_memory_stays_flat_over_a_many_member_archive(pod: PodFactory, r
         p = pod(node, WARMSTART_MAX_FILES="30000")
         key = p.key()
         files = {f"inductor/many/{i:05d}": b"" for i in range(count)}
-        archives.put(rclone_s3, key, archives.forge(files, cc._key_hash(key)))
+        archives.put(rclone_s3, key, archives.forge(files, compile_cache_node.key_digest(key)))
         code = ("import resource, sys; sys.argv = ['x', 'restore']; sys.path.insert(0, %r);"
-                "import compile_cache as c; c.restore();"
-                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE.parent)
+                "from podside.compile_cache import main as c; c.restore();"
+                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE)
         proc = subprocess.run([sys.executable, "-c", code], env=p.full_env(), capture_output=True, text=True,
                               timeout=120)
         assert '"result":"restored"' in proc.stdout, proc.stdout + proc.stderr
@@ -150,11 +152,11 @@ def test_restore_memory_stays_flat_over_a_member_that_compresses_a_thousandfold(
     def peak_kib(mib: int, node: str) -> int:
         p = pod(node)
         key = p.key()
-        body = archives.forge({"inductor/zeros": bytes(mib << 20)}, cc._key_hash(key))
+        body = archives.forge({"inductor/zeros": bytes(mib << 20)}, compile_cache_node.key_digest(key))
         archives.put(rclone_s3, key, body)
         code = ("import resource, sys; sys.argv = ['x', 'restore']; sys.path.insert(0, %r);"
-                "import compile_cache as c; c.restore();"
-                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE.parent)
+                "from podside.compile_cache import main as c; c.restore();"
+                "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % str(MODULE)
         proc = subprocess.run([sys.executable, "-c", code], env=p.full_env(), capture_output=True, text=True,
                               timeout=120)
         assert '"result":"restored"' in proc.stdout, proc.stdout + proc.stderr
@@ -216,7 +218,7 @@ def test_publish_waits_while_another_vllm_on_the_node_compiles_the_key(pod: PodF
         peer = second.spawn("publish", "--once")
         try:
             deadline = time.monotonic() + 20
-            state = first.cache_dir / cc.STATE_DIRNAME
+            state = first.cache_dir / compile_cache_settings.STATE_DIRNAME
             while not list(state.glob("compiling-*.lock")) and time.monotonic() < deadline:
                 time.sleep(0.05)
             run = first.run("publish", "--once")
@@ -283,7 +285,7 @@ def test_a_stalled_upload_never_holds_up_a_restore_on_the_node(tmp_path: Path, r
 def test_a_planted_path_is_refused_even_when_the_manifest_lists_it(pod: PodFactory, rclone_s3, planted: str) -> None:
     b = pod("node-b")
     key = b.key()
-    archives.put(rclone_s3, key, archives.forge({"inductor/ok": b"fine", planted: b"{}"}, cc._key_hash(key)))
+    archives.put(rclone_s3, key, archives.forge({"inductor/ok": b"fine", planted: b"{}"}, compile_cache_node.key_digest(key)))
     assert_refused(cc.restore(b.settings(), client=rclone_s3.client(), emit=False), b.cache_dir,
                    "not under WARMSTART_CACHE_PATHS")
     assert not (b.cache_dir / planted).exists()
@@ -298,7 +300,7 @@ def test_a_planted_path_is_refused_even_when_the_manifest_lists_it(pod: PodFacto
 def test_a_file_the_publisher_did_not_vouch_for_is_never_installed(pod: PodFactory, rclone_s3, case: str,
                                                                    reason: str) -> None:
     b = pod("node-b")
-    key, key_hash = b.key(), cc._key_hash(b.key())
+    key, key_hash = b.key(), compile_cache_node.key_digest(b.key())
     files = {"inductor/a": b"one", "inductor/b": b"two"}
     entries = archives.manifest_entries(files)
     body = {
@@ -328,7 +330,7 @@ def test_an_object_without_the_publishers_metadata_is_refused(pod: PodFactory, r
                                                               reason: str) -> None:
     b = pod("node-b")
     key = b.key()
-    archives.put(rclone_s3, key, archives.forge({"inductor/a": b"one"}, cc._key_hash(key)), drop=drop, **changes)
+    archives.put(rclone_s3, key, archives.forge({"inductor/a": b"one"}, compile_cache_node.key_digest(key)), drop=drop, **changes)
     run = b.run("restore")
     assert run.returncode == 0
     assert_refused(cc.restore(b.settings(), client=rclone_s3.client(), emit=False), b.cache_dir, reason)
@@ -339,7 +341,7 @@ def test_a_forged_object_with_all_metadata_restores(pod: PodFactory, rclone_s3) 
     """The control for the refusals above: the same forge, nothing dropped, is accepted."""
     b = pod("node-b")
     key = b.key()
-    archives.put(rclone_s3, key, archives.forge({"inductor/a": b"one", "triton/k/x.cubin": b"k"}, cc._key_hash(key)))
+    archives.put(rclone_s3, key, archives.forge({"inductor/a": b"one", "triton/k/x.cubin": b"k"}, compile_cache_node.key_digest(key)))
     out = cc.restore(b.settings(), client=rclone_s3.client(), emit=False)
     assert (out.result, out.files) == ("restored", 2) and tree(b.cache_dir) == {"inductor/a": b"one",
                                                                                "triton/k/x.cubin": b"k"}
@@ -364,9 +366,9 @@ def test_a_dead_compiling_lease_does_not_hold_up_publish(pod: PodFactory, rclone
     """A pod killed while its vLLM compiled leaves its lease file; nobody holds its flock."""
     a = pod("node-a")
     make_cache(a.cache_dir, seed=45)
-    state = a.cache_dir / cc.STATE_DIRNAME
+    state = a.cache_dir / compile_cache_settings.STATE_DIRNAME
     state.mkdir(parents=True, exist_ok=True)
-    dead = state / f"compiling-{cc._key_hash(a.key())}-dead.lock"
+    dead = state / f"compiling-{compile_cache_node.key_digest(a.key())}-dead.lock"
     dead.write_bytes(b"")
     fd = os.open(state / "unrelated.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)

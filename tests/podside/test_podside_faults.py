@@ -15,6 +15,8 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, Run, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, RcloneS3, S3Server
+from warmstart.podside.compile_cache import node as compile_cache_node
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
@@ -117,11 +119,11 @@ def evil_archive(kind: str, key_hash: str) -> bytes:
 def test_unsafe_archive_is_refused_whole(pod: PodFactory, rclone_s3, kind: str, tmp_path: Path) -> None:
     b = pod("node-b")
     key = b.key()
-    archives.put(rclone_s3, key, evil_archive(kind, cc._key_hash(key)))
+    archives.put(rclone_s3, key, evil_archive(kind, compile_cache_node.key_digest(key)))
     out = cc.restore(b.settings(), client=rclone_s3.client(), emit=False)
     assert_clean_failure(out, b.cache_dir, "error", "archive")
     assert not (tmp_path / "escape").exists() and not Path("/tmp/warmstart-escape").exists()
-    assert not (b.cache_dir / cc.STATE_DIRNAME / "restored-x.json").exists()
+    assert not (b.cache_dir / compile_cache_settings.STATE_DIRNAME / "restored-x.json").exists()
 
 
 @pytest.mark.parametrize("change", [
@@ -176,7 +178,7 @@ def test_full_disk_on_a_real_filesystem(pod: PodFactory, rclone_s3, mount_tmpfs,
 def test_full_disk_anywhere_a_write_happens(pod: PodFactory, rclone_s3, monkeypatch) -> None:
     """The same without root: every byte the tool writes goes through _write_stream."""
     publish_from_node_a(pod, rclone_s3)
-    real = cc._write_stream
+    real = cc.write_stream
     calls = []
 
     def fill_up(read, out, limit, *args, **kwargs):
@@ -186,7 +188,7 @@ def test_full_disk_anywhere_a_write_happens(pod: PodFactory, rclone_s3, monkeypa
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(read, out, limit, *args, **kwargs)
 
-    monkeypatch.setattr(cc, "_write_stream", fill_up)
+    monkeypatch.setattr(cc, "write_stream", fill_up)
     b = pod("node-b")
     assert_clean_failure(cc.restore(b.settings(), client=rclone_s3.client(), emit=False), b.cache_dir,
                          "error", "ENOSPC")

@@ -15,6 +15,7 @@ import pytest
 
 from tests.podside.faults import FaultProxy, Rule, copy_of, get_of
 from tests.podside.servers import BUCKET, SeaweedS3, find_binary
+from tests.support.pod_scripts import artifact
 from tests.support.weights_import import (
     DST,
     SRC,
@@ -25,6 +26,8 @@ from tests.support.weights_import import (
     sha,
     through,
 )
+from warmstart.podside.weights_import import s3 as weights_import_s3
+from warmstart.podside.weights_import import settings as weights_import_settings
 from warmstart.podside.weights_import import main as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers
@@ -53,7 +56,7 @@ def test_access_denied_while_other_files_copy_exits_3_with_the_fix(s3_job, prefi
     proxy.add(Rule(copy_of("tokenizer.json"), "delay", delay_s=4))  # still copying when the 403 lands
     start = time.monotonic()
     run = through(job, proxy).run(timeout=90)
-    assert run.returncode == wi.EXIT_ACCESS, (run.stdout, run.stderr)
+    assert run.returncode == weights_import_settings.EXIT_ACCESS, (run.stdout, run.stderr)
     assert "AccessDenied" in run.reason and "model-00003-of-00003.safetensors" in run.reason
     assert "TypeError" not in run.stdout + run.stderr
     assert time.monotonic() - start < 60
@@ -102,9 +105,9 @@ def test_sigterm_exits_by_the_deadline_even_when_the_unwinding_hangs(s3_job, pre
 
     job, _ = s3_job
     proxy.add(Rule(copy_of(".safetensors"), "delay", delay_s=60))
-    hang = ("import sys, threading; sys.path.insert(0, sys.argv[1]); import weights_import as wi; "
+    hang = ("import sys, threading; sys.path.insert(0, sys.argv[1]); from podside.weights_import import main as wi; "
             "wi.Transfers.cancel = lambda self, *a, **k: threading.Event().wait(); sys.exit(wi.main([]))")
-    proc = subprocess.Popen([sys.executable, "-c", hang, str(wi.__file__).rsplit("/", 1)[0]],
+    proc = subprocess.Popen([sys.executable, "-c", hang, str(artifact("weights_import.pyz"))],
                             env=through(job, proxy).full_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err, took = _terminate_mid_copy(proc, proxy, timeout_s=60)
     assert proc.returncode == 143, (out, err)
@@ -152,7 +155,7 @@ def test_a_deeply_nested_index_is_refused_with_exit_4(s3_job, prefix):
     job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}",
                                    Body=b'{"weight_map": ' + nested(200_000) + b"}")
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
+    assert run.returncode == weights_import_settings.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
 
 
@@ -175,13 +178,13 @@ def test_a_hub_shard_whose_sha256_differs_is_never_uploaded(hub_job, hub, prefix
     shard = "model-00002-of-00003.safetensors"
     hub.corrupt[shard] = 10  # every download of it
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY, (run.stdout, run.stderr)
+    assert run.returncode == weights_import_settings.EXIT_VERIFY, (run.stdout, run.stderr)
     assert shard in run.reason and "sha256" in run.reason and "it was not stored" in run.reason
     # Hashed while it was uploaded: its multipart upload was aborted, so no object exists, and
     # the resume record names only files whose hash matched.
     left = objects(job.server, "models", prefix)
     assert shard not in left
-    progress = json.loads(body(job.server, "models", f"{prefix}/{wi.MANIFEST_NAME}"))
+    progress = json.loads(body(job.server, "models", f"{prefix}/{weights_import_settings.MANIFEST_NAME}"))
     assert progress["status"] == "incomplete" and shard not in progress["verified"]
     for name, rec in progress["verified"].items():
         assert rec["sha256"] == sha(files[name]) and rec["etag"] == left[name]["etag"], name
@@ -206,6 +209,7 @@ _PEAK = """
 import resource, sys
 sys.path.insert(0, {root!r})
 from warmstart.podside.weights_import import main as wi
+from warmstart.podside.weights_import import s3 as weights_import_s3
 n = wi.MAX_JSON_BYTES - 64
 if {shape!r} == "small-containers":  # the most memory per byte json.loads can be made to take
     body = b"[" + b"{{}}," * (n // 3 - 1) + b"{{}}]"
@@ -213,7 +217,7 @@ else:  # an index's shape: a weight_map of many entries
     entries = b"".join(b'"l%07d":"s",' % i for i in range(n // 15 - 1))
     body = b'{{"weight_map":{{' + entries + b'"z":"s"}}}}'
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-doc = wi.parse_json(body)
+doc = weights_import_s3.parse_json(body)
 assert isinstance(doc, (list, dict)) and not (isinstance(doc, dict) and wi.UNREADABLE in doc)
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024, len(body))
 """
@@ -228,12 +232,12 @@ def test_the_largest_json_the_import_parses_fits_the_jobs_memory_limit(shape):
 
     from warmstart.manifests import weights_import as manifest
 
-    root = str(Path(wi.__file__).resolve().parents[2])
+    root = str(Path(wi.__file__).resolve().parents[3])
     out = subprocess.run([sys.executable, "-c", _PEAK.format(root=root, shape=shape)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     peak, size = map(int, out.stdout.split())
-    assert size <= wi.MAX_JSON_BYTES and peak <= wi.JSON_PARSE_FACTOR * wi.MAX_JSON_BYTES, (peak >> 20, size >> 20)
+    assert size <= wi.MAX_JSON_BYTES and peak <= weights_import_s3.JSON_PARSE_FACTOR * wi.MAX_JSON_BYTES, (peak >> 20, size >> 20)
     assert manifest.memory_limit_bytes() >= manifest.BASE_MEMORY_BYTES + peak + 2 * size
 
 
@@ -255,5 +259,5 @@ def test_an_index_over_the_parse_bound_is_refused_unread_with_exit_4(s3_job, pre
     job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}",
                                    Body=b'{"weight_map": {}, "pad": "' + b"x" * (wi.MAX_JSON_BYTES + 1) + b'"}')
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY and f"at most {wi.MAX_JSON_BYTES >> 20} MiB" in run.reason, run.stdout
+    assert run.returncode == weights_import_settings.EXIT_VERIFY and f"at most {wi.MAX_JSON_BYTES >> 20} MiB" in run.reason, run.stdout
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}

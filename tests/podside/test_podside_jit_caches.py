@@ -14,6 +14,8 @@ import pytest
 from tests.podside import archives
 from tests.podside.pods import PodFactory, leftovers, run_engine, tree
 from tests.podside.servers import BUCKET
+from warmstart.podside.compile_cache import node as compile_cache_node
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
@@ -34,8 +36,8 @@ def test_the_engine_state_travels_byte_for_byte(pod: PodFactory, rclone_s3, tmp_
     assert cc.restore(a.settings(), client=rclone_s3.client(), emit=False).result == "miss"  # an empty node
     carried = engine_on(a, tmp_path, "node-a")
     # Every allow-listed tree got files from the engine: the env and the allow-list name the same places.
-    tops = {top for top in cc.DEFAULT_CACHE_PATHS if any(k.startswith(top + "/") for k in carried)}
-    assert tops == set(cc.DEFAULT_CACHE_PATHS) - {"vllm/torch_aot_compile"}  # vLLM 0.11's AOT layout
+    tops = {top for top in compile_cache_settings.DEFAULT_CACHE_PATHS if any(k.startswith(top + "/") for k in carried)}
+    assert tops == set(compile_cache_settings.DEFAULT_CACHE_PATHS) - {"vllm/torch_aot_compile"}  # vLLM 0.11's AOT layout
     # What the engines write that is not cache never travels.
     everything = tree(a.cache_dir)
     left_out = set(everything) - set(carried)
@@ -150,6 +152,6 @@ def test_a_foreign_file_in_an_engine_tree_refuses_the_whole_archive(pod: PodFact
     key = b.key()
     files = {"nv/ComputeCache/index": b"index", "vllm/startup_plan/startup_plan_0123456789abcdef.json": b"{}",
              member: b"foreign"}
-    archives.put(rclone_s3, key, archives.forge(files, cc._key_hash(key)))
+    archives.put(rclone_s3, key, archives.forge(files, compile_cache_node.key_digest(key)))
     _assert_clean(cc.restore(b.settings(), client=rclone_s3.client(), emit=False), b.cache_dir, "error",
                   "not under WARMSTART_CACHE_PATHS")

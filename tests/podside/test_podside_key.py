@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from tests.podside.pods import BASE_ENV
+from warmstart.podside.compile_cache import key as compile_cache_key
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as cc
 
 
@@ -104,39 +106,39 @@ def fake_nvidia_smi(tmp_path: Path, output: str, code: int = 0) -> str:
 @pytest.mark.servers
 def test_gpu_identity_is_name_and_compute_capability(tmp_path: Path) -> None:
     one = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n")
-    ident = cc.detect_accelerator(None, "12.8", which=lambda _: one)
+    ident = compile_cache_key.detect_accelerator(None, "12.8", which=lambda _: one)
     assert "NVIDIA H100 80GB HBM3" in ident and "9.0" in ident
     # A pod that sees all eight GPUs of the node (a sidecar) and one that sees its own agree.
     eight = fake_nvidia_smi(tmp_path, "NVIDIA H100 80GB HBM3, 9.0\\n" * 8)
-    assert cc.detect_accelerator(None, "12.8", which=lambda _: eight) == ident
+    assert compile_cache_key.detect_accelerator(None, "12.8", which=lambda _: eight) == ident
     l4 = fake_nvidia_smi(tmp_path, "NVIDIA L4, 8.9\\n")
-    assert cc.detect_accelerator(None, "12.8", which=lambda _: l4) != ident
+    assert compile_cache_key.detect_accelerator(None, "12.8", which=lambda _: l4) != ident
 
 
 @pytest.mark.servers
 def test_a_failing_nvidia_smi_is_an_error_not_a_guess(tmp_path: Path) -> None:
     broken = fake_nvidia_smi(tmp_path, "NVIDIA-SMI has failed", code=9)
     with pytest.raises(cc.CacheError, match="nvidia-smi exited 9"):
-        cc.detect_accelerator(None, "12.8", which=lambda _: broken)
+        compile_cache_key.detect_accelerator(None, "12.8", which=lambda _: broken)
 
 
 def test_cuda_torch_without_a_visible_gpu_refuses_a_cpu_identity() -> None:
     with pytest.raises(cc.CacheError, match="cannot be identified"):
-        cc.detect_accelerator(None, "12.8", which=lambda _: None)
-    assert cc.detect_accelerator(None, None, which=lambda _: None) == f"cpu-{platform.machine()}"
-    assert cc.detect_accelerator("test-gpu", "12.8", which=lambda _: None) == "test-gpu"
+        compile_cache_key.detect_accelerator(None, "12.8", which=lambda _: None)
+    assert compile_cache_key.detect_accelerator(None, None, which=lambda _: None) == f"cpu-{platform.machine()}"
+    assert compile_cache_key.detect_accelerator("test-gpu", "12.8", which=lambda _: None) == "test-gpu"
 
 
 @given(st.text(alphabet="ab./\\\x00-", max_size=30))
 def test_archive_names_never_leave_the_staging_dir(name: str) -> None:
     try:
-        safe = cc._safe_name(name)
+        safe = cc.safe_name(name)
     except cc.CacheError:
         return
     root = Path("/staging")
     resolved = Path(os.path.normpath(root / safe))
     assert resolved.is_relative_to(root) and resolved != root
-    assert not safe.startswith(cc.STATE_DIRNAME)
+    assert not safe.startswith(compile_cache_settings.STATE_DIRNAME)
 
 
 def test_the_driver_version_is_a_key_factor() -> None:
@@ -152,15 +154,15 @@ def test_the_driver_version_is_read_from_the_kernel_module(tmp_path: Path) -> No
     sysfs, proc = tmp_path / "version", tmp_path / "proc-version"
     proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Fri Jan 24 2025\n"
                     "GCC version:  gcc version 11.4.1\n")
-    assert cc.detect_gpu_driver(None, None, (tmp_path / "absent", proc)) == "570.86.15"
+    assert compile_cache_key.detect_gpu_driver(None, None, (tmp_path / "absent", proc)) == "570.86.15"
     sysfs.write_text("580.65.06\n")
-    assert cc.detect_gpu_driver(None, None, (sysfs, proc)) == "580.65.06"
-    assert cc.detect_gpu_driver(None, None, (tmp_path / "absent",)) == "none"  # no NVIDIA driver: a CPU node
+    assert compile_cache_key.detect_gpu_driver(None, None, (sysfs, proc)) == "580.65.06"
+    assert compile_cache_key.detect_gpu_driver(None, None, (tmp_path / "absent",)) == "none"  # no NVIDIA driver: a CPU node
     garbled = tmp_path / "garbled"
     garbled.write_text("no version here\n")
-    assert cc.detect_gpu_driver(None, None, (garbled,)) == "unknown"
-    assert cc.detect_gpu_driver("1.2.3", None, (sysfs,)) == "1.2.3"
-    assert cc.detect_gpu_driver(None, "test-gpu", (sysfs,)) == "unspecified"
+    assert compile_cache_key.detect_gpu_driver(None, None, (garbled,)) == "unknown"
+    assert compile_cache_key.detect_gpu_driver("1.2.3", None, (sysfs,)) == "1.2.3"
+    assert compile_cache_key.detect_gpu_driver(None, "test-gpu", (sysfs,)) == "unspecified"
 
 
 # ---- what the key reads from files a pod does not trust -------------------------------------
@@ -205,9 +207,9 @@ def plant(path: Path, how: str, real: Path) -> None:
 def test_a_planted_choice_file_is_s3_and_never_blocks(tmp_path: Path, how: str) -> None:
     real = tmp_path / "real.json"
     real.write_text(json.dumps({"choice": "local", "path": "/weights/abc"}))
-    assert cc.weights_factor(real) == "local:/weights/abc"  # as a regular file, it is read
+    assert compile_cache_key.weights_factor(real) == "local:/weights/abc"  # as a regular file, it is read
     plant(tmp_path / "choice.json", how, real)
-    assert within_10_s(lambda: cc.weights_factor(tmp_path / "choice.json")) == "s3"
+    assert within_10_s(lambda: compile_cache_key.weights_factor(tmp_path / "choice.json")) == "s3"
 
 
 @pytest.mark.parametrize("how", ["fifo", "link", "deep", "not-an-object"])

@@ -17,6 +17,8 @@ import pytest
 
 from tests.podside.pods import PodFactory, finish, leftovers, make_cache, pod_factory, tree
 from tests.podside.servers import BUCKET, HealthServer, S3Server, SeaweedS3
+from warmstart.podside.compile_cache import node as compile_cache_node
+from warmstart.podside.compile_cache import settings as compile_cache_settings
 from warmstart.podside.compile_cache import main as cc
 
 pytestmark = pytest.mark.servers  # the pod scripts against S3 servers
@@ -135,8 +137,8 @@ def test_a_node_that_cannot_hit_builds_its_client_beside_nvidia_smi(pod: PodFact
     assert cc.restore(b.settings(), emit=False).result == "restored" and tree(b.cache_dir) == published
     assert cc.restore(b.settings(), emit=False).result == "hit"
     c = pod("node-c", **gpu)
-    (c.cache_dir / cc.STATE_DIRNAME).mkdir()
-    (c.cache_dir / cc.STATE_DIRNAME / f"restored-{'0' * 64}.json").write_text("{}")  # another key's
+    (c.cache_dir / compile_cache_settings.STATE_DIRNAME).mkdir()
+    (c.cache_dir / compile_cache_settings.STATE_DIRNAME / f"restored-{'0' * 64}.json").write_text("{}")  # another key's
     assert cc.restore(c.settings(), emit=False).result == "restored" and tree(c.cache_dir) == published
     assert cc.restore(pod("node-d").settings(), emit=False).result == "miss"  # WARMSTART_ACCELERATOR given
     assert built_on == ["warmstart-ahead", "MainThread", "MainThread"]
@@ -148,8 +150,8 @@ def test_a_client_that_cannot_be_built_is_one_error_line_ahead_or_not(pod: PodFa
     for node, marker in (("node-b", False), ("node-c", True)):  # built ahead, built when needed
         d = pod(node, AWS_ENDPOINT_URL="not a url", **gpu)
         if marker:
-            (d.cache_dir / cc.STATE_DIRNAME).mkdir()
-            (d.cache_dir / cc.STATE_DIRNAME / f"published-{'0' * 64}.json").write_text("{}")
+            (d.cache_dir / compile_cache_settings.STATE_DIRNAME).mkdir()
+            (d.cache_dir / compile_cache_settings.STATE_DIRNAME / f"published-{'0' * 64}.json").write_text("{}")
         run = d.run("restore")
         assert (run.returncode, run.line["result"]) == (0, "error") and "Invalid endpoint" in run.line["reason"]
         assert tree(d.cache_dir) == {} and leftovers(d.cache_dir) == []
@@ -204,7 +206,7 @@ def test_publish_idles_after_publishing_so_the_sidecar_never_restarts(pod: PodFa
 
 
 def hold_node_lock(cache_dir: Path) -> int:
-    state = cache_dir / cc.STATE_DIRNAME
+    state = cache_dir / compile_cache_settings.STATE_DIRNAME
     state.mkdir(parents=True, exist_ok=True)
     fd = os.open(state / "lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -248,9 +250,9 @@ def test_a_restorer_that_waits_too_long_for_the_lock_lets_vllm_compile(pod: PodF
 
 def test_a_restorer_waits_for_another_download_of_its_key_within_the_lock_timeout(pod: PodFactory) -> None:
     b = pod("node-b", WARMSTART_LOCK_TIMEOUT_S="0.3")
-    state = b.cache_dir / cc.STATE_DIRNAME
+    state = b.cache_dir / compile_cache_settings.STATE_DIRNAME
     state.mkdir(parents=True)
-    fd = os.open(state / f"fetch-{cc._key_hash(b.key())}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(state / f"fetch-{compile_cache_node.key_digest(b.key())}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         started = time.monotonic()
@@ -306,8 +308,8 @@ def test_temp_files_of_a_killed_pod_are_cleaned(pod: PodFactory, rclone_s3) -> N
     published = make_cache(a.cache_dir, seed=11)
     cc.publish(a.settings(), client=rclone_s3.client(), wait=False, emit=False)
     b = pod("node-b")
-    state = b.cache_dir / cc.STATE_DIRNAME
-    own, other, live = cc._key_hash(b.key()), "1" * 64, "2" * 64
+    state = b.cache_dir / compile_cache_settings.STATE_DIRNAME
+    own, other, live = compile_cache_node.key_digest(b.key()), "1" * 64, "2" * 64
     (state / f"tmp-restore-{own}-dead.d" / "inductor").mkdir(parents=True)
     (state / f"tmp-restore-{own}-dead.tar.gz").write_bytes(b"partial")
     (state / f"tmp-publish-{other}-dead.tar.gz").write_bytes(b"partial")

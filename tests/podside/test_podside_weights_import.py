@@ -26,6 +26,7 @@ from tests.support.weights_import import (COMMIT, DST, MIB, MODULE, OTHER_COMMIT
                                           clean_environ, ensure_bucket, model_files, objects, parse, put_tree,
                                           weights_gib)
 from warmstart.decisions import weights_import as decisions
+from warmstart.podside.weights_import import settings as weights_import_settings
 from warmstart.podside.weights_import import main as wi
 
 pytestmark = pytest.mark.servers  # the import script against S3 servers and a Hub stand-in
@@ -65,7 +66,7 @@ def test_a_rerun_of_a_complete_import_copies_nothing_and_never_reads_the_source(
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == before
     # A weightsGiB changed since is still checked against what is there, still without copying.
     wrong = job.run(WARMSTART_WEIGHTS_GIB="1.5")
-    assert wrong.returncode == wi.EXIT_VERIFY and wrong.phases == [("check", "error")]
+    assert wrong.returncode == weights_import_settings.EXIT_VERIFY and wrong.phases == [("check", "error")]
     assert "fix: set weightsGiB:" in wrong.reason
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == before
 
@@ -156,7 +157,7 @@ def test_a_source_without_config_json_fails_before_anything_is_written(s3_job, p
     job, files = s3_job
     job.server.client().delete_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/config.json")
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY
+    assert run.returncode == weights_import_settings.EXIT_VERIFY
     assert run.phases[-1] == ("plan", "error") and "has no config.json" in run.reason
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
 
@@ -165,7 +166,7 @@ def test_a_shard_named_by_the_index_but_missing_fails_naming_it(s3_job, prefix):
     job, files = s3_job
     job.server.client().delete_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/model-00002-of-00003.safetensors")
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY
+    assert run.returncode == weights_import_settings.EXIT_VERIFY
     assert "model-00002-of-00003.safetensors" in run.reason and "names 1 shard(s) that are not there" in run.reason
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
 
@@ -174,7 +175,7 @@ def test_a_total_that_disagrees_with_weights_gib_fails_with_the_fix(s3_job, pref
     job, files = s3_job
     measured = weights_gib(files)
     run = job.run(WARMSTART_WEIGHTS_GIB=repr(measured * 1.5))
-    assert run.returncode == wi.EXIT_VERIFY
+    assert run.returncode == weights_import_settings.EXIT_VERIFY
     reason = run.reason
     assert "llama:" in reason and f"total {measured:.2f} GiB" in reason
     assert f"weightsGiB is {measured * 1.5:g}" in reason and f"fix: set weightsGiB: {measured:.2f}" in reason
@@ -194,21 +195,21 @@ def test_stray_shards_vllm_would_load_fail_the_import(seaweed_s3, prefix):
                            "WARMSTART_DEST_PREFIX": f"{DST}/{prefix}", "WARMSTART_WEIGHTS_GIB": repr(MIB / (1 << 30)),
                            "WARMSTART_SOURCE_S3": f"s3://{BUCKET}/{SRC}/{prefix}"})
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY and "old-model.safetensors" in run.reason and "delete them" in run.reason
+    assert run.returncode == weights_import_settings.EXIT_VERIFY and "old-model.safetensors" in run.reason and "delete them" in run.reason
 
 
 def test_a_source_that_cannot_be_read_is_an_access_error(seaweed_s3, prefix):
     job = Job(seaweed_s3, {"WARMSTART_MODEL": "m", "WARMSTART_DEST_BUCKET": BUCKET, "WARMSTART_DEST_PREFIX": prefix,
                            "WARMSTART_WEIGHTS_GIB": "1", "WARMSTART_SOURCE_S3": "s3://no-such-bucket-here/x"})
     run = job.run()
-    assert run.returncode == wi.EXIT_ACCESS and "no-such-bucket-here" in run.reason
+    assert run.returncode == weights_import_settings.EXIT_ACCESS and "no-such-bucket-here" in run.reason
 
 
 def test_a_bad_environment_is_a_config_error(tmp_path):
     proc = subprocess.run([sys.executable, str(MODULE)], env={**clean_environ(), "WARMSTART_MODEL": "m",
                                                              "WARMSTART_TERMINATION_LOG": str(tmp_path / "term")},
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == wi.EXIT_CONFIG
+    assert proc.returncode == weights_import_settings.EXIT_CONFIG
     (line,) = parse(proc.stdout)
     assert "WARMSTART_DEST_BUCKET is not set" in line["reason"] and line["exit_code"] == 2
     assert "WARMSTART_DEST_BUCKET is not set" in (tmp_path / "term").read_text()
@@ -291,10 +292,10 @@ def test_gated_repository_needs_a_token_whose_account_accepted_it(rclone_s3, hub
                           "WARMSTART_PART_BYTES": str(PART), "WARMSTART_RETRIES": "2", "HF_ENDPOINT": hub.url,
                           "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1"})
     no_token = job.run(WARMSTART_SCRATCH_DIR=str(tmp_path / "s1"))
-    assert no_token.returncode == wi.EXIT_ACCESS
+    assert no_token.returncode == weights_import_settings.EXIT_ACCESS
     assert "gated" in no_token.reason and "warmstart:huggingFaceToken" in no_token.reason
     refused = job.run(WARMSTART_SCRATCH_DIR=str(tmp_path / "s2"), HF_TOKEN="hf_other_account")
-    assert refused.returncode == wi.EXIT_ACCESS and "accept its license" in refused.reason
+    assert refused.returncode == weights_import_settings.EXIT_ACCESS and "accept its license" in refused.reason
     assert "hf_other_account" not in refused.stdout + refused.stderr
     ok = job.run(WARMSTART_SCRATCH_DIR=str(tmp_path / "s3"), HF_TOKEN="hf_reader_token")
     assert ok.returncode == 0, ok.stdout
@@ -306,9 +307,9 @@ def test_gated_repository_needs_a_token_whose_account_accepted_it(rclone_s3, hub
 def test_hub_unknown_revision_and_wrong_size_fail_before_any_weight_is_downloaded(hub_job, hub, prefix):
     job, files = hub_job
     run = job.run(WARMSTART_HF_REVISION=OTHER_COMMIT)
-    assert run.returncode == wi.EXIT_ACCESS and "has no revision" in run.reason
+    assert run.returncode == weights_import_settings.EXIT_ACCESS and "has no revision" in run.reason
     run = job.run(WARMSTART_WEIGHTS_GIB="40")
-    assert run.returncode == wi.EXIT_VERIFY and "fix: set weightsGiB:" in run.reason
+    assert run.returncode == weights_import_settings.EXIT_VERIFY and "fix: set weightsGiB:" in run.reason
     assert not [p for p in hub.downloads() if p.endswith(".safetensors")]
     assert objects(job.server, "models", prefix) == {}
 
@@ -383,12 +384,12 @@ def test_an_unreadable_or_oversized_index_fails_verification_before_anything_is_
     job, _ = s3_job
     job.server.client().put_object(Bucket=BUCKET, Key=f"{SRC}/{prefix}/{wi.INDEX_NAME}", Body=index)
     run = job.run()
-    assert run.returncode == wi.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
+    assert run.returncode == weights_import_settings.EXIT_VERIFY and "not a safetensors index" in run.reason, (run.stdout, run.stderr)
     assert objects(job.server, BUCKET, f"{DST}/{prefix}") == {}
 
 
 def test_a_missing_destination_bucket_is_an_access_error_not_an_empty_destination(s3_job):
     job, _ = s3_job
     run = job.run(WARMSTART_DEST_BUCKET="warmstart-no-such-bucket")
-    assert run.returncode == wi.EXIT_ACCESS and "NoSuchBucket" in run.reason, (run.stdout, run.stderr)
+    assert run.returncode == weights_import_settings.EXIT_ACCESS and "NoSuchBucket" in run.reason, (run.stdout, run.stderr)
     assert run.phases == [("check", "error")]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.pod_scripts import artifact
 from warmstart.podside.common import shared as common
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def test_the_endpoint_comes_from_the_process_environment_unless_given(monkeypatc
 @pytest.mark.servers  # starts an interpreter
 def test_importing_the_shared_module_loads_neither_botocore_nor_boto3() -> None:
     """The compile-cache restore imports podside_common on the pod's start-up path."""
-    probe = ("import sys; import warmstart.podside.podside_common; "
+    probe = ("import sys; import warmstart.podside.common.shared; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('botocore', 'boto3')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr)
@@ -80,7 +81,7 @@ def test_an_outcome_line_is_one_compact_flushed_line_in_the_callers_key_order(ca
 _STUCK = """
 import sys, threading, time
 sys.path.insert(0, {folder!r})
-import podside_common as c
+import podside.common.shared as c
 after = {after}
 c.exit_at_deadline(0.5, {final}, after)
 with threading.Lock():  # the main thread stuck, as in a library's locking, never returning
@@ -89,7 +90,7 @@ with threading.Lock():  # the main thread stuck, as in a library's locking, neve
 
 
 def _stuck(tmp_path: Path, final: str, after: str = "None") -> tuple[subprocess.CompletedProcess[str], float]:
-    folder = Path(common.__file__).parent
+    folder = artifact("first_token.pyz")  # one that carries the shared module, as a pod has it
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _STUCK.format(folder=str(folder), final=final, after=after)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=30)

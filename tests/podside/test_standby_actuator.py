@@ -1,4 +1,4 @@
-"""The standby actuator (warmstart/podside/standby.py) run as its pod runs it (the file, the
+"""The standby actuator (warmstart/podside/standby/) run as its pod runs it (the artifact, the
 interpreter isolated, standard library only) against fake vLLM engines that implement vLLM's
 sleep API (tests/routing/fake_vllm.py, `--dev-mode`) on 127.0.0.1, and the serving pods'
 readiness probe (warmstart/manifests/serving.py) run against the same engines as the kubelet would.
@@ -23,12 +23,14 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.support import kubelet
 from tests.support.loopback import LoopbackServer
+from tests.support.pod_scripts import artifact
 from warmstart.manifests import serving
-from warmstart.podside.standby import main as actuator
+from warmstart.podside.standby import decide as decision
+from warmstart.podside.standby import observe
 
 pytestmark = pytest.mark.servers  # fake engines and the actuator script
 
-SCRIPT = Path(actuator.__file__).resolve()
+SCRIPT = artifact("standby.pyz")
 BOUND_S = 30.0  # the most any wait here takes on a loaded machine
 
 
@@ -215,7 +217,7 @@ def test_a_level_2_wake_reloads_the_weights_before_the_warm_up():
 # The decision (pure)
 
 
-engines = st.lists(st.builds(actuator.Engine, url=st.uuids().map(str), ready=st.booleans(), sleeping=st.booleans(),
+engines = st.lists(st.builds(observe.Engine, url=st.uuids().map(str), ready=st.booleans(), sleeping=st.booleans(),
                              waiting=st.integers(0, 50).map(float), running=st.integers(0, 8).map(float),
                              served=st.booleans(), idle_since=st.floats(0, 1000)), max_size=8,
                    unique_by=lambda e: e.url)
@@ -223,7 +225,7 @@ engines = st.lists(st.builds(actuator.Engine, url=st.uuids().map(str), ready=st.
 
 @given(engines, st.integers(0, 3), st.integers(0, 3), st.integers(1, 10), st.integers(0, 20))
 def test_the_decision_never_touches_a_loading_engine_nor_goes_below_the_minimum(es, standby, min_awake, target, held):
-    out = actuator.decide(es, actuator.Policy(standby, min_awake, target, 300), now=1000.0, held=held)
+    out = decision.decide(es, decision.Policy(standby, min_awake, target, 300), now=1000.0, held=held)
     by_url = {e.url: e for e in es}
     assert all(by_url[u].ready and by_url[u].sleeping for u in out.wake)
     assert all(by_url[u].ready and not by_url[u].sleeping for u in out.sleep)
@@ -242,7 +244,7 @@ def test_metrics_are_read_per_model():
     text = ('vllm:num_requests_waiting{engine="0",model_name="m"} 3.0\n'
             'vllm:num_requests_waiting{engine="0",model_name="other"} 9.0\n'
             'vllm:num_requests_running{engine="0",model_name="m"} 2.0\n# HELP x\n')
-    assert actuator.parse_metrics(text, "m") == (3.0, 2.0)
+    assert observe.parse_metrics(text, "m") == (3.0, 2.0)
 
 
 def test_an_answer_is_read_within_its_bound(monkeypatch):
@@ -267,7 +269,7 @@ def test_an_answer_is_read_within_its_bound(monkeypatch):
         def __init__(self) -> None:
             self._serve(Endless)
 
-    monkeypatch.setattr(actuator, "MAX_READ_BYTES", 64 << 10)
+    monkeypatch.setattr(observe, "MAX_READ_BYTES", 64 << 10)
     with Server() as server:
-        code, body = actuator.http("GET", f"{server.base_url}/metrics", timeout=10)
+        code, body = observe.http("GET", f"{server.base_url}/metrics", timeout=10)
     assert code == 200 and len(body) == 64 << 10

@@ -21,6 +21,7 @@ from tests.routing.fake_vllm import FakeVllm
 from tests.routing.router import smg_binary, write_discovery_file
 from tests.support import kubelet
 from tests.support.stacks import load_stack_doc, render_doc
+from tests.support.pod_scripts import artifact
 from warmstart.decisions import routing
 from warmstart.podside import front_queue
 
@@ -68,7 +69,7 @@ def _queue_argv(container: dict, ports: dict[int, int]) -> list[str]:
     command = _rewrite(container["command"], ports)
     assert command[0] == "python3" and command[1].endswith(f"/{front_queue.__name__.rsplit('.', 1)[1]}.py")
     # No --host rendered: the script's default binds every address of the pod.
-    return [sys.executable, "-I", "-S", front_queue.__file__, "--host", kubelet.POD_IP, *command[2:]]
+    return [sys.executable, "-I", "-S", str(artifact("front_queue.pyz")), "--host", kubelet.POD_IP, *command[2:]]
 
 
 def _start(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen:

@@ -113,8 +113,15 @@ def test_eager_models_render_no_cache_wiring(stack_doc, tmp_path):
 
 def test_the_shipped_script_is_the_package_module(rendered):
     (cm,) = [o for o in rendered.kind("ConfigMap") if o["metadata"]["name"] == compile_cache.CONFIGMAP_NAME]
-    assert cm["data"][compile_cache.SCRIPT_KEY] == compile_cache.script_source()
-    assert "def restore(" in cm["data"][compile_cache.SCRIPT_KEY]
+    import base64
+    import io
+    import zipfile
+
+    from warmstart.manifests import pod_scripts
+
+    blob = base64.b64decode(cm["binaryData"][compile_cache.SCRIPT_KEY])
+    assert blob == pod_scripts.build(compile_cache.SCRIPT_KEY).blob
+    assert "def restore(" in zipfile.ZipFile(io.BytesIO(blob)).read("podside/compile_cache/main.py").decode()
 
 
 def test_every_jit_cache_and_the_startup_plan_live_on_the_nodes_compile_cache(rendered):

@@ -106,7 +106,7 @@ def _check_job(job: dict, m, mode: str) -> None:
     assert "ttlSecondsAfterFinished" not in job["spec"], "Pulumi would recreate a deleted Job"
     assert 1 <= job["spec"]["backoffLimit"] <= 3
     assert job["spec"]["activeDeadlineSeconds"] == imports.deadline_seconds(m.weights_bytes)
-    assert c["image"] == m.image and c["command"] == ["python3", "/opt/warmstart/weights_import.py"]
+    assert c["image"] == m.image and c["command"] == ["python3", "/opt/warmstart/weights_import.pyz"]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert c["securityContext"]["runAsNonRoot"] is True and c["securityContext"]["readOnlyRootFilesystem"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -314,8 +314,9 @@ def test_scratch_never_exceeds_the_cap_and_holds_a_small_model_whole(gib):
 
 
 def test_the_script_and_the_job_agree_on_what_cannot_be_retried():
+    from warmstart.podside.weights_import import settings as weights_import_settings
     from warmstart.podside.weights_import import main as script
-    assert set(import_job.PERMANENT_EXIT_CODES) == {script.EXIT_CONFIG, script.EXIT_ACCESS, script.EXIT_VERIFY}
+    assert set(import_job.PERMANENT_EXIT_CODES) == {weights_import_settings.EXIT_CONFIG, weights_import_settings.EXIT_ACCESS, weights_import_settings.EXIT_VERIFY}
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,8 @@ from tests.routing.router import SmgRouter, write_discovery_file
 from warmstart.decisions import routing
 from warmstart.manifests import routing as router_objects
 from warmstart.manifests import serving
+from warmstart.podside.standby import act, observe
+from warmstart.podside.standby import decide as decision
 from warmstart.podside.standby import main as actuator
 
 BOUND_S = 30.0
@@ -36,11 +38,11 @@ BOUND_S = 30.0
 
 
 def test_the_label_is_the_one_the_actuator_writes_and_only_the_routers_select_on_it():
-    assert (serving.ENGINE_LABEL, serving.ENGINE_AWAKE) == (actuator.ENGINE_LABEL, actuator.AWAKE)
+    assert (serving.ENGINE_LABEL, serving.ENGINE_AWAKE) == (observe.ENGINE_LABEL, observe.AWAKE)
     pod = serving.pod_labels("m")
     assert pod[serving.ENGINE_LABEL] == serving.ENGINE_AWAKE, "a fresh pod is awake (its readiness keeps it out)"
     assert serving.worker_selector("m").items() <= pod.items()
-    asleep = pod | {actuator.ENGINE_LABEL: actuator.ASLEEP}
+    asleep = pod | {observe.ENGINE_LABEL: observe.ASLEEP}
     assert not serving.worker_selector("m").items() <= asleep.items(), "an asleep pod leaves the routers"
     # What must keep selecting the pod once it sleeps: its ReplicaSet, its PDB, its policies.
     assert serving.selector("m").items() <= asleep.items() and serving.ENGINE_LABEL not in serving.selector("m")
@@ -68,7 +70,7 @@ class Script:
 
     def __init__(self, running: list[float], listed_for: int) -> None:
         self.running, self.listed_for, self.calls = list(running), listed_for, []
-        self.label = actuator.AWAKE
+        self.label = observe.AWAKE
 
     labels = True
 
@@ -80,8 +82,8 @@ class Script:
         path = urllib.parse.urlsplit(url).path
         self.calls.append((method, path))
         if path == "/workers":
-            listed = self.label == actuator.AWAKE or self.listed_for > 0
-            self.listed_for -= self.label != actuator.AWAKE
+            listed = self.label == observe.AWAKE or self.listed_for > 0
+            self.listed_for -= self.label != observe.AWAKE
             return 200, json.dumps({"workers": [{"url": "http://127.0.0.1:2"}] * listed}).encode()
         if path == "/metrics":
             r = self.running.pop(0) if len(self.running) > 1 else self.running[0]
@@ -92,18 +94,18 @@ class Script:
 
 
 def _drain(monkeypatch, script: Script, timeout: float = 5.0, cancel: threading.Event | None = None) -> bool:
-    monkeypatch.setattr(actuator, "http", script.http)
-    e = actuator.Engine("http://127.0.0.1:2", pod="p", ready=True)
-    ok = actuator.drain(e, script, ["http://127.0.0.1:1"], 0.0, timeout, None, 0.5, cancel or threading.Event())
+    monkeypatch.setattr(observe, "http", script.http)
+    e = observe.Engine("http://127.0.0.1:2", pod="p", ready=True)
+    ok = act.drain(e, script, ["http://127.0.0.1:1"], 0.0, timeout, None, 0.5, cancel or threading.Event())
     if ok:
-        actuator.put_to_sleep(e, 1, 5.0)
+        act.put_to_sleep(e, 1, 5.0)
     return ok
 
 
 def test_an_engine_sleeps_only_once_out_of_the_router_and_idle(monkeypatch):
     s = Script(running=[2, 1, 0], listed_for=3)
     assert _drain(monkeypatch, s)
-    assert s.calls[0] == ("label", actuator.ASLEEP), "out of the routers' selector first"
+    assert s.calls[0] == ("label", observe.ASLEEP), "out of the routers' selector first"
     sleep_at = s.calls.index(("POST", "/sleep"))
     assert sleep_at == len(s.calls) - 1
     workers = [i for i, c in enumerate(s.calls) if c == ("GET", "/workers")]
@@ -111,14 +113,14 @@ def test_an_engine_sleeps_only_once_out_of_the_router_and_idle(monkeypatch):
     assert len(workers) == 4, "polled until the router stopped listing it"
     assert max(workers) < min(metrics), "idle is read only once no router sends to it"
     assert len(metrics) == 3, "until nothing runs on it"
-    assert s.label == actuator.ASLEEP
+    assert s.label == observe.ASLEEP
 
 
 def test_a_drain_that_times_out_sleeps_nothing_and_relabels_the_pod_awake(monkeypatch, capsys):
     s = Script(running=[1], listed_for=0)
     assert not _drain(monkeypatch, s, timeout=0.5)
     assert ("POST", "/sleep") not in s.calls
-    assert s.calls[-1] == ("label", actuator.AWAKE) and s.label == actuator.AWAKE
+    assert s.calls[-1] == ("label", observe.AWAKE) and s.label == observe.AWAKE
     (line,) = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert line["event"] == "warmstart.sleep_skipped" and line["reason"] == "requests in flight"
 
@@ -127,7 +129,7 @@ def test_a_router_that_keeps_listing_the_engine_stops_the_sleep(monkeypatch):
     s = Script(running=[0], listed_for=10_000)
     assert not _drain(monkeypatch, s, timeout=0.5)
     assert ("POST", "/sleep") not in s.calls and ("GET", "/metrics") not in s.calls
-    assert s.label == actuator.AWAKE
+    assert s.label == observe.AWAKE
 
 
 def test_a_cancelled_drain_keeps_the_engine_awake(monkeypatch):
@@ -135,16 +137,16 @@ def test_a_cancelled_drain_keeps_the_engine_awake(monkeypatch):
     cancel.set()
     s = Script(running=[0], listed_for=0)
     assert not _drain(monkeypatch, s, cancel=cancel)
-    assert ("POST", "/sleep") not in s.calls and s.label == actuator.AWAKE
+    assert ("POST", "/sleep") not in s.calls and s.label == observe.AWAKE
 
 
 def test_an_engine_being_drained_is_neither_awake_nor_a_sleeper_to_wake():
-    es = [actuator.Engine("a", ready=True, waiting=20), actuator.Engine("d", ready=True),
-          actuator.Engine("s", ready=True, sleeping=True)]
-    out = actuator.decide(es, actuator.Policy(1, 1, 5, 0), now=0.0, draining={"d"})
+    es = [observe.Engine("a", ready=True, waiting=20), observe.Engine("d", ready=True),
+          observe.Engine("s", ready=True, sleeping=True)]
+    out = decision.decide(es, decision.Policy(1, 1, 5, 0), now=0.0, draining={"d"})
     assert out.wake == ["s"] and not out.sleep
-    calm = [actuator.Engine("a", ready=True), actuator.Engine("b", ready=True), actuator.Engine("d", ready=True)]
-    assert not actuator.decide(calm, actuator.Policy(2, 1, 5, 0), now=0.0, draining={"d"}).sleep, \
+    calm = [observe.Engine("a", ready=True), observe.Engine("b", ready=True), observe.Engine("d", ready=True)]
+    assert not decision.decide(calm, decision.Policy(2, 1, 5, 0), now=0.0, draining={"d"}).sleep, \
         "one drain at a time"
 
 
@@ -152,7 +154,7 @@ def test_an_engine_being_drained_is_neither_awake_nor_a_sleeper_to_wake():
 # End to end: the real router, two fake engines, steady traffic
 
 
-class FileDiscovery(actuator.Static):
+class FileDiscovery(observe.Static):
     """The pods' labels as SMG's file discovery: a pod labelled asleep leaves the file, as it leaves
     the label-selected pod watch of SMG's Kubernetes discovery."""
 
@@ -164,7 +166,7 @@ class FileDiscovery(actuator.Static):
 
     def set_label(self, pod: str, value: str) -> None:
         with self.lock:
-            (self.awake.add if value == actuator.AWAKE else self.awake.discard)(pod)
+            (self.awake.add if value == observe.AWAKE else self.awake.discard)(pod)
             write_discovery_file(self.manifest, self.awake)
 
 

@@ -5,6 +5,7 @@ tests/podside/test_standby_actuator.py; the router's routes in tests/routing/tes
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import math
@@ -31,7 +32,7 @@ from warmstart.decisions import instances, phases, placement, standby, tuning
 from warmstart.decisions import routing as routing_decisions
 from warmstart.decisions.instances import GIB
 from warmstart.errors import ConfigError, ConfigErrors
-from warmstart.manifests import network_policy, serving
+from warmstart.manifests import network_policy, pod_scripts, serving
 from warmstart.manifests import routing as router_objects
 from warmstart.manifests import standby as objects
 from warmstart.plan.model import plan_model
@@ -246,7 +247,8 @@ def test_the_component_registers_the_planned_objects():
         [(o["kind"], o["metadata"]["name"]) for o in objects.objects(built["s"].plan)]
         + [("ConfigMap", "m-standby-script")])
     (cm,) = [o for o in objs if o["kind"] == "ConfigMap"]
-    assert cm["data"][objects.SCRIPT_KEY].startswith('"""Standby actuator')
+    assert base64.b64decode(cm["binaryData"][objects.SCRIPT_KEY]) == pod_scripts.build(objects.SCRIPT_KEY).blob
+    assert "podside/standby/main.py" in pod_scripts.script_files(objects.SCRIPT_KEY)
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     volumes = dep["spec"]["template"]["spec"]["volumes"]
     assert {"name": "script", "configMap": {"name": "m-standby-script"}} in json.loads(json.dumps(volumes))

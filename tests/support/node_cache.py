@@ -16,10 +16,12 @@ from typing import Any
 import components
 from components.node_cache import ModelNodeCache
 from tests.podside.servers import BUCKET, RcloneS3
+from tests.support.pod_scripts import artifact
 from warmstart import mocks
 from warmstart.decisions import node_cache as decide
 from warmstart.decisions.node_cache import model_version_digest
 from warmstart.podside import weights_select
+from warmstart.podside.weights_stage import settings as weights_stage_settings
 from warmstart.podside.weights_stage import main as weights_stage
 
 
@@ -71,8 +73,8 @@ def model_files(seed: int, mib: int = 3) -> dict[str, bytes]:
             "config.json": json.dumps({"seed": seed}).encode(), "tokenizer/tokenizer.json": b"{}" * 100}
 
 
-STAGE = Path(weights_stage.__file__).resolve()
-SELECT = Path(weights_select.__file__).resolve()
+STAGE = artifact("weights_stage.pyz")
+SELECT = artifact("weights_select.pyz")
 K8S = "1.33"
 SOURCE = "s3://team-models/llama-8b/v3"
 IMAGE = "vllm/vllm-openai:v0.33.0@sha256:" + "cd" * 32
@@ -104,7 +106,7 @@ def node_cache_component(**overrides: Any) -> tuple[Any, list[mocks.Registered]]
 
 def tree(path: Path) -> dict[str, bytes]:
     return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*")
-            if p.is_file() and p.name != weights_stage.MARKER}
+            if p.is_file() and p.name != weights_stage_settings.MARKER}
 
 
 def digest_of(v: Version) -> str:

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.podside.servers import S3Server
+from tests.support.pod_scripts import artifact
+from warmstart.podside.weights_import import settings as weights_import_settings
 from warmstart.podside.weights_import import main as wi
 
-MODULE = Path(wi.__file__).resolve()
+MODULE = artifact("weights_import.pyz")
 MIB = 1 << 20
 PART = 5 * MIB
 COMMIT = "0e9e39f249a16976918f6564b8830bc894c89659"
@@ -81,7 +83,7 @@ def clean_environ() -> dict[str, str]:
 
 def parse(stdout: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-    assert all(line["event"] == wi.EVENT for line in lines), stdout
+    assert all(line["event"] == weights_import_settings.EVENT for line in lines), stdout
     return lines
 
 

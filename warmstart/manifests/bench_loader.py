@@ -13,7 +13,7 @@ from ..plan.records import ServingPlan
 from .serving import labels, vllm_env
 
 CONFIGMAP_NAME = "warmstart-bench-loader"
-SCRIPT_KEY = "bench_loader.py"
+SCRIPT_KEY = "bench_loader.pyz"
 SCRIPT_MOUNT = "/opt/warmstart-bench"
 # Long enough for the three reads of a 200 GiB model at the streamer defaults' rate.
 ACTIVE_DEADLINE_SECONDS = 3 * 3600

@@ -32,7 +32,7 @@ from .serving import (
 
 # The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-compile-cache"
-SCRIPT_KEY = "compile_cache.py"
+SCRIPT_KEY = "compile_cache.pyz"
 SCRIPT_VOLUME = "warmstart-compile-cache"
 SCRIPT_MOUNT = "/opt/warmstart"
 # Shared between the restore init container (which sees the GPU) and the publish sidecar (which
@@ -42,10 +42,6 @@ STATE_MOUNT = "/run/warmstart"
 RESTORE_CONTAINER = "compile-cache-restore"
 PUBLISH_CONTAINER = "compile-cache-publish"
 SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/compile-cache-script-sha256"
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def _env(m: ServingPlan, bucket: Any, region: str) -> list[dict]:

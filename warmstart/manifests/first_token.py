@@ -16,7 +16,7 @@ from . import node_cache, pod_scripts
 from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
 
 CONFIGMAP_NAME = "warmstart-first-token"
-SCRIPT_KEY = "first_token.py"
+SCRIPT_KEY = "first_token.pyz"
 SCRIPT_VOLUME = "warmstart-first-token"
 SCRIPT_MOUNT = "/opt/warmstart-first-token"
 CONTAINER = "first-token"
@@ -34,10 +34,6 @@ VLLM_REPORT_ENV = ({"name": "RUNAI_STREAMER_LOG_TO_STDERR", "value": "1"},
 def record_prefix(model: str) -> str:
     """Key prefix of a model's cold-start records in the compile-cache bucket."""
     return f"{cachekey.cache_key_prefix(model)}coldstart/"
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def first_token_container(m: ServingPlan, bucket: Any, region: str, state_volume: str | None = None,

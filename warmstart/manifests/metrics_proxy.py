@@ -19,7 +19,7 @@ from .serving import (ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, METRICS_P
                       container_security_context)
 
 CONFIGMAP_NAME = "warmstart-metrics-proxy"
-SCRIPT_KEY = "metrics_proxy.py"
+SCRIPT_KEY = "metrics_proxy.pyz"
 SCRIPT_MOUNT = "/opt/warmstart-metrics-proxy"
 CONTAINER = "metrics-proxy"
 PORT = METRICS_PORT
@@ -31,10 +31,6 @@ UPSTREAM_TIMEOUT_S = 5
 MAX_BYTES = 32 * 1024 * 1024
 SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/metrics-proxy-sha256"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def script_volume(script_config_map: str) -> str:

@@ -42,8 +42,8 @@ from .serving import (
 
 LABEL_NAMESPACE = "weights.warmstart.io"
 NFD_GROUP = "nfd.k8s-sigs.io"
-STAGE_SCRIPT = "weights_stage.py"
-SELECT_SCRIPT = "weights_select.py"
+STAGE_SCRIPT = "weights_stage.pyz"
+SELECT_SCRIPT = "weights_select.pyz"
 STAGE_CONFIGMAP = "warmstart-weights-stage"
 SELECT_CONFIGMAP = "warmstart-weights-select"
 SCRIPT_MOUNT = "/opt/warmstart-weights"

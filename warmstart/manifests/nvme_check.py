@@ -22,16 +22,12 @@ from .serving import (
 
 # The ConfigMap a namespace shares when one PodScript ships the script for every model in it.
 CONFIGMAP_NAME = "warmstart-nvme-check"
-SCRIPT_KEY = "nvme_check.py"
+SCRIPT_KEY = "nvme_check.pyz"
 SCRIPT_VOLUME = "warmstart-nvme-check"
 SCRIPT_MOUNT = "/opt/warmstart"
 INIT_CONTAINER = "nvme-check"
 # Changing the script changes this annotation, so pods roll onto the new version.
 SCRIPT_ANNOTATION = f"{ANNOTATION_DOMAIN}/nvme-check-sha256"
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def nvme_check_min_bytes(min_nvme_bytes: int) -> int:

@@ -47,7 +47,7 @@ TMP_VOLUME, TMP_MOUNT = "tmp", "/tmp"
 # The front queue (warmstart/podside/front_queue.py) of a model that scales from zero: its script's
 # ConfigMap (shipped to the namespace with the other pod scripts) and where the pod mounts it.
 FRONT_QUEUE_CONFIGMAP = "warmstart-front-queue"
-FRONT_QUEUE_SCRIPT = "front_queue.py"
+FRONT_QUEUE_SCRIPT = "front_queue.pyz"
 FRONT_QUEUE_MOUNT = "/opt/warmstart-front-queue"
 FRONT_QUEUE_VOLUME = "front-queue"
 # The front queue script's digest on the router pods' template, so a new script rolls them.

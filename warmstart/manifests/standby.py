@@ -25,7 +25,7 @@ from ..decisions.standby import ACTUATOR_REQUESTS, ActuatorPlan
 from . import network_policy, pod_scripts, serving
 
 CONFIGMAP_NAME = "warmstart-standby"
-SCRIPT_KEY = "standby.py"
+SCRIPT_KEY = "standby.pyz"
 SCRIPT_MOUNT = "/opt/warmstart-standby"
 NAME = "standby-actuator"
 IMAGE = versions.SMG_IMAGE

@@ -24,8 +24,7 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
-from ..podside.weights_import import main as script
-from . import pod_scripts
+from ..podside.weights_import import s3 as script_s3
 from .serving import (
     ANNOTATION_DOMAIN,
     IMAGE_PULL_POLICY,
@@ -37,7 +36,7 @@ from .serving import (
 )
 
 CONFIGMAP_NAME = "warmstart-weights-import"
-SCRIPT_KEY = "weights_import.py"
+SCRIPT_KEY = "weights_import.pyz"
 SCRIPT_VOLUME = "warmstart-weights-import"
 SCRIPT_MOUNT = "/opt/warmstart"
 CONTAINER = "weights-import"
@@ -68,19 +67,15 @@ def memory_limit_bytes() -> int:
     `JSON_PARSE_FACTOR` times its size (tests/podside/test_podside_import_faults.py measures
     it), plus the body's bytes and text, on top of BASE_MEMORY_BYTES and the upload parts in
     flight; rounded up to 256 MiB."""
-    need = BASE_MEMORY_BYTES + UPLOAD_PARTS_IN_FLIGHT_BYTES + (script.JSON_PARSE_FACTOR + 2) * script.MAX_JSON_BYTES
+    need = BASE_MEMORY_BYTES + UPLOAD_PARTS_IN_FLIGHT_BYTES + (script_s3.JSON_PARSE_FACTOR + 2) * script_s3.MAX_JSON_BYTES
     return -(-need // _MEMORY_STEP) * _MEMORY_STEP
 
 
-# Exit codes of the script that no retry can fix (see warmstart/podside/weights_import.py).
+# Exit codes of the script that no retry can fix (see warmstart/podside/weights_import/main.py).
 PERMANENT_EXIT_CODES = (2, 3, 4)
 ANNOTATION_SOURCE = f"{ANNOTATION_DOMAIN}/import-source"
 ANNOTATION_REVISION = f"{ANNOTATION_DOMAIN}/import-revision"
 ANNOTATION_DESTINATION = f"{ANNOTATION_DOMAIN}/import-destination"
-
-
-def script_source() -> str:
-    return pod_scripts.script_source(SCRIPT_KEY)
 
 
 def labels(model: str) -> dict[str, str]:

@@ -17,9 +17,9 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-from .node import _remove
+from .node import remove_path
 from .settings import (
-    CacheError, _ephemeral, FORMAT_VERSION, MANIFEST_MEMBER, _MAX_HEADER_BYTES, Settings, STATE_DIRNAME,
+    CacheError, ephemeral, FORMAT_VERSION, MANIFEST_MEMBER, MAX_HEADER_BYTES, Settings, STATE_DIRNAME,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -38,9 +38,9 @@ def snapshot(settings: Settings) -> dict[str, tuple[int, int, bool]]:
         if not root.is_dir() or root.is_symlink():
             continue
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not _ephemeral(d))
+            dirnames[:] = sorted(d for d in dirnames if not ephemeral(d))
             for name in filenames:
-                if _ephemeral(name):
+                if ephemeral(name):
                     continue
                 full = os.path.join(dirpath, name)
                 try:
@@ -53,7 +53,7 @@ def snapshot(settings: Settings) -> dict[str, tuple[int, int, bool]]:
     return files
 
 
-class _Changed(Exception):
+class Changed(Exception):
     """A file changed while it was archived: the cache is not stable yet."""
 
 
@@ -68,11 +68,11 @@ def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]]
             try:
                 f = open(settings.cache_dir / rel, "rb")
             except FileNotFoundError as exc:
-                raise _Changed(rel) from exc
+                raise Changed(rel) from exc
             with f:
                 st = os.fstat(f.fileno())
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-                    raise _Changed(rel)
+                    raise Changed(rel)
                 data = _HashingReader(f)
                 info = tarfile.TarInfo(rel)
                 info.size = size
@@ -81,7 +81,7 @@ def build_archive(settings: Settings, files: Mapping[str, tuple[int, int, bool]]
                 tar.addfile(info, data)
                 st = os.fstat(f.fileno())
                 if (st.st_size, st.st_mtime_ns) != (size, mtime_ns) or data.count != size:
-                    raise _Changed(rel)
+                    raise Changed(rel)
                 entries.append([rel, size, data.digest.hexdigest(), executable])
         body = json.dumps({"format": FORMAT_VERSION, "factors_sha256": key_hash, "files": entries},
                           separators=(",", ":")).encode()
@@ -105,12 +105,12 @@ class _HashingReader:
         return data
 
 
-def _manifest_limit(settings: Settings) -> int:
+def manifest_limit(settings: Settings) -> int:
     """Largest manifest accepted: a line per file of at most a long path and a sha256."""
     return 4096 + settings.max_files * 512
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
+class BoundedTarInfo(tarfile.TarInfo):
     """Headers as tarfile parses them, refused before tarfile reads what they announce.
 
     tarfile reads a whole pax or GNU long-name header into memory, and a GNU sparse header's
@@ -123,15 +123,15 @@ class _BoundedTarInfo(tarfile.TarInfo):
     def frombuf(cls, buf: bytes, encoding: str, errors: str) -> "tarfile.TarInfo":
         info = super().frombuf(buf, encoding, errors)
         if info.type == tarfile.XHDTYPE:
-            if info.size > _MAX_HEADER_BYTES:
-                raise CacheError(f"archive has a {info.size}-byte pax header (at most {_MAX_HEADER_BYTES} "
+            if info.size > MAX_HEADER_BYTES:
+                raise CacheError(f"archive has a {info.size}-byte pax header (at most {MAX_HEADER_BYTES} "
                                  "accepted): not an archive this tool wrote")
         elif info.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
             raise CacheError(f"archive member {info.name!r} is not a regular file (tar type {info.type!r})")
         return info
 
 
-def _safe_name(name: str) -> str:
+def safe_name(name: str) -> str:
     path = PurePosixPath(name)
     parts = [p for p in path.parts if p != "."]
     if path.is_absolute() or not parts or ".." in parts or "\\" in name or "\x00" in name:
@@ -141,7 +141,7 @@ def _safe_name(name: str) -> str:
     return "/".join(parts)
 
 
-def _parse_manifest(data: bytes, settings: Settings, key_hash: str) -> dict[str, tuple[int, str, bool]]:
+def parse_manifest(data: bytes, settings: Settings, key_hash: str) -> dict[str, tuple[int, str, bool]]:
     try:
         doc = json.loads(data)
         if doc.get("format") != FORMAT_VERSION or doc.get("factors_sha256") != key_hash:
@@ -169,7 +169,7 @@ def install_tree(staging: Path, cache_dir: Path) -> list[Path]:
         _merge(staging, cache_dir, moved, top=True)
     except BaseException:
         for path in reversed(moved):
-            _remove(path)
+            remove_path(path)
         raise
     return moved
 

@@ -142,39 +142,35 @@ import zlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-# The names the code below uses, and those callers read on this module as they did before it was
-# split (compile_cache.EVENT, .STATE_DIRNAME, .detect_accelerator, ... in tests/podside/).
+# The names the code below uses; a caller imports each from the module that defines it.
 from .archive import (
-    _BoundedTarInfo, build_archive, _Changed, install_tree, _manifest_limit, _parse_manifest, _safe_name,
+    BoundedTarInfo, build_archive, Changed, install_tree, manifest_limit, parse_manifest, safe_name,
     snapshot,
 )
-from .key import (
-    cache_key, compute_factors, detect_accelerator, detect_gpu_driver, factors_hash, manifest_key,
-    resolve_factors, runs_nvidia_smi, weights_factor,
-)
+from .key import cache_key, compute_factors, factors_hash, manifest_key, resolve_factors, runs_nvidia_smi
 from .node import (
-    _acquire, _clean_stale_temp, Compiling, compiling_peers, FileLock, _key_hash, _lock_node,
-    LockTimeout, _marker, _node_has, _node_has_any, _remove, _write_json_atomic,
+    acquire, clean_stale_temp, Compiling, compiling_peers, FileLock, lock_node, LockTimeout, node_marker,
+    node_has, node_has_any, remove_path, write_json_atomic,
 )
-from .outcome import compile_dirs, describe_error, _emit, Outcome
+from .outcome import compile_dirs, describe_error, emit_outcome, Outcome
 from .s3 import (
-    _Ahead, _bounded, _Budget, _BudgetedReader, _is_missing_bucket, make_client, _missing_bucket, _write_stream,
+    Ahead, bounded_call, Budget, BudgetedReader, is_missing_bucket, make_client, missing_bucket, write_stream,
 )
 from .settings import (
-    CacheError, _CHUNK, ConfigError, DeadlineExceeded, DEFAULT_CACHE_PATHS, EVENT, _EXTRACT_S_PER_FILE,
-    FORMAT_VERSION, MANIFEST_MEMBER, Misconfigured, Settings, _STABLE_TRIES, STATE_DIRNAME,
+    CacheError, CHUNK, ConfigError, DeadlineExceeded, EXTRACT_S_PER_FILE, FORMAT_VERSION, MANIFEST_MEMBER,
+    Misconfigured, Settings, STABLE_TRIES,
 )
 from .startup_plan import guard_startup_plans
 from ..common.shared import s3_code as _s3_code, s3_status as _s3_status
 
 # --------------------------------------------------------------------------------------------
 # Archive: safe extraction (the rest of the archive is compile_cache_archive.py). Here, with the
-# restore, because it writes every file through _write_stream, which the fault tests replace
+# restore, because it writes every file through write_stream, which the fault tests replace
 # on this module (tests/podside/test_podside_faults.py).
 
 
 def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_hash: str,
-                    budget: _Budget | None = None) -> int:
+                    budget: Budget | None = None) -> int:
     """Extract into `dest` (an empty staging dir) what the publisher vouched for, or refuse it all.
 
     `archive` is a file, or a stream read once from start to end (the download itself, so that
@@ -194,7 +190,7 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
     made: set[str] = set()
     total = 0
     if isinstance(archive, (str, Path)):
-        opened = tarfile.open(archive, "r:gz", tarinfo=_BoundedTarInfo)
+        opened = tarfile.open(archive, "r:gz", tarinfo=BoundedTarInfo)
     else:
         # Inflated here, not by tarfile ("r|gz"): tarfile's stream inflates a whole read of
         # compressed input at once, however large it grows, then copies what is left of it on
@@ -216,7 +212,7 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
                     data: Any = inflater.unconsumed_tail
                     if not data:
                         if not self.feed:
-                            chunk = stream.read(_CHUNK)
+                            chunk = stream.read(CHUNK)
                             if not chunk:
                                 return b""  # truncated: tarfile reports what it lacks
                             self.feed = memoryview(chunk)
@@ -226,7 +222,7 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
                         return out
                 return b""
 
-        opened = tarfile.open(fileobj=_Inflating(), mode="r|", tarinfo=_BoundedTarInfo, bufsize=_OUT)
+        opened = tarfile.open(fileobj=_Inflating(), mode="r|", tarinfo=BoundedTarInfo, bufsize=_OUT)
     with opened as tar:
         while True:
             if budget is not None:
@@ -239,15 +235,15 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
             if manifest is not None:
                 raise CacheError(f"archive member {member.name!r} follows the manifest")
             if member.name == MANIFEST_MEMBER:
-                limit = _manifest_limit(settings)
+                limit = manifest_limit(settings)
                 if member.size > limit:
                     raise CacheError(f"archive manifest is {member.size} bytes, more than {limit} for "
                                      f"WARMSTART_MAX_FILES={settings.max_files}")
                 source = tar.extractfile(member)
                 assert source is not None
-                manifest = _parse_manifest(source.read(limit + 1), settings, key_hash)
+                manifest = parse_manifest(source.read(limit + 1), settings, key_hash)
                 continue
-            name = _safe_name(member.name)
+            name = safe_name(member.name)
             if not settings.published_path(name):
                 raise CacheError(f"archive member {name!r} is not under WARMSTART_CACHE_PATHS="
                                  f"{','.join(settings.cache_paths)}: only published cache paths are installed")
@@ -270,7 +266,7 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
             executable = bool(member.mode & 0o111)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "wb") as out:
-                written, sha = _write_stream(source.read, out, member.size)
+                written, sha = write_stream(source.read, out, member.size)
                 if written != member.size:
                     raise CacheError(f"archive member {member.name!r} is truncated")
                 # On the open file, not the path: no second lookup, and the file is the one
@@ -281,7 +277,7 @@ def extract_archive(archive: Path | Any, dest: Path, settings: Settings, key_has
                 os.utime(fd, (member.mtime, member.mtime))
             seen[name] = (written, sha, executable)
             if budget is not None:
-                budget.extend(_EXTRACT_S_PER_FILE)
+                budget.extend(EXTRACT_S_PER_FILE)
     if manifest is None:
         raise CacheError("archive has no manifest: the publisher vouched for none of its files")
     unvouched = sorted(set(seen) - set(manifest))
@@ -321,11 +317,11 @@ def restore(settings: Settings | None = None, *, client: Any = None, emit: bool 
             outcome.reason = f"interrupted: {type(exc).__name__}"
             outcome.seconds = time.monotonic() - start
             if emit:
-                _emit(outcome)
+                emit_outcome(outcome)
             raise
     outcome.seconds = time.monotonic() - start
     if emit:
-        _emit(outcome)
+        emit_outcome(outcome)
     _record_outcome(settings, outcome)
     return outcome
 
@@ -337,7 +333,7 @@ def _record_outcome(settings: Settings | None, outcome: Outcome) -> None:
         return
     try:
         settings.state_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(settings.state_file.parent / f"compile-cache-{outcome.phase}.json", json.loads(outcome.line()))
+        write_json_atomic(settings.state_file.parent / f"compile-cache-{outcome.phase}.json", json.loads(outcome.line()))
     except (OSError, ValueError):
         pass
 
@@ -350,8 +346,8 @@ def _restore(settings: Settings, client: Any, outcome: Outcome) -> None:
     # there is nothing to overlap and interleaved runs showed no gain, so the client is then
     # built when needed. A hit never imports botocore.
     if client is None and settings.bucket and runs_nvidia_smi(settings.accelerator) \
-            and not _node_has_any(settings):
-        client = _Ahead(make_client, settings)
+            and not node_has_any(settings):
+        client = Ahead(make_client, settings)
     note = guard_startup_plans(settings)
     try:
         _restore_cache(settings, client, outcome)
@@ -368,44 +364,44 @@ def _restore_cache(settings: Settings, client: Any, outcome: Outcome) -> None:
     key = outcome.key = cache_key(settings.prefix, factors)
     key_hash = factors_hash(factors)
     note = _write_state_file(settings, key, factors)
-    held = _node_has(settings, key)
+    held = node_has(settings, key)
     if held:
         outcome.result, outcome.reason = "hit", held
         outcome.compile_dirs = compile_dirs(settings.cache_dir)
         return
     # One download per key per node: the others wait for it (it ends within its bound), then hit.
-    fetching = _acquire(FileLock(settings.state_dir / f"fetch-{key_hash}.lock", settings.lock_timeout_s,
+    fetching = acquire(FileLock(settings.state_dir / f"fetch-{key_hash}.lock", settings.lock_timeout_s,
                                  "the download of this key"), outcome)
     if fetching is None:
         return
     try:
-        held = _node_has(settings, key)
+        held = node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "hit", held
             outcome.compile_dirs = compile_dirs(settings.cache_dir)
             return
-        _clean_stale_temp(settings, own=("restore", key_hash))
+        clean_stale_temp(settings, own=("restore", key_hash))
         base = settings.state_dir / f"tmp-restore-{key_hash}-{secrets.token_hex(6)}"
         staging = base.with_name(base.name + ".d")
         try:
-            client = client.get() if isinstance(client, _Ahead) else client or make_client(settings)
+            client = client.get() if isinstance(client, Ahead) else client or make_client(settings)
             fetched = _download_extracted(settings, client, key, key_hash, staging, outcome)
             if fetched is None:
                 return
             size, files = fetched
             # The node lock only for the renames: local, milliseconds. Never across network I/O.
-            lock = _lock_node(settings, outcome)
+            lock = lock_node(settings, outcome)
             if lock is None:
                 return
             try:
                 moved = install_tree(staging, settings.cache_dir)
                 try:
-                    _write_json_atomic(_marker(settings, "restored", key),
+                    write_json_atomic(node_marker(settings, "restored", key),
                                        {"key": key, "bucket": settings.bucket, "bytes": size, "files": files,
                                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
                 except BaseException:
                     for path in reversed(moved):
-                        _remove(path)
+                        remove_path(path)
                     raise
             finally:
                 lock.__exit__()
@@ -413,7 +409,7 @@ def _restore_cache(settings: Settings, client: Any, outcome: Outcome) -> None:
             outcome.reason = note
             outcome.compile_dirs = compile_dirs(settings.cache_dir)
         finally:
-            _remove(staging)
+            remove_path(staging)
     finally:
         fetching.__exit__()
 
@@ -444,7 +440,7 @@ class _VerifyingReader:
     _AHEAD = 8  # chunks read ahead of the extraction: 2 MiB in flight at most
     _READ = 256 << 10
 
-    def __init__(self, body: Any, length: int, budget: _Budget):
+    def __init__(self, body: Any, length: int, budget: Budget):
         self._body, self._length, self._budget = body, length, budget
         self.digest, self.count = hashlib.sha256(), 0
         # The network is read on its own thread, so the transfer goes on while the extraction
@@ -534,10 +530,10 @@ def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str
     `staging` is installed unless both match. Within Settings.bound_s: the base until the
     response headers, then base + Content-Length / floor rate from the start. (bytes, files),
     or None when there is no object (a miss)."""
-    budget = _Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
+    budget = Budget(f"download of s3://{settings.bucket}/{key}", settings.bound_s())
     readers: list[_VerifyingReader] = []
 
-    def fetch(budget: _Budget) -> tuple[int, int]:
+    def fetch(budget: Budget) -> tuple[int, int]:
         response = client.get_object(Bucket=settings.bucket, Key=key)
         body = response["Body"]
         try:
@@ -576,13 +572,13 @@ def _download_extracted(settings: Settings, client: Any, key: str, key_hash: str
                 r.close()
             body.close()
             if budget.abandoned.is_set():  # the waiting thread has given up: leave nothing behind
-                _remove(staging)
+                remove_path(staging)
 
     try:
-        return _bounded(budget, fetch)
+        return bounded_call(budget, fetch)
     except Exception as exc:
-        if _is_missing_bucket(exc):
-            raise _missing_bucket(settings) from exc
+        if is_missing_bucket(exc):
+            raise missing_bucket(settings) from exc
         if _s3_code(exc) in ("NoSuchKey", "404", "NotFound") or _s3_status(exc) == 404:
             outcome.result, outcome.reason = "miss", "no cache published for this key yet"
             return None
@@ -594,7 +590,7 @@ def _write_state_file(settings: Settings, key: str, factors: Mapping[str, Any]) 
         return None
     try:
         settings.state_file.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(settings.state_file, {"key": key, "factors": factors})
+        write_json_atomic(settings.state_file, {"key": key, "factors": factors})
     except OSError as exc:
         return f"state file not written: {describe_error(exc)}"
     return None
@@ -656,12 +652,12 @@ def publish(settings: Settings | None = None, *, client: Any = None, wait: bool 
             outcome.reason = f"interrupted: {type(exc).__name__}"
             outcome.seconds = time.monotonic() - start - (outcome.waited_s or 0)
             if emit:
-                _emit(outcome)
+                emit_outcome(outcome)
             raise
     # The work itself; the wait for vLLM is reported apart, in waited_s.
     outcome.seconds = time.monotonic() - start - (outcome.waited_s or 0)
     if emit:
-        _emit(outcome)
+        emit_outcome(outcome)
     return outcome
 
 
@@ -697,7 +693,7 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
     factors = resolve_factors(settings, prefer_state_file=True)
     key = outcome.key = cache_key(settings.prefix, factors)
     key_hash = factors_hash(factors)
-    held = _node_has(settings, key)
+    held = node_has(settings, key)
     if held:  # checked before the wait, so a restarted sidecar settles at once
         outcome.result, outcome.reason = "exists", held
         return
@@ -732,18 +728,18 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
         return
     tmp_archive = settings.state_dir / f"tmp-publish-{key_hash}-{secrets.token_hex(6)}.tar.gz"
     try:
-        held = _node_has(settings, key)
+        held = node_has(settings, key)
         if held:
             outcome.result, outcome.reason = "exists", held
             return
-        _clean_stale_temp(settings, own=("publish", key_hash))
+        clean_stale_temp(settings, own=("publish", key_hash))
         client = client or make_client(settings)
         # HEAD first: skips building the archive in the common case that another node won long
         # ago. It is also what keeps a second publisher from overwriting on servers that ignore
         # If-None-Match (rclone's `serve s3` 1.75 does); the conditional PUT closes the race
         # on S3 itself.
-        head = _Budget(f"HEAD s3://{settings.bucket}/{key}", settings.bound_s())
-        if _bounded(head, lambda _: object_exists(client, settings.bucket, key)):
+        head = Budget(f"HEAD s3://{settings.bucket}/{key}", settings.bound_s())
+        if bounded_call(head, lambda _: object_exists(client, settings.bucket, key)):
             outcome.result, outcome.reason = "exists", "already in the bucket"
             _mark_published(settings, key, None)
             return
@@ -755,18 +751,18 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
         metadata = {"warmstart-sha256": sha, "warmstart-bytes": str(size), "warmstart-format": str(FORMAT_VERSION),
                     "warmstart-factors-sha256": key_hash}
 
-        def upload(budget: _Budget) -> None:
+        def upload(budget: Budget) -> None:
             with open(tmp_archive, "rb") as f:
-                client.put_object(Bucket=settings.bucket, Key=key, Body=_BudgetedReader(f, budget),
+                client.put_object(Bucket=settings.bucket, Key=key, Body=BudgetedReader(f, budget),
                                   ContentLength=size, ContentType="application/gzip", Metadata=metadata,
                                   IfNoneMatch="*")
 
         try:
-            _bounded(_Budget(f"upload of {size} bytes to s3://{settings.bucket}/{key}", settings.bound_s(size)),
+            bounded_call(Budget(f"upload of {size} bytes to s3://{settings.bucket}/{key}", settings.bound_s(size)),
                      upload)
         except Exception as exc:
-            if _is_missing_bucket(exc):
-                raise _missing_bucket(settings) from exc
+            if is_missing_bucket(exc):
+                raise missing_bucket(settings) from exc
             # 412: another publisher won. 409 ConditionalRequestConflict: one is writing right now.
             if _s3_status(exc) in (409, 412) or _s3_code(exc) in ("PreconditionFailed", "ConditionalRequestConflict"):
                 outcome.result, outcome.reason = "exists", "another publisher won the conditional write"
@@ -779,13 +775,13 @@ def _publish(settings: Settings, client: Any, outcome: Outcome, *, wait: bool) -
                            "publisher": os.environ.get("HOSTNAME"), "node": os.environ.get("NODE_NAME")},
                           indent=1, sort_keys=True).encode()
         try:
-            _bounded(_Budget(f"PUT s3://{settings.bucket}/{manifest_key(key)}", settings.bound_s(len(body))),
+            bounded_call(Budget(f"PUT s3://{settings.bucket}/{manifest_key(key)}", settings.bound_s(len(body))),
                      lambda _: client.put_object(Bucket=settings.bucket, Key=manifest_key(key),
                                                  ContentType="application/json", Body=body))
         except Exception as exc:
             outcome.reason = f"factors manifest not written: {describe_error(exc)}"
     finally:
-        _remove(tmp_archive)
+        remove_path(tmp_archive)
         publishing.__exit__()
 
 
@@ -815,7 +811,7 @@ def publish_until_settled(settings: Settings | None = None, *, client: Any = Non
 def _mark_published(settings: Settings, key: str, sha: str | None) -> None:
     """Remember that the bucket has this key, so a restarted sidecar does not publish again."""
     try:
-        _write_json_atomic(_marker(settings, "published", key), {"key": key, "sha256": sha,
+        write_json_atomic(node_marker(settings, "published", key), {"key": key, "sha256": sha,
                            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     except OSError:
         pass  # only an optimisation; the HEAD answers the same question next time
@@ -825,7 +821,7 @@ def _stable_archive(settings: Settings, out: Path, key_hash: str, outcome: Outco
     """Tar the cache only if no file changed over WARMSTART_SETTLE_S before it was archived nor
     while it was read: a file vLLM is still writing in place changes size or mtime within that
     interval. None, with the outcome set, when the cache is empty, too big or never settles."""
-    for _ in range(_STABLE_TRIES):
+    for _ in range(STABLE_TRIES):
         before = snapshot(settings)
         if not before:
             outcome.result = "skipped"
@@ -847,21 +843,21 @@ def _stable_archive(settings: Settings, out: Path, key_hash: str, outcome: Outco
             continue
         try:
             entries = build_archive(settings, files, out, key_hash)
-        except _Changed:
-            _remove(out)
+        except Changed:
+            remove_path(out)
             continue
         if snapshot(settings) == files:
             return entries
-        _remove(out)
+        remove_path(out)
     outcome.result = "skipped"
-    outcome.reason = (f"{_KEPT_CHANGING}: {_STABLE_TRIES} tries found a file that changed within "
+    outcome.reason = (f"{_KEPT_CHANGING}: {STABLE_TRIES} tries found a file that changed within "
                       f"WARMSTART_SETTLE_S={settings.settle_s:g} s or while it was archived")
     return None
 
 
 def _file_digest(path: Path) -> tuple[int, str]:
     with open(path, "rb") as f:
-        return _write_stream(f.read, _NullWriter(), 1 << 62)
+        return write_stream(f.read, _NullWriter(), 1 << 62)
 
 
 class _NullWriter:
@@ -916,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _exit_now(code: int) -> None:
+def exit_now(code: int) -> None:
     """End the process without the interpreter's teardown. Run as the init container's command,
     the restore is on the pod's start-up path, and tearing down an interpreter that has loaded
     botocore and built a client costs CPU for nothing: measured here, a restore that downloads

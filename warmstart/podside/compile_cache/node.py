@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .outcome import Outcome
-from .settings import CacheError, Settings, _STALE_TEMP_S
+from .settings import CacheError, Settings, STALE_TEMP_S
 
 # --------------------------------------------------------------------------------------------
 # Node-local state: lock, markers, temp files
@@ -67,7 +67,7 @@ def NodeLock(state_dir: Path, timeout_s: float) -> FileLock:  # noqa: N802 - the
     return FileLock(state_dir / "lock", timeout_s)
 
 
-def _acquire(lock: FileLock, outcome: "Outcome") -> FileLock | None:
+def acquire(lock: FileLock, outcome: "Outcome") -> FileLock | None:
     """`lock`, held; or None, with the outcome `skipped`, when another pod kept it too long
     (that pod is doing the same work, or vLLM compiles as it would without this tool)."""
     lock.path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,28 +78,28 @@ def _acquire(lock: FileLock, outcome: "Outcome") -> FileLock | None:
         return None
 
 
-def _lock_node(settings: Settings, outcome: "Outcome") -> FileLock | None:
-    return _acquire(NodeLock(settings.state_dir, settings.lock_timeout_s), outcome)
+def lock_node(settings: Settings, outcome: "Outcome") -> FileLock | None:
+    return acquire(NodeLock(settings.state_dir, settings.lock_timeout_s), outcome)
 
 
-def _key_hash(key: str) -> str:
+def key_digest(key: str) -> str:
     return PurePosixPath(key).name.split(".")[0]
 
 
-def _marker(settings: Settings, kind: str, key: str) -> Path:
-    return settings.state_dir / f"{kind}-{_key_hash(key)}.json"
+def node_marker(settings: Settings, kind: str, key: str) -> Path:
+    return settings.state_dir / f"{kind}-{key_digest(key)}.json"
 
 
-def _node_has(settings: Settings, key: str) -> str | None:
+def node_has(settings: Settings, key: str) -> str | None:
     """Why this node already holds the cache for `key`, or None."""
-    if _marker(settings, "restored", key).exists():
+    if node_marker(settings, "restored", key).exists():
         return "restored on this node before"
-    if _marker(settings, "published", key).exists():
+    if node_marker(settings, "published", key).exists():
         return "compiled and published from this node"
     return None
 
 
-def _node_has_any(settings: Settings) -> bool:
+def node_has_any(settings: Settings) -> bool:
     """Whether the node holds a restored or published marker of any key (a hit is possible)."""
     try:
         with os.scandir(settings.state_dir) as entries:
@@ -110,7 +110,7 @@ def _node_has_any(settings: Settings) -> bool:
         return True  # unreadable: assume it may, and build the client only when needed
 
 
-def _write_json_atomic(path: Path, value: Any) -> None:
+def write_json_atomic(path: Path, value: Any) -> None:
     tmp = path.with_name(f"tmp-json-{secrets.token_hex(6)}-{path.name}")
     try:
         tmp.write_text(json.dumps(value, indent=1, sort_keys=True))
@@ -172,7 +172,7 @@ _KEYED_TEMP = re.compile(r"^tmp-(restore|publish)-([0-9a-f]{64})-")
 _LEASE_OF = {"restore": "fetch", "publish": "publish"}
 
 
-def _clean_stale_temp(settings: Settings, own: tuple[str, str]) -> None:
+def clean_stale_temp(settings: Settings, own: tuple[str, str]) -> None:
     """Temp files of dead pods. A keyed temp (`tmp-<restore|publish>-<key hash>-...`) belongs to
     the holder of that key's lease: it is removed when the caller holds that lease itself (`own`,
     so the file is a dead holder's) or can take it (nobody holds it). Any other temp is removed
@@ -182,23 +182,23 @@ def _clean_stale_temp(settings: Settings, own: tuple[str, str]) -> None:
         m = _KEYED_TEMP.match(entry.name)
         if m is None:
             try:
-                if now - entry.lstat().st_mtime > _STALE_TEMP_S:
-                    _remove(entry)
+                if now - entry.lstat().st_mtime > STALE_TEMP_S:
+                    remove_path(entry)
             except FileNotFoundError:
                 pass
             continue
         if (m[1], m[2]) == own:
-            _remove(entry)
+            remove_path(entry)
             continue
         lease = FileLock(settings.state_dir / f"{_LEASE_OF[m[1]]}-{m[2]}.lock", 0)
         try:
             with lease:
-                _remove(entry)
+                remove_path(entry)
         except LockTimeout:
             pass  # its owner is alive
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:

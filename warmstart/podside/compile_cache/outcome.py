@@ -11,7 +11,7 @@ import errno
 import os
 from pathlib import Path
 
-from .settings import _ephemeral, EVENT
+from .settings import ephemeral, EVENT
 from ..common.shared import emit_line, json_line, s3_code as _s3_code, s3_status as _s3_status
 
 # --------------------------------------------------------------------------------------------
@@ -63,14 +63,14 @@ def compile_dirs(cache_dir: Path) -> list[str]:
             with os.scandir(cache_dir / parent) as entries:
                 for entry in entries:
                     if entry.is_dir(follow_symlinks=False) and entry.name != "torch_aot_compile" \
-                            and not _ephemeral(entry.name):
+                            and not ephemeral(entry.name):
                         found.add(f"{parent}/{entry.name}"[len("vllm/"):][:120])
         except OSError:
             continue
     return sorted(found)[:_MAX_COMPILE_DIRS]
 
 
-def _emit(outcome: Outcome) -> None:
+def emit_outcome(outcome: Outcome) -> None:
     emit_line(outcome.line())
 
 

@@ -11,14 +11,14 @@ import threading
 import time
 from typing import Any, Callable
 
-from .settings import CacheError, _CHUNK, DeadlineExceeded, Misconfigured, Settings
+from .settings import CacheError, CHUNK, DeadlineExceeded, Misconfigured, Settings
 from ..common.shared import s3_code as _s3_code
 
 # --------------------------------------------------------------------------------------------
 # Deadlines
 
 
-class _Budget:
+class Budget:
     """The bound one network operation must meet, and the flag that stops it once missed."""
 
     def __init__(self, what: str, bound_s: float):
@@ -44,7 +44,7 @@ class _Budget:
             raise DeadlineExceeded(f"{self.what}: abandoned at its deadline")
 
 
-def _bounded(budget: _Budget, work: Callable[[_Budget], Any]) -> Any:
+def bounded_call(budget: Budget, work: Callable[[Budget], Any]) -> Any:
     """`work(budget)` on a worker thread, waited for until the budget's deadline at most.
 
     botocore's timeouts are per socket read, so a server that trickles a byte at a time, or
@@ -86,11 +86,11 @@ def make_client(settings: Settings) -> Any:
     # here, as botocore is in make_s3_client, so that `key` works in an image without boto3.
     from ..common.shared import make_s3_client
 
-    # Per socket operation only; the bound on a whole request is _bounded's (see Settings.bound_s).
+    # Per socket operation only; the bound on a whole request is bounded_call's (see Settings.bound_s).
     return make_s3_client(region=settings.region, connect_timeout_s=5, read_timeout_s=20, max_attempts=3)
 
 
-class _Ahead:
+class Ahead:
     """`make(*args)` started now on a daemon thread, its value taken later: get() waits for it and
     returns it, or raises what it raised, as if it had been called at that point. The restore
     builds its S3 client this way on a node that cannot hit, so importing botocore and loading
@@ -115,8 +115,8 @@ class _Ahead:
         return self._box["value"]
 
 
-def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,
-                  budget: _Budget | None = None, chunk: int = _CHUNK) -> tuple[int, str]:
+def write_stream(read: Callable[[int], bytes], out: Any, limit: int,
+                  budget: Budget | None = None, chunk: int = CHUNK) -> tuple[int, str]:
     """Copy a stream to a file, returning (bytes, sha256). Writes go through here so a full disk
     surfaces as one OSError(ENOSPC) that the caller cleans up after. Never more than `limit`
     bytes, one chunk in memory at a time; stops once `budget` is abandoned."""
@@ -135,11 +135,11 @@ def _write_stream(read: Callable[[int], bytes], out: Any, limit: int,
         out.write(data)
 
 
-class _BudgetedReader:
+class BudgetedReader:
     """An upload body that stops being readable once its budget is abandoned, so an abandoned
     upload ends at its next chunk instead of feeding a stalled server forever."""
 
-    def __init__(self, f: Any, budget: _Budget):
+    def __init__(self, f: Any, budget: Budget):
         self._f, self._budget = f, budget
 
     def read(self, n: int = -1) -> bytes:
@@ -159,10 +159,10 @@ class _BudgetedReader:
         return True
 
 
-def _is_missing_bucket(exc: BaseException) -> bool:
+def is_missing_bucket(exc: BaseException) -> bool:
     return _s3_code(exc) == "NoSuchBucket"
 
 
-def _missing_bucket(settings: Settings) -> Misconfigured:
+def missing_bucket(settings: Settings) -> Misconfigured:
     return Misconfigured(f"the bucket {settings.bucket!r} (WARMSTART_CACHE_BUCKET) does not exist; this is a "
                          "deployment error, not a cache miss: fix the bucket name or create the bucket")

@@ -46,22 +46,22 @@ DEFAULT_CACHE_PATHS = (
 TRITON_DISTS = ("triton", "pytorch-triton", "pytorch-triton-rocm", "pytorch-triton-xpu")
 
 
-_CHUNK = 1 << 20
+CHUNK = 1 << 20
 
 
-_STABLE_TRIES = 3
+STABLE_TRIES = 3
 #: The archive's last member: the files the publisher vouches for. Under .warmstart/, which no
 #: restore ever installs.
 MANIFEST_MEMBER = f"{STATE_DIRNAME}/manifest.json"
 #: Largest pax extended header accepted. tarfile reads a whole one into memory; the publisher
 #: writes one per long path (a few hundred bytes).
-_MAX_HEADER_BYTES = 16 << 10
+MAX_HEADER_BYTES = 16 << 10
 #: Temp files of a dead process that carry no key lease (older layouts) are removed after this.
-_STALE_TEMP_S = 3600
+STALE_TEMP_S = 3600
 #: The restore unpacks while it downloads, so each file it writes adds this to the download's
 #: bound: at most WARMSTART_MAX_FILES x 5 ms (500 s for 100000 files). Writing an empty file took
 #: about 1-2 ms on a loaded 2-core machine here.
-_EXTRACT_S_PER_FILE = 0.005
+EXTRACT_S_PER_FILE = 0.005
 
 
 class ConfigError(ValueError):
@@ -194,10 +194,10 @@ class Settings:
         WARMSTART_CACHE_PATHS, with no compiler temp or lock file on the way."""
         parts = name.split("/")
         return (any(name.startswith(top + "/") for top in self.cache_paths)
-                and not any(_ephemeral(part) for part in parts))
+                and not any(ephemeral(part) for part in parts))
 
 
-def _ephemeral(name: str) -> bool:
+def ephemeral(name: str) -> bool:
     """Files a compiler is still writing or that only coordinate processes: inductor writes
     `.<pid>.<tid>.tmp` then renames, Triton stages in `tmp.pid_*` dirs, and both use `*.lock`;
     FlashInfer appends its build log, `flashinfer_jit.log`, to its workspace

@@ -6,7 +6,7 @@ layout; shipped with it as files of one ConfigMap folder (warmstart/manifests/po
 
 from __future__ import annotations
 
-from .node import NodeLock, _remove, _write_json_atomic
+from .node import NodeLock, remove_path, write_json_atomic
 from .outcome import describe_error
 from .settings import CacheError, Settings
 from ..common.shared import parse_json, read_regular
@@ -41,8 +41,8 @@ def guard_startup_plans(settings: Settings) -> str | None:
                 return None
             plans = settings.cache_dir / STARTUP_PLAN_DIR
             held = plans.is_dir() and not plans.is_symlink() and any(plans.iterdir())
-            _remove(plans)
-            _write_json_atomic(record, {"fingerprint": settings.startup_plan_fingerprint})
+            remove_path(plans)
+            write_json_atomic(record, {"fingerprint": settings.startup_plan_fingerprint})
             return "startup plans of other memory settings removed from the node" if held else None
     except (OSError, CacheError) as exc:
         return f"startup plans not checked: {describe_error(exc)}"

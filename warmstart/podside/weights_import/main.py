@@ -100,17 +100,16 @@ import sys
 import time
 from typing import Any, Iterable, Mapping
 
-# The names the code below uses, and those callers read on this module as they did before it was
-# split (weights_import.EVENT, .TransferError, .parse_json, ... in tests/).
+# The names the code below uses; a caller imports each from the module that defines it.
 from ..common.shared import exit_at_deadline, s3_code as _s3_code, s3_status as _s3_status
 from .s3 import (
-    CANCEL_WAIT_S, describe_error, is_permanent_s3, JSON_PARSE_FACTOR, list_prefix, make_client,
-    MAX_JSON_BYTES, MAX_JSON_DEPTH, parse_json, read_json, transfer_config, Transfers, UNREADABLE,
+    CANCEL_WAIT_S, describe_error, is_permanent_s3, list_prefix, make_client, MAX_JSON_BYTES, MAX_JSON_DEPTH,
+    read_json, transfer_config, Transfers, UNREADABLE,
 )
 from .settings import (
-    AccessError, ConfigError, emit, EVENT, EXIT_ACCESS, EXIT_BUG, EXIT_CONFIG, EXIT_OK, EXIT_TERMINATED,
-    EXIT_TRANSFER, EXIT_VERIFY, FORMAT, gib, ImportFailure, INDEX_NAME, Interrupted, MANIFEST_NAME,
-    Phase, Settings, termination_log, TransferError, VerifyError, wanted, WEIGHTS_TOLERANCE,
+    AccessError, ConfigError, emit, EXIT_BUG, EXIT_OK, EXIT_TERMINATED, EXIT_TRANSFER, FORMAT, gib, ImportFailure,
+    INDEX_NAME, Interrupted, MANIFEST_NAME, Phase, Settings, termination_log, VerifyError, wanted,
+    WEIGHTS_TOLERANCE,
 )
 from .sources import HubSource, prove_by_hash, S3Source, SourceFile
 

@@ -242,7 +242,7 @@ class Transfers:
             pass
 
 
-class _KnownSize:
+class KnownSize:
     """Tells the transfer manager a copy's size, so it skips a HEAD of the source."""
 
     def __init__(self, size: int):

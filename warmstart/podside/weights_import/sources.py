@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .s3 import (
-    CANCEL_WAIT_S, describe_error, is_permanent_s3, _KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
+    CANCEL_WAIT_S, describe_error, is_permanent_s3, KnownSize, list_prefix, MAX_JSON_BYTES, parse_json,
     read_json, transfer_all, Transfers, UNREADABLE,
 )
 from .stream import ByteBudget, Cancelled, file_too_large, PartUploads, Stored, upload_verified
@@ -76,7 +76,7 @@ class S3Source:
             # TaggingDirective REPLACE (with no tags): the copy needs no s3:GetObjectTagging on the source.
             return mgr.copy(copy_source={"Bucket": s.s3_bucket, "Key": f"{s.s3_prefix}/{name}"},
                             bucket=s.dest_bucket, key=s.dest_key(name),
-                            extra_args={"TaggingDirective": "REPLACE"}, subscribers=[_KnownSize(sizes[name])],
+                            extra_args={"TaggingDirective": "REPLACE"}, subscribers=[KnownSize(sizes[name])],
                             source_client=self.client)
 
         return transfer_all(s, manager, sorted(sizes), submit, "copying")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..common.shared import make_s3_client
-from .node import _write_file, parse_json, read_small
+from .node import write_file, parse_json, read_small
 from .settings import (
     Deadline, ETAG_MD5, ETAG_MULTIPART, IMPORT_MANIFEST, MAX_MARKER_BYTES, MIB, Settings, StageRefused,
 )
@@ -51,7 +51,7 @@ class ObjectFacts:
         return not self.customer_key and self.sse not in ("aws:kms", "aws:kms:dsse")
 
 
-def _split_source(source: str) -> tuple[str, str]:
+def split_source(source: str) -> tuple[str, str]:
     bucket, _, prefix = source.removeprefix("s3://").partition("/")
     return bucket, prefix
 
@@ -173,7 +173,7 @@ def part_size_candidates(size: int, parts: int, *, recorded: int | None = None, 
     return found, False
 
 
-class _PartDigests:
+class PartDigests:
     """The digests of a file's consecutive parts of `part` bytes (None: the whole file is one part)."""
 
     def __init__(self, algorithm: str, part: int | None) -> None:
@@ -199,7 +199,7 @@ class _PartDigests:
         return self.done
 
 
-def _hash_file(path: Path, digests: list[_PartDigests], deadline: Deadline) -> None:
+def hash_file(path: Path, digests: list[PartDigests], deadline: Deadline) -> None:
     """One pass over the file, every digest fed each chunk."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -236,7 +236,7 @@ def s3_checksum(parts: list[bytes], composite: bool) -> str:
 UNVERIFIABLE_MEMO = ".warmstart-unverifiable.json"
 """In `<digest>.partial/`: the listing a strict check found unverifiable, so the next attempt
 refuses at once (no re-hash, no second log line) until the source or the policy changes."""
-_LOGGED_MEMOS: set[str] = set()
+LOGGED_MEMOS: set[str] = set()
 MISMATCH_MEMO = ".warmstart-mismatch.json"
 """In the model's node directory: [key, size, ETag] of files whose copy did not match an
 MD5-shaped ETag while HeadObject could not say whether S3 computed it. The same mismatch on the
@@ -251,7 +251,7 @@ class KeptRefusal(StageRefused):
         self.repeat = repeat
 
 
-def _memo_key(settings: Settings, listing: Mapping[str, Mapping[str, Any]]) -> str:
+def content_memo_key(settings: Settings, listing: Mapping[str, Mapping[str, Any]]) -> str:
     facts = sorted((k, v["size"], v.get("etag")) for k, v in listing.items())
     return hashlib.sha256(json.dumps([settings.content_check, settings.source, facts]).encode()).hexdigest()
 
@@ -285,7 +285,7 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         for f in manifest.get("files") or []:
             if isinstance(f, dict) and isinstance(f.get("name"), str):
                 recorded[f["name"]] = f
-    bucket, prefix = _split_source(settings.source)
+    bucket, prefix = split_source(settings.source)
     client, no_client = s3_client(settings)
     how: dict[str, str] = {}
     bad: list[str] = []
@@ -305,8 +305,8 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         m = ETAG_MULTIPART.match(etag)
         multipart = m is not None
         if manifest_sha is not None:
-            sha = _PartDigests("sha256", None)
-            _hash_file(settings.partial / rel, [sha], deadline)
+            sha = PartDigests("sha256", None)
+            hash_file(settings.partial / rel, [sha], deadline)
             got = sha.finish()[0].hex()
             with lock:
                 how[rel] = "sha256" if got == manifest_sha else "mismatch"
@@ -338,9 +338,9 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
             with lock:
                 unverifiable[rel] = why
             return
-        digests = ([_PartDigests("sha256", part_sizes[0] if composite else None)] if use_checksum
-                   else [_PartDigests("md5", p if multipart else None) for p in part_sizes])
-        _hash_file(settings.partial / rel, digests, deadline)
+        digests = ([PartDigests("sha256", part_sizes[0] if composite else None)] if use_checksum
+                   else [PartDigests("md5", p if multipart else None) for p in part_sizes])
+        hash_file(settings.partial / rel, digests, deadline)
         with lock:
             if use_checksum:
                 got = s3_checksum(digests[0].finish(), composite)
@@ -391,7 +391,7 @@ def check_content(settings: Settings, listing: Mapping[str, Mapping[str, Any]], 
         raise errors[0]
     if suspects or seen_before:
         try:
-            _write_file(settings.root / MISMATCH_MEMO, json.dumps(sorted(suspects)).encode())
+            write_file(settings.root / MISMATCH_MEMO, json.dumps(sorted(suspects)).encode())
         except OSError:
             pass  # then the next attempt refuses once more
     if bad:

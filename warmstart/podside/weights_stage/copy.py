@@ -21,15 +21,15 @@ from typing import Any, Mapping
 
 from .content import UNVERIFIABLE_MEMO
 from .node import (
-    _fsync_path, _write_file, fresh_dir, is_real_dir, parse_json, Pauses, read_small, remove, sanitize_tree, under,
+    fsync_path, write_file, fresh_dir, is_real_dir, parse_json, Pauses, read_small, remove, sanitize_tree, under,
     wait_while_loading,
 )
 from .settings import (
     COPIER_STOP_S, Deadline, MARKER, MARKER_FORMAT, MAX_MARKER_BYTES, Settings, SOURCE_SNAPSHOT, StageRefused,
-    _STDERR_TAIL,
+    STDERR_TAIL,
 )
 
-def _s5(settings: Settings, *args: str) -> list[str]:
+def s5(settings: Settings, *args: str) -> list[str]:
     cmd = [settings.s5cmd, "--json"]
     if settings.endpoint:
         cmd += ["--endpoint-url", settings.endpoint]
@@ -40,14 +40,14 @@ def list_source(settings: Settings, deadline: Deadline) -> dict[str, dict[str, A
     """{relative key: {"size", "etag"}} of every object under the source prefix."""
     timeout = max(1.0, min(deadline.left(), 600))
     try:
-        proc = subprocess.run(_s5(settings, "ls", f"{settings.source}/*"), capture_output=True, text=True,
+        proc = subprocess.run(s5(settings, "ls", f"{settings.source}/*"), capture_output=True, text=True,
                               timeout=timeout, env=settings.child_env or None)
     except subprocess.TimeoutExpired:  # not a TimeoutError: it would be reported as an error
         raise TimeoutError(f"deadline reached while listing {settings.source} ({timeout:g} s)") from None
     if proc.returncode != 0:
         if "no object found" in (proc.stderr + proc.stdout).lower():
             return {}
-        raise StageRefused(f"listing {settings.source} failed: {proc.stderr.strip()[-_STDERR_TAIL:]}")
+        raise StageRefused(f"listing {settings.source} failed: {proc.stderr.strip()[-STDERR_TAIL:]}")
     prefix = settings.source + "/"
     out: dict[str, dict[str, Any]] = {}
     for line in proc.stdout.splitlines():
@@ -67,7 +67,7 @@ def list_source(settings: Settings, deadline: Deadline) -> dict[str, dict[str, A
     return out
 
 
-def _stop(proc: subprocess.Popen, grace_s: float = COPIER_STOP_S) -> None:
+def stop_copier(proc: subprocess.Popen, grace_s: float = COPIER_STOP_S) -> None:
     if proc.poll() is None:
         try:
             os.killpg(proc.pid, signal.SIGTERM)  # s5cmd runs in a session of its own
@@ -102,7 +102,7 @@ def prepare_partial(settings: Settings, before: Mapping[str, Mapping[str, Any]])
                     if ".." not in Path(str(rel)).parts:
                         remove(settings.partial / str(rel))
     fresh_dir(settings.partial)
-    _write_file(settings.partial / SOURCE_SNAPSHOT, json.dumps(dict(before), sort_keys=True).encode())
+    write_file(settings.partial / SOURCE_SNAPSHOT, json.dumps(dict(before), sort_keys=True).encode())
 
 
 def copy(settings: Settings, deadline: Deadline) -> float:
@@ -110,7 +110,7 @@ def copy(settings: Settings, deadline: Deadline) -> float:
     streams. Returns the seconds paused. Raises on failure or deadline."""
     paused = 0.0
     pauses = Pauses(settings, deadline)
-    cmd = _s5(settings, "--numworkers", str(settings.workers), "sync", "--size-only",
+    cmd = s5(settings, "--numworkers", str(settings.workers), "sync", "--size-only",
               f"{settings.source}/*", f"{settings.partial}/")
     while True:
         paused += wait_while_loading(settings, deadline, pauses)
@@ -131,13 +131,13 @@ def copy(settings: Settings, deadline: Deadline) -> float:
                     elif pauses.active():
                         interrupted = "loading"
                     if interrupted:
-                        _stop(proc)
+                        stop_copier(proc)
                         break
                     time.sleep(min(settings.poll_s, max(0.01, deadline.left())))
             finally:
-                _stop(proc)
+                stop_copier(proc)
             err.seek(0)
-            stderr = err.read()[-_STDERR_TAIL:]
+            stderr = err.read()[-STDERR_TAIL:]
         if interrupted == "deadline":
             raise TimeoutError("deadline reached during the copy")
         if interrupted == "loading":
@@ -195,16 +195,16 @@ def promote(settings: Settings, listing: Mapping[str, Mapping[str, Any]], total:
     files = [{"key": k, "size": v["size"], "etag": v["etag"]} | ({"checked": checked[k]} if checked and k in checked else {})
              for k, v in sorted(listing.items())]
     for f in files:
-        _fsync_path(settings.partial / f["key"])
+        fsync_path(settings.partial / f["key"])
     marker = {"format": MARKER_FORMAT, "digest": settings.digest, "source": settings.source, "files": files,
               "bytes": total, "seconds": round(seconds, 3),
               "completed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "completed_epoch": time.time()}
-    _write_file(settings.partial / MARKER, json.dumps(marker, sort_keys=True).encode())
+    write_file(settings.partial / MARKER, json.dumps(marker, sort_keys=True).encode())
     (settings.partial / SOURCE_SNAPSHOT).unlink(missing_ok=True)  # the marker says it all now
     (settings.partial / UNVERIFIABLE_MEMO).unlink(missing_ok=True)
     for d in sorted({(settings.partial / f["key"]).parent for f in files} | {settings.partial}, reverse=True):
-        _fsync_path(d, directory=True)
+        fsync_path(d, directory=True)
     if os.path.lexists(settings.final):  # an incomplete leftover (or a planted link): never a source
         remove(settings.final)
     os.rename(settings.partial, settings.final)
-    _fsync_path(settings.root, directory=True)
+    fsync_path(settings.root, directory=True)

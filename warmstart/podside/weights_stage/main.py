@@ -99,23 +99,13 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-# The names the code below uses, and those callers read on this module as they did before it was
-# split (weights_stage.Settings, .list_source, .part_size_candidates, ... in tests/).
-from .content import (
-    check_content, _hash_file, KeptRefusal, _LOGGED_MEMOS, MAX_GUESSED_PART_SIZES, _memo_key, MISMATCH_MEMO,
-    object_facts, ObjectFacts, part_size_candidates, _PartDigests, s3_checksum, s3_client, s3_etag, S3_MAX_PART,
-    S3_MAX_PARTS, S3_MIN_PART, _split_source, UNVERIFIABLE_MEMO,
-)
-from .copy import copy, list_source, prepare_partial, promote, _s5, _stop, verify
-from .label import _api, feature_name, _feature_path, label, node_feature
-from .node import (
-    check_space, collect_garbage, complete, _fsync_path, fresh_dir, is_real_dir, loading_pods, NodeLock,
-    parse_json, Pauses, read_marker, read_small, remove, sanitize_tree, under, wait_while_loading, _write_file,
-)
+# The names the code below uses; a caller imports each from the module that defines it.
+from .content import check_content, KeptRefusal, LOGGED_MEMOS, content_memo_key, UNVERIFIABLE_MEMO
+from .copy import copy, list_source, prepare_partial, promote, verify
+from .label import label
+from .node import check_space, collect_garbage, complete, NodeLock, parse_json, read_small, remove, write_file
 from .settings import (
-    CONTENT_CHECKS, COPIER_STOP_S, Deadline, emit, ETAG_MD5, ETAG_MULTIPART, EVENT, IMPORT_MANIFEST, LOADING_DIR,
-    LOCK_FILE, MARKER, MARKER_FORMAT, MAX_JSON_DEPTH, MAX_MARKER_BYTES, MAX_PAUSE_FILE_BYTES, MAX_PAUSE_FILES, MIB,
-    NFD_API, NFD_NODE_NAME_LABEL, PARTIAL_SUFFIX, Settings, SOURCE_SNAPSHOT, StageRefused, UNLABEL_TIMEOUT_S,
+    Deadline, emit, IMPORT_MANIFEST, MAX_MARKER_BYTES, PARTIAL_SUFFIX, Settings, StageRefused, UNLABEL_TIMEOUT_S,
 )
 
 def stage(settings: Settings | None = None, *, emit_line: bool = True) -> dict[str, Any]:
@@ -193,12 +183,12 @@ def _check_by_policy(settings: Settings, after: Mapping[str, Mapping[str, Any]],
     vouch for are named once in the outcome line (`unverifiable`); `auto` keeps them on their
     sizes and ETag agreement, `etag` and `sha256` refuse the copy but keep it (KeptRefusal), and
     a repeated attempt over the same listing refuses at once from the memo, without a re-hash."""
-    memo_key = _memo_key(settings, after)
+    memo_key = content_memo_key(settings, after)
     memo = parse_json(read_small(settings.partial / UNVERIFIABLE_MEMO, MAX_MARKER_BYTES))
     if isinstance(memo, dict) and memo.get("key") == memo_key and isinstance(memo.get("reason"), str):
         record["unverifiable"] = memo.get("files")
-        repeat = memo_key in _LOGGED_MEMOS
-        _LOGGED_MEMOS.add(memo_key)
+        repeat = memo_key in LOGGED_MEMOS
+        LOGGED_MEMOS.add(memo_key)
         raise KeptRefusal(memo["reason"], repeat=repeat)
     checked, unverifiable = check_content(settings, after, deadline)
     if not unverifiable:
@@ -213,9 +203,9 @@ def _check_by_policy(settings: Settings, after: Mapping[str, Mapping[str, Any]],
     reason = (f"unverifiable under WARMSTART_CONTENT_CHECK={settings.content_check}: {len(names)} file(s) "
               f"cannot be checked that way ({names[0]}: {unverifiable[names[0]]}); the copy is kept; fix: "
               "models[].nodeCacheContentCheck: auto (or size) for this bucket")
-    _write_file(settings.partial / UNVERIFIABLE_MEMO,
+    write_file(settings.partial / UNVERIFIABLE_MEMO,
                 json.dumps({"key": memo_key, "reason": reason, "files": record["unverifiable"]}).encode())
-    _LOGGED_MEMOS.add(memo_key)
+    LOGGED_MEMOS.add(memo_key)
     raise KeptRefusal(reason)
 
 

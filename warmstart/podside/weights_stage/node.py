@@ -184,7 +184,7 @@ def wait_while_loading(settings: Settings, deadline: Deadline, pauses: Pauses | 
     return time.monotonic() - start
 
 
-def _write_file(path: Path, data: bytes) -> None:
+def write_file(path: Path, data: bytes) -> None:
     """Write a small file atomically (temporary name, fsync, rename), never through a link
     planted under either name."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -204,7 +204,7 @@ def _write_file(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_path(path: Path, directory: bool = False) -> None:
+def fsync_path(path: Path, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | (os.O_DIRECTORY if directory else 0))
     try:
         os.fsync(fd)

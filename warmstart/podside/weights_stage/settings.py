@@ -45,7 +45,7 @@ COPIER_STOP_S = 2.0
 UNLABEL_TIMEOUT_S = 5.0
 NFD_API = "nfd.k8s-sigs.io/v1alpha1"
 NFD_NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
-_STDERR_TAIL = 2000
+STDERR_TAIL = 2000
 
 
 class StageRefused(RuntimeError):

@@ -1,0 +1,60 @@
+"""The standby actuator's decision (pure): which sleepers to wake and which awake engine to put
+to sleep this tick, from what `observe` read. Part of the standby package (main.py says why)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .observe import Engine
+
+
+@dataclass(frozen=True)
+class Policy:
+    standby: int
+    min_awake: int
+    target_waiting: float
+    awake_idle_seconds: float
+
+
+@dataclass
+class Actions:
+    wake: list[str] = field(default_factory=list)
+    sleep: list[str] = field(default_factory=list)
+
+
+def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] = frozenset(),
+           held: int = 0, draining: set[str] = frozenset()) -> Actions:
+    """What to do this tick. `waking`: engines whose wake is in flight (they count as awake);
+    `held`: requests a front queue holds for want of an awake engine (they count as waiting);
+    `draining`: engines being taken out of the router to sleep (neither awake nor a sleeper to
+    wake: the router no longer sends to them)."""
+    awake = [e for e in engines if e.ready and e.url not in draining and (not e.sleeping or e.url in waking)]
+    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking and e.url not in draining]
+    waiting = sum(e.waiting for e in awake) + held
+    out = Actions()
+    # Sleepers to wake: enough that the queue is within the target per awake engine.
+    need = max(0, policy.min_awake - len(awake))
+    if waiting > policy.target_waiting * len(awake):
+        # KEDA's own rule for an AverageValue target: ceil(waiting / target) engines.
+        need = max(need, math.ceil(waiting / policy.target_waiting) - len(awake), 1)
+    # A sleeper with requests queued: vLLM 0.33 queues what reaches a paused engine ("All pause
+    # modes queue new adds", vllm/v1/engine/core.py) instead of refusing it, and a request can
+    # reach one in the second before its readiness turns false; wake it first, so no request
+    # waits longer than a wake.
+    queued = [e for e in asleep if e.waiting or e.running]
+    need = max(need, len(queued))
+    if need and asleep:
+        out.wake = [e.url for e in sorted(asleep, key=lambda e: (not (e.waiting or e.running), e.url))[:need]]
+        return out
+    if waking or draining or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
+        return out
+
+    def idle_for(e: Engine) -> float:
+        return now - e.idle_since
+
+    idle = [e for e in awake if e.waiting == 0 and e.running == 0 and e.url not in waking
+            and (not e.served or idle_for(e) >= policy.awake_idle_seconds)]
+    if idle and waiting <= policy.target_waiting * (len(awake) - 1):
+        out.sleep = [max(idle, key=lambda e: (not e.served, idle_for(e), e.url)).url]
+    return out
