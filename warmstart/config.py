@@ -372,6 +372,11 @@ class AutoscalingConfig(_Strict):
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
     """Also scale up when any replica's KV cache is fuller than this fraction
     (`vllm:kv_cache_usage_perc`). Default: not used."""
+    target_requests_per_replica: Annotated[float, Field(gt=0)] = scaling_rules.DEFAULT_TARGET_REQUESTS_PER_REPLICA
+    """Requests one engine carries, running plus waiting (`vllm:num_requests_running` +
+    `vllm:num_requests_waiting`): KEDA keeps ceil(total / this) engines awake, plus the standby
+    sleepers, so a load the engines carry without a queue is not scaled away. Set it to the running
+    requests one engine holds at your latency target."""
 
 
 class StandbyConfig(_Strict):

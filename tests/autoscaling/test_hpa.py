@@ -101,3 +101,14 @@ def test_ties_go_to_the_doubled_up_then_the_newest_ready_then_the_most_restarted
     assert hpa.deletion_order([P("old", ready_since=1), P("new", ready_since=9)])[0].name == "new"
     assert hpa.deletion_order([P("a", restarts=0), P("b", restarts=3)])[0].name == "b"
     assert hpa.deletion_order([P("a", created=1), P("b", created=2)])[0].name == "b"
+
+
+def test_the_rendered_behavior_asks_for_no_tolerance_so_one_pod_moves_at_any_size():
+    plan = scaling.ScalingPlan(model="m", namespace="ns", deployment="m", min_replicas=2, max_replicas=20,
+                               polling_interval_seconds=15, cooldown_period_seconds=300,
+                               scale_down_stabilization_seconds=300, scale_down_period_seconds=300, triggers=())
+    b = scaling.hpa_behavior(plan)
+    assert b["scaleUp"]["tolerance"] == b["scaleDown"]["tolerance"] == "0"
+    # With it, 11 pods (10 awake + a woken sleeper's replacement asked for) become 12.
+    t = float(b["scaleUp"]["tolerance"])
+    assert hpa.external_per_pod_replicas(11, 12, 1, tolerance_up=t, tolerance_down=t) == 12

@@ -96,7 +96,8 @@ class ModelPlan(ServingPlan):
         return None if a is None else scaling.AutoscalingSpec(
             min_replicas=a.min_replicas, max_replicas=a.max_replicas,
             target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
-            standby=self.standby.count if self.standby else 0)
+            standby=self.standby.count if self.standby else 0,
+            target_requests_per_replica=a.target_requests_per_replica)
 
     @property
     def routed(self) -> bool:
