@@ -500,9 +500,11 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
               f"deleted {cluster.deleted}; {len(load.replies)} replies, {failed} failed")
         print(f"  pods - (awake + count) while the load was up: lowest {worst}, longest short {longest:.0f} model s "
               f"(scrape {scaling.SCRAPE_INTERVAL_SECONDS} + sync {scaling.HPA_SYNC_SECONDS} + the replacement's wait)")
-        print(f"  after the load fell: {'back to ' + str(floor) + ' pods (' + str(min_awake) + ' awake + ' + str(count)
-              + ' asleep) after ' + format(returned, '.0f') + ' model s' if returned is not None else 'NOT back to ' + str(floor) + ' pods'}"
-              f" (scale-down window {window} s, one pod per {window} s)")
+        if returned is not None:
+            back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
+        else:
+            back = f"NOT back to {floor} pods"
+        print(f"  after the load fell: {back} (scale-down window {window} s, one pod per {window} s)")
         return {"s2": s2[0] if s2 else float("inf"), "w2": w2, "failed": failed, "n": len(load.replies),
                 "worst": worst, "returned": returned, "woken": sorted(woken2)}
 
