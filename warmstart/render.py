@@ -222,10 +222,23 @@ def _pool_model(m: plan_mod.ModelPlan) -> gpu_pools.PoolModel:
     return gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.replicas, name=m.name)
 
 
+def _sleepers(m: plan_mod.ModelPlan) -> int:
+    """Standby engines: pods that hold their GPUs around the clock, asleep."""
+    return m.standby.count if m.standby else 0
+
+
 def _running_nodes(stack_plan: AnyPlan, pool: Any) -> int:
-    """Nodes a pool runs with every model at its fewest replicas, spares included."""
-    return sum(gpu_pools.nodes_for(_pool_model(m), m.autoscaling.min_replicas if m.autoscaling else m.replicas)
+    """Nodes a pool runs with every model at its fewest replicas, its sleepers and the spares included."""
+    return sum(gpu_pools.nodes_for(_pool_model(m), (m.autoscaling.min_replicas if m.autoscaling else m.replicas)
+                                   + _sleepers(m))
                for m in stack_plan.models if m.pool == pool.name) + pool.warm_nodes
+
+
+def replicas_cell(m: plan_mod.ModelPlan) -> str:
+    """The replicas column: KEDA's awake range, and the sleepers kept beside it (`1-3 +2 asleep`)."""
+    a = m.autoscaling
+    awake = f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas)
+    return f"{awake} +{_sleepers(m)} asleep" if _sleepers(m) else awake
 
 
 def node_price(pool: Any) -> str:
@@ -239,16 +252,17 @@ def node_price(pool: Any) -> str:
 
 
 def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
-    """What a model costs per hour at its min and max replicas, its pool's warm spares included,
-    at the pool's first-choice price ("unknown" without a price)."""
+    """What a model costs per hour at its min and max replicas, its standby sleepers (which hold
+    their GPUs around the clock) and its pool's warm spares included, at the pool's first-choice
+    price ("unknown" without a price)."""
     pool = _pool_of(stack_plan, m)
     if pool is None:
         return "-"
     price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
     if price is None:
         return "unknown"
-    lo = m.autoscaling.min_replicas if m.autoscaling else m.replicas
-    hi = m.autoscaling.max_replicas if m.autoscaling else m.replicas
+    lo = (m.autoscaling.min_replicas if m.autoscaling else m.replicas) + _sleepers(m)
+    hi = (m.autoscaling.max_replicas if m.autoscaling else m.replicas) + _sleepers(m)
     cost = [(gpu_pools.nodes_for(_pool_model(m), n) + pool.warm_nodes) * price for n in (lo, hi)]
     return capacity.usd(cost[0]) if cost[0] == cost[1] else f"{capacity.usd(cost[0])}-{capacity.usd(cost[1])}"
 
@@ -431,7 +445,7 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{m.weights_bytes / 2**30:.1f}", str(m.concurrency), "yes" if m.distributed else "no",
                      m.compile_cache_host_path if m.compile_cache else "off (eager)" if m.eager else "off",
                      f"{m.startup_budget_seconds}s",
-                     f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas), m.routing_policy,
+                     replicas_cell(m), m.routing_policy,
                      f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
                      ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else ""),
                      node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else "-",
@@ -465,6 +479,12 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
                          + (f"${cost:,.2f}/hour" if cost is not None else
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
+    for p in stack_plan.cluster.pools:
+        # Where the $/h columns come from: the stack's hourlyPriceUsd, the shipped list price
+        # (warmstart/data/SOURCES.md), or nothing, said so.
+        lines.append(f"price {p.name}: " + (f"${p.hourly_price_usd:,.2f}/node-hour ({p.price_source})"
+                                            if p.hourly_price_usd is not None else
+                                            f"{p.price_source}; set gpuPools[].hourlyPriceUsd"))
     g = stack_plan.cluster.system_node_group
     if g is not None:
         lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller and CoreDNS "

@@ -216,7 +216,10 @@ class PoolPlan:
     warm_instance: GpuInstance | None = None
     """The spares' instance type; None without spares."""
     hourly_price_usd: float | None = None
-    """The stack's price of one of the pool's nodes per hour, if given."""
+    """The price of one of the pool's nodes per hour: the stack's `hourlyPriceUsd`, else the
+    shipped on-demand list price of the pool's region (decisions/prices.py), else None."""
+    price_source: str = "unknown"
+    """Where `hourly_price_usd` comes from, in words (or why it is unknown)."""
     staged_models: tuple[str, ...] = ()
     """Models whose weights are staged on the pool's nodes."""
     capacity: CapacityPlan = CapacityPlan(("onDemand",))
