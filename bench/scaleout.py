@@ -338,7 +338,7 @@ class Cluster(threading.Thread):
             self.pods[e.url] = {"created": self.model_now(), "ready_at": time.monotonic() + self.load_s, "name": e.name}
             self.created.append(e.name)
 
-    def _delete(self, n: int, states: dict[str, str]) -> None:
+    def _remove(self, n: int, states: dict[str, str]) -> None:
         # ActivePodsWithRanks over the pods as the ReplicaSet sees them: a loading pod is not
         # Ready; Ready ones carry the deletion cost the actuator writes (COST in standby.py).
         pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=int(standby.COST[states[url]]),
@@ -377,7 +377,7 @@ class Cluster(threading.Thread):
                 if new > current:
                     self._create(new - current)
                 elif new < current:
-                    self._delete(current - new, states)
+                    self._remove(current - new, states)
                 next_sync = now + sync
             states = self.states()
             self.log.append((self.model_now(), len(self.pods), sum(v == "awake" for v in states.values()),

@@ -68,6 +68,20 @@ def _warmstart_hpa(window=300, period=300, lo=2, hi=5):
     return hpa.Hpa(hpa.Behavior.from_spec(scaling.hpa_behavior(plan)), lo, hi)
 
 
+def test_a_falling_load_is_back_at_the_floor_within_one_window():
+    """Prod's qwen-67b: a 935 s budget, held whole by the window; 5 pods (4 awake + 1 sleeper) fall
+    to 3 (2 + 1) one sync after the window, not one budget later."""
+    budget = 935
+    window, period = scaling.scale_down_hold_seconds(budget), scaling.scale_down_period_seconds(budget)
+    h = _warmstart_hpa(window, period, lo=3, hi=5)
+    assert h.step(0, 3, 5) == 5
+    n, t = 5, 15
+    while n > 3 and t < 3 * window:
+        n = h.step(t, n, 3)
+        t += 15
+    assert n == 3 and t - 15 <= window + 2 * 15
+
+
 def test_the_scale_down_window_holds_the_highest_recommendation_then_removes_one_pod_a_period():
     h = _warmstart_hpa()
     assert h.step(0, 2, 4) == 4, "scale-up: no window, up to 4 pods or double per 15 s"

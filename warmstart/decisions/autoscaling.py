@@ -28,7 +28,7 @@ from ..errors import ConfigError, Problems
 from . import naming
 from . import routing as routing_mod
 from . import standby as standby_mod
-from .gpu_pools import SURGE_PODS, PoolModel, nodes_for
+from .gpu_pools import SURGE_PODS, PoolModel, nodes_for, packed_gpus
 
 WAITING_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
@@ -257,8 +257,13 @@ def scale_down_hold_seconds(startup_budget_seconds: int) -> int:
 
 
 def scale_down_period_seconds(startup_budget_seconds: int) -> int:
-    """Removals are one pod per this period: with a budget past the 1-hour window cap, the
-    period keeps the spacing of removals at least the budget (up to Kubernetes's 30 minutes)."""
+    """Removals are one pod per this period. While the window holds the whole budget (it is at
+    most the one hour Kubernetes allows), the window alone keeps a pod a scale-up started while it
+    loads, so once the window has passed the pods go at the HPA's own pace (one per 15 s sync) and a
+    falling load is back at the floor within one window; past the cap, the period keeps the
+    spacing of removals at least the budget (up to Kubernetes's 30 minutes)."""
+    if startup_budget_seconds <= MAX_STABILIZATION_SECONDS:
+        return SCALE_UP_PERIOD_SECONDS
     return min(MAX_POLICY_PERIOD_SECONDS, max(SCALE_UP_PERIOD_SECONDS, startup_budget_seconds))
 
 
@@ -398,9 +403,11 @@ def pool_demand(models: Sequence[PoolModel], autoscaled: Mapping[str, Autoscalin
 
 
 def pool_gpus_needed(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec]) -> int:
-    """The pool's GPU limit that holds every model at its ceiling plus one surge pod: the
-    maxReplicas-aware replacement of `gpu_pools.default_max_gpus`'s sum."""
-    return sum(d.gpus for d in pool_demand(models, autoscaled))
+    """The pool's GPU limit that holds every model at its ceiling plus one surge pod, the pods of
+    all of them packed onto whole nodes (`gpu_pools.packed_gpus`): the maxReplicas-aware
+    replacement of `gpu_pools.default_max_gpus`."""
+    return packed_gpus((capacity_pool_model(m, autoscaled.get(m.name)),
+                        capacity_pool_model(m, autoscaled.get(m.name)).replicas + SURGE_PODS) for m in models)
 
 
 def default_pool_max_gpus(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec],
@@ -418,19 +425,19 @@ def check_pool_capacity(pool: str, max_gpus: int, models: Sequence[PoolModel],
     autoscaled model on the pool (`model_keys`: name -> `warmstart:models[i]`), or
     `<pool_key>.maxGpus` when no model on it autoscales."""
     demand = pool_demand(models, autoscaled)
-    need = sum(d.gpus for d in demand)
+    need = pool_gpus_needed(models, autoscaled)
     if need <= max_gpus:
         return
     by_name = {m.name: m for m in models}
     detail = "; ".join(d.describe(by_name[d.model]) for d in demand)
     rule = (f"pool {pool!r} allows maxGpus={max_gpus} but its models at their ceiling plus one surge pod each "
-            f"need {need} GPUs ({detail}), so Karpenter would stop launching nodes before KEDA reaches "
-            "maxReplicas and the extra pods would stay Pending")
+            f"need {need} GPUs packed on whole nodes ({detail}), so Karpenter would stop launching nodes before "
+            "KEDA reaches maxReplicas and the extra pods would stay Pending")
     p = Problems()
     scaled = [d for d in demand if d.autoscaled]
     for d in scaled:
         m = by_name[d.model]
-        spare = max_gpus - (need - d.gpus)
+        spare = max_gpus - pool_gpus_needed([o for o in models if o.name != d.model], autoscaled)
         per_node = m.instance.gpu_count // m.tensor_parallel_size
         fit = (spare // m.instance.gpu_count) * per_node - SURGE_PODS if spare > 0 else -SURGE_PODS
         lower = (f"lower {d.model}'s maxReplicas to {fit}" if fit >= max(1, autoscaled[d.model].min_replicas)
