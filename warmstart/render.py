@@ -415,6 +415,22 @@ def yours_notes(stack_plan: plan_mod.StackPlan) -> list[str]:
     return notes
 
 
+def standby_spot_notes(stack_plan: AnyPlan) -> list[str]:
+    """A standby model whose pool takes spot first: one interruption takes a sleeper, and what
+    brings it back is a whole cold start on a new node, not a wake."""
+    notes = []
+    for m in stack_plan.models:
+        pool = _pool_of(stack_plan, m)
+        if not m.standby or pool is None or pool.capacity.types[0] != "spot":
+            continue
+        cold = _scale_out(m, "s3").cold_seconds
+        notes.append(f"note: model {m.name!r} keeps {m.standby.count} standby engine(s) on pool {pool.name}, whose "
+                     f"nodes come from spot first: an interruption takes a sleeper (with two minutes' notice), and "
+                     f"until its replacement has loaded (~{cold:.0f}s on a new node) a rise waits for a cold start; "
+                     "put the model on a pool whose capacity.types are [onDemand] or start with reserved")
+    return notes
+
+
 def lone_router_notes(models: list[plan_mod.ModelPlan]) -> list[str]:
     """A router asked for by name in front of a model that can never have two replicas.
 
@@ -502,6 +518,7 @@ def table(stack_plan: AnyPlan) -> str:
     if stack_plan.config.image_cache.ecr_pull_through is not None:
         lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
     lines += lone_router_notes(list(stack_plan.models))
+    lines += standby_spot_notes(stack_plan)
     lines += yours_notes(stack_plan)
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:

@@ -505,3 +505,15 @@ def test_a_mix_of_types_is_counted_at_its_worst_not_at_one_node():
     (need,) = capacity.quota_needs([("l40s", ["onDemand"], [instances.lookup("g6e.12xlarge"),
                                                            instances.lookup("g6e.16xlarge")], 4)])
     assert (need.vcpus, need.pools) == (256, ("l40s (4 x g6e.16xlarge)",))
+
+
+def test_a_standby_model_on_a_spot_first_pool_is_noted_with_what_an_interruption_costs():
+    from warmstart import render
+
+    model = {"name": "qwen", "source": "org/qwen", "weightsGiB": 67, "pool": "h100",
+             "autoscaling": {"minReplicas": 2, "maxReplicas": 4}, "standby": {"count": 1}}
+    spot = _plan(_stack("karpenter", {"types": ["spot", "onDemand"]}, [model]))
+    (note,) = render.standby_spot_notes(spot)
+    assert "'qwen' keeps 1 standby engine(s) on pool h100" in note and "spot first" in note
+    assert "capacity.types are [onDemand] or start with reserved" in note and note in render.table(spot)
+    assert render.standby_spot_notes(_plan(_stack("karpenter", {"types": ["onDemand"]}, [model]))) == []
