@@ -1199,6 +1199,7 @@ def read_stack_file(path: Path) -> dict[str, str]:
         if not isinstance(k, str):
             raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
                               f"write it as `{NAMESPACE}:<key>` (see {REFERENCE})")
+        _check_namespace(k)
         try:
             # A NaN or an infinity passes as JSON's NaN / Infinity: the models refuse them by the key.
             out[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
@@ -1209,6 +1210,18 @@ def read_stack_file(path: Path) -> dict[str, str]:
             raise ConfigError(k, "holds itself (a YAML alias inside the anchor it names)",
                               "write the value out instead of the alias") from None
     return out
+
+
+def _check_namespace(key: str) -> None:
+    """A key in a namespace one slip away from warmstart's (`warmstrat:models`) would be read by no
+    one, so the stack would deploy without it: refuse it. Other namespaces (`aws:`, a provider's,
+    the user's own) pass untouched."""
+    ns, sep, rest = key.partition(":")
+    if not sep or ns == NAMESPACE:
+        return
+    if difflib.SequenceMatcher(None, ns.lower(), NAMESPACE).ratio() >= 0.75:
+        raise ConfigError(key, f"its namespace {ns!r} is not warmstart's ({NAMESPACE!r}), so warmstart would ignore "
+                          "the key and deploy without it", f"rename it {NAMESPACE}:{rest}")
 
 
 class _StackFileLoader(yaml.SafeLoader):
