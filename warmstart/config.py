@@ -955,6 +955,21 @@ def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str
     return f"`{key}: {value}`"
 
 
+# The rule of each name pattern in words, for an error a user reads (pydantic would print the
+# regular expression): (rule, fix).
+_PATTERN_WORDS = {
+    DNS_LABEL: ("must be a DNS label: lowercase letters, digits and hyphens, starting with a letter and not "
+                "ending with a hyphen", "lowercase it and replace `_`, `.` and spaces with `-` (e.g. `llama-3-1-8b`)"),
+    DNS_SUBDOMAIN: ("must be a DNS subdomain: lowercase letters, digits, hyphens and dots, each part starting and "
+                    "ending with a letter or digit", "e.g. `high-priority`"),
+    r"^[a-z]{2}(-[a-z]+)+-[0-9]$": ("must be an AWS region code: lowercase, like `us-east-1` (area, direction, "
+                                    "number)", "use the region's code as the console shows it, e.g. `us-west-2`"),
+    r"^[0-9]{12}$": ("must be a 12-digit AWS account ID", "quote it so YAML keeps its leading zeros, e.g. "
+                     "'012345678901'"),
+    r"^[0-9a-f]{40}$": ("must be a full 40-character commit hash (lowercase hex)", "copy the commit's full hash"),
+}
+
+
 def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
                            model: type[BaseModel] | None = None,
                            plain_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
@@ -977,6 +992,8 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
         bound = next((f"{op} {ctx[k]}" for k, op in _BOUNDS.items() if k in ctx), None)
         if e["type"] == "warmstart_rule":
             fix, value = ctx["fix"], ctx["value"]
+        elif e["type"] == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
+            rule, fix = _PATTERN_WORDS[ctx["pattern"]]
         elif e["type"] == "literal_error":
             fix = f"use one of: {ctx['expected']}"
         elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
