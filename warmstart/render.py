@@ -21,7 +21,7 @@ from .plan import stack as plan_mod
 from .plan import platform as platform_mod
 from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
-from .decisions import capacity, gpu_pools, image_cache, phases
+from .decisions import capacity, gpu_pools, image_cache, phases, prices
 from .errors import ConfigError
 from .mocks import Registered
 
@@ -251,19 +251,40 @@ def node_price(pool: Any) -> str:
     return " / ".join(f"{capacity.usd(p)} {t}" for t, p in prices)
 
 
+def _model_stack_price(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> tuple[float | None, str]:
+    """A model stack's node-hour: its platform pool's on-demand list price in the platform's
+    region (the platform's own hourlyPriceUsd is not in the contract), unknown where the pool
+    takes spot first (the engines try reserved, then spot, then on-demand)."""
+    pool = next((p for p in stack_plan.contract.pools if p.name == m.pool), None)
+    if pool is None:
+        return None, "unknown: the platform has no such pool"
+    kinds = set(pool.capacity_types)
+    if "spot" in kinds and "reserved" not in kinds:
+        return None, "unknown: the platform's pool takes spot first, whose price moves"
+    listed = prices.pool_price(stack_plan.contract.region, list(pool.instance_types))
+    if listed is None:
+        return None, (f"unknown: {stack_plan.contract.region} is not in warmstart's price table "
+                      "(warmstart/data/ondemand_prices.csv)")
+    return listed.usd_per_hour, f"on-demand list price, {listed.as_of}"
+
+
 def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
     """What a model costs per hour at its min and max replicas, its standby sleepers (which hold
     their GPUs around the clock) and its pool's warm spares included, at the pool's first-choice
     price ("unknown" without a price)."""
     pool = _pool_of(stack_plan, m)
-    if pool is None:
+    if pool is None and isinstance(stack_plan, platform_mod.ModelStackPlan):
+        price, spares = _model_stack_price(stack_plan, m)[0], 0
+    elif pool is None:
         return "-"
-    price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+    else:
+        price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+        spares = pool.warm_nodes
     if price is None:
         return "unknown"
     lo = (m.autoscaling.min_replicas if m.autoscaling else m.replicas) + _sleepers(m)
     hi = (m.autoscaling.max_replicas if m.autoscaling else m.replicas) + _sleepers(m)
-    cost = [(gpu_pools.nodes_for(_pool_model(m), n) + pool.warm_nodes) * price for n in (lo, hi)]
+    cost = [(gpu_pools.nodes_for(_pool_model(m), n) + spares) * price for n in (lo, hi)]
     return capacity.usd(cost[0]) if cost[0] == cost[1] else f"{capacity.usd(cost[0])}-{capacity.usd(cost[1])}"
 
 
@@ -464,7 +485,9 @@ def table(stack_plan: AnyPlan) -> str:
                      replicas_cell(m), m.routing_policy,
                      f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
                      ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else ""),
-                     node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else "-",
+                     node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else
+                     capacity.usd(_model_stack_price(stack_plan, m)[0])
+                     if isinstance(stack_plan, platform_mod.ModelStackPlan) else "-",
                      model_cost(stack_plan, m)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -476,6 +499,10 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{stack_plan.contract.namespace}, pool {m.pool})")
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
+        price, source = _model_stack_price(stack_plan, m)
+        lines.append(f"price {m.pool}: " + (f"${price:,.2f}/node-hour ({source}; the platform's hourlyPriceUsd, "
+                                            "if it sets one, is not in its contract)" if price is not None else
+                                            f"{source}"))
         if stack_plan.contract.image_cache_account:
             lines.extend(uncached_images_note([m.image]))
         lines += lone_router_notes([m])
