@@ -312,3 +312,17 @@ def test_a_model_stack_on_a_platform_without_placement_runs_anywhere_off_the_gpu
     contract = platform.parse(doc, "staging", "staging-llama-3-1-8b")
     plan = platform.plan_model_stack(_staging_model_stack(), contract, "staging-llama-3-1-8b")
     assert not plan.model.weights_import.non_gpu.given
+
+
+def test_the_shipped_dev_stack_has_room_for_its_first_model_stack(tmp_path):
+    """dev's pool keeps GPUs beyond its inline model (maxGpus), so the first model stack a user
+    adds on it plans; with the derived limit (inline models only) it would be refused."""
+    extra = {"config": {"warmstart:platform": "dev", "warmstart:model": {
+        "name": "qwen-2-5-7b", "source": "Qwen/Qwen2.5-7B-Instruct", "weightsGiB": 15, "pool": "l40s"}}}
+    d = _write(tmp_path, {"dev": _doc("dev"), "dev-qwen": extra})
+    _, plan = render.load_plan(d, "dev-qwen", program_dir=STACKS_DIR.parent)
+    assert plan.model.pool == "l40s"
+    derived = copy.deepcopy(_doc("dev"))
+    del derived["config"]["warmstart:gpuPools"][0]["maxGpus"]
+    e = _plan_error(tmp_path / "derived", {"dev": derived, "dev-qwen": extra}, stack="dev-qwen")
+    assert "leaving 0" in str(e)
