@@ -394,7 +394,7 @@ def test_a_stale_aws_profile_is_a_warning_through_up_not_a_traceback(project, ca
     print(err)
     assert "Traceback" not in err and calls == ["open_stack", "run_engine"]
     assert ('warmstart: warning: could not check the EC2 vCPU quotas the GPU pools need ("Running On-Demand G and VT '
-            'instances" (L-DB2E81BA, 32 vCPUs)): the AWS credentials could not be loaded (ProfileNotFound') in err
+            'instances" (L-DB2E81BA, 16 vCPUs)): the AWS credentials could not be loaded (ProfileNotFound') in err
     assert "set AWS_PROFILE to a profile of yours" in err
 
 
