@@ -79,3 +79,15 @@ def test_the_refusal_names_the_setting_and_what_torchs_default_would_pin():
     rule = standby.check_host_memory(weights_bytes=60 * GIB, sleep_level=1, pod_memory_bytes=51 * GIB, shm_bytes=GIB)
     assert rule is not None
     assert standby.PINNED_HOST_ALLOC_CONF in rule and "120 GiB" in rule
+
+
+def test_a_qwen_14b_sleeper_on_g6e_2xlarge_is_counted_at_what_it_pins():
+    """The issue's shape: 27.5 GiB of weights on g6e.2xlarge (64 GiB, one GPU). Pinned at their own
+    size the weights and the process fit the pod's limit; torch's default would pin up to twice
+    the weights, which the limit would not hold, and the refusal says so when the setting cannot
+    help (a model too large for it)."""
+    m = _plan(weights_gib=27.5, instance_type="g6e.2xlarge")
+    assert m.standby.sleeping_host_bytes == int(27.5 * GIB) + standby.PROCESS_HOST_BYTES
+    env = {e["name"]: e["value"] for e in _vllm(serving.deployment_spec(m.serving, "ns", "us-east-1"))["env"]}
+    assert env[standby.PINNED_HOST_ALLOC_ENV] == standby.PINNED_HOST_ALLOC_CONF
+    assert 2 * int(27.5 * GIB) + standby.PROCESS_HOST_BYTES > 51 * GIB, "torch's default would not fit"
