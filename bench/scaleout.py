@@ -423,11 +423,13 @@ class Load:
 
 def sustained(a: argparse.Namespace, tmp: Path) -> dict:
     min_awake, max_awake, count = a.min_replicas, a.max_replicas, 1
-    window = a.window_seconds
+    # The rendered scale-down behavior of a model with this start-up budget (decisions/autoscaling.py).
+    window = scaling.scale_down_hold_seconds(a.startup_budget)
+    period = scaling.scale_down_period_seconds(a.startup_budget)
     plan = scaling.ScalingPlan(model=MODEL, namespace="inference", deployment=MODEL, min_replicas=min_awake + count,
                                max_replicas=max_awake + count, polling_interval_seconds=scaling.POLLING_INTERVAL_SECONDS,
                                cooldown_period_seconds=window, scale_down_stabilization_seconds=window,
-                               scale_down_period_seconds=window, triggers=())
+                               scale_down_period_seconds=period, triggers=())
     # The per-engine load at which the actuator wakes another: max-num-seqs running plus
     # targetWaitingPerReplica waiting (docs/autoscaling.md, targetRequestsPerReplica).
     t_requests = a.max_num_seqs + a.target_waiting
@@ -476,7 +478,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         fell = time.monotonic()
         floor = min_awake + count
         returned = None
-        deadline = fell + 3 * window / a.compress + 30
+        deadline = fell + 2 * window / a.compress + 30
         while time.monotonic() < deadline:
             if len(cluster.pods) == floor and sum(v == "sleeping" for v in cluster.states().values()) == count:
                 returned = (time.monotonic() - fell) * a.compress
@@ -504,7 +506,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
             back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
         else:
             back = f"NOT back to {floor} pods"
-        print(f"  after the load fell: {back} (scale-down window {window} s, one pod per {window} s)")
+        print(f"  after the load fell: {back} (scale-down window {window} s, then one pod per {period} s)")
         return {"s2": s2[0] if s2 else float("inf"), "w2": w2, "failed": failed, "n": len(load.replies),
                 "worst": worst, "returned": returned, "woken": sorted(woken2)}
 
@@ -521,14 +523,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target-waiting", type=float, default=5.0, help="targetWaitingPerReplica (prod's default)")
     p.add_argument("--min-replicas", type=int, default=2, help="prod's qwen-67b minReplicas")
     p.add_argument("--max-replicas", type=int, default=4, help="prod's qwen-67b maxReplicas")
-    p.add_argument("--window-seconds", type=int, default=935,
-                   help="the rendered scale-down window and period (prod's qwen-67b: its start-up budget)")
+    p.add_argument("--startup-budget", type=int, default=935,
+                   help="the model's start-up budget, which sets the scale-down window (prod's qwen-67b: 935 s)")
     p.add_argument("--load-seconds", type=float, default=110.0,
                    help="a new pod's load on a warm spare (prod's render: ~110 s)")
     p.add_argument("--awake-idle-seconds", type=float, default=300.0, help="standby.awakeIdleSeconds (prod's)")
     p.add_argument("--compress", type=float, default=31.0, help="model seconds per bench second")
     p.add_argument("--clients-step1", type=int, default=20, help="clients of the first step")
-    p.add_argument("--clients-step2", type=int, default=30, help="clients of the second step")
+    p.add_argument("--clients-step2", type=int, default=26,
+                   help="clients of the second step: enough that three awake engines queue past the target, "
+                        "within what maxReplicas engines carry (4 x (max-num-seqs + target-waiting))")
     p.add_argument("--step2-seconds", type=float, default=12.0)
     p.add_argument("--skip-first", action="store_true", help="run the sustained phase only")
     a = p.parse_args(argv)
