@@ -530,9 +530,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--awake-idle-seconds", type=float, default=300.0, help="standby.awakeIdleSeconds (prod's)")
     p.add_argument("--compress", type=float, default=31.0, help="model seconds per bench second")
     p.add_argument("--clients-step1", type=int, default=20, help="clients of the first step")
-    p.add_argument("--clients-step2", type=int, default=26,
-                   help="clients of the second step: enough that three awake engines queue past the target, "
-                        "within what maxReplicas engines carry (4 x (max-num-seqs + target-waiting))")
+    p.add_argument("--clients-step2", type=int, default=28,
+                   help="clients of the second step: three awake engines queue 22 past their 6 running (the "
+                        "actuator wakes past 15), and maxReplicas engines carry it all (4 x (max-num-seqs + "
+                        "target-waiting) = 28); 26 left the queue too near 15 on a busy machine (no wake)")
     p.add_argument("--step2-seconds", type=float, default=12.0)
     p.add_argument("--skip-first", action="store_true", help="run the sustained phase only")
     a = p.parse_args(argv)
