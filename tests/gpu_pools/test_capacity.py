@@ -199,7 +199,7 @@ REFUSED_TERMS = {
     "empty-tag-value": ({"tags": {"team": ""}}, {"tags": {"team": ""}}, "empty tag key or value"),
     "malformed-id": ({"id": "odcr-123"}, {"id": "odcr-123"}, r"String should match pattern '\^cr-\[0-9a-z\]\+\$'"),
     "owner-not-an-account": ({"tags": {"team": "ml"}, "ownerId": "me"}, {"tags": {"team": "ml"}, "ownerID": "me"},
-                             r"String should match pattern"),
+                             r"must be a 12-digit AWS account ID"),
 }
 
 

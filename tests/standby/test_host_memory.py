@@ -9,12 +9,25 @@ from __future__ import annotations
 
 import pytest
 
-from tests.standby.test_standby import _plan, _vllm
+from warmstart.config import AutoscalingConfig, LoaderTuning, ModelSpec, StandbyConfig
 from warmstart.decisions import standby
 from warmstart.decisions.instances import GIB
 from warmstart.manifests import serving
+from warmstart.plan.model import plan_model
 
 MIB = 2**20
+
+
+def _plan(weights_gib=15.0, instance_type="g6e.xlarge", with_standby=True):
+    spec = ModelSpec(name="m", source="s3://b-models/m", weights_gib=weights_gib,
+                     autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=3),
+                     standby=StandbyConfig(count=1, sleep_level=1) if with_standby else None)
+    return plan_model(spec, key="warmstart:models[0]", instance_type=instance_type, pool="p", loader=LoaderTuning(),
+                      compile_cache=True, compile_cache_host_path="/mnt/k8s-disks/0/warmstart-compile-cache")
+
+
+def _vllm(dep):
+    return dep["spec"]["template"]["spec"]["containers"][0]
 
 
 def _set(conf: str) -> None:
