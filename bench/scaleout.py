@@ -23,9 +23,21 @@ scheduler that runs `--max-num-seqs` requests at once and queues the rest
 2. From zero: no awake engine, one asleep, the front queue in front of the router. `--clients`
    requests arrive at once: they are held (the actuator counts them as waiting and wakes the
    sleeper) and answered once it serves. Dropped: any answer that is not a 200.
+3. Sustained: prod's qwen-67b shape (minReplicas 2, maxReplicas 4, one standby engine) with its
+   scaling as Kubernetes would run it, on the bench's clock compressed `--compress` times: KEDA's
+   two figures (the waiting-requests query and the engine-demand query, computed from the
+   engines' own gauges as the rendered PromQL sums them, sampled every compressed 30 s scrape),
+   the HPA's replica calculation, stabilization and rate limits at the rendered behavior
+   (warmstart/decisions/hpa.py, every compressed 15 s sync), the ReplicaSet deleting by
+   `ActivePodsWithRanks` with the costs the actuator writes, and a new pod that loads for the
+   predicted warm-spare cold start (compressed) before its /health answers. A load step wakes the
+   sleeper; the load then holds (a plateau longer than the rendered scale-down window) and steps
+   again: S2, W2 are the second step's. Then the load falls to nothing and the bench waits for
+   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up.
 
 The last line is
-`scale-out: woken serves S s after the load step (wake modelled W s); failed F of N; from zero: held H, dropped D`.
+`scale-out: woken serves S s after the load step (wake modelled W s); failed F of N; from zero: held H, dropped D;
+second step: woken serves S2 s after it (wake modelled W2 s)`.
 
     .venv/bin/python bench/scaleout.py [--weights-gib 67] [--clients 12] [--step-seconds 12]
 """
@@ -51,7 +63,8 @@ from tests.podside.servers import free_ports  # noqa: E402
 from tests.support.pod_scripts import artifact  # noqa: E402
 from tests.routing.fake_vllm import MODEL, WAKE_S_PER_GIB, FakeVllm  # noqa: E402
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
-from warmstart.decisions import routing  # noqa: E402
+from warmstart.decisions import autoscaling as scaling  # noqa: E402
+from warmstart.decisions import hpa, routing  # noqa: E402
 from warmstart.manifests import serving  # noqa: E402
 from warmstart.podside import front_queue
 from warmstart.podside.standby import observe as standby  # noqa: E402
@@ -256,6 +269,250 @@ def from_zero(a: argparse.Namespace, tmp: Path) -> tuple[int, int, int]:
         return held["total_held"], dropped, len(replies)
 
 
+# --------------------------------------------------------------------------------------
+# 3. Sustained load: KEDA, the HPA and the ReplicaSet on a compressed clock
+
+
+def _metrics(url: str) -> tuple[float, float]:
+    """(running, waiting) of one engine, as its /metrics reports them."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=2) as r:
+            waiting, running = standby.parse_metrics(r.read().decode(errors="replace"), MODEL)
+            return running, waiting
+    except OSError:
+        return 0.0, 0.0
+
+
+def _sleeping(url: str) -> bool | None:
+    try:
+        with urllib.request.urlopen(url + "/is_sleeping", timeout=2) as r:
+            return bool(json.loads(r.read())["is_sleeping"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+class Cluster(threading.Thread):
+    """The model's pods, its ScaledObject's HPA and its ReplicaSet, on the bench's clock.
+
+    `slots` are pre-started fake engines, one per pod the run may create; a slot not yet created,
+    or deleted, answers /health 503 (absent: the actuator and the readiness probe skip it). The
+    model's time runs `compress` times faster than the wall clock; the actuator, the router and
+    the engines run at wall-clock speed."""
+
+    def __init__(self, slots: list[FakeVllm], initial: int, plan: scaling.ScalingPlan, target_requests: float,
+                 target_waiting: float, standby_count: int, load_s: float, compress: float) -> None:
+        super().__init__(daemon=True)
+        self.slots, self.plan, self.compress = slots, plan, compress
+        self.t_requests, self.t_waiting, self.count, self.load_s = target_requests, target_waiting, standby_count, load_s
+        self.hpa = hpa.Hpa(hpa.Behavior.from_spec(scaling.hpa_behavior(plan)), plan.min_replicas, plan.max_replicas)
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+        self.pods: dict[str, dict] = {}  # url -> {"created": model s, "ready_at": wall s or None}
+        self.next_slot = initial
+        for e in slots[:initial]:
+            self.pods[e.url] = {"created": 0.0, "ready_at": time.monotonic(), "name": e.name}
+        for e in slots[initial:]:
+            e.set_healthy(False)
+        self.replicas = initial
+        self.sample: tuple[float, float] | None = None
+        self.log: list[tuple[float, int, int, int]] = []  # (model s, pods, awake, asleep)
+        self.deleted: list[str] = []
+        self.created: list[str] = []
+
+    def model_now(self) -> float:
+        return (time.monotonic() - self.t0) * self.compress
+
+    def states(self) -> dict[str, str]:
+        out = {}
+        for url, p in self.pods.items():
+            if p["ready_at"] is None or time.monotonic() < p["ready_at"]:
+                out[url] = "loading"
+            else:
+                out[url] = "sleeping" if _sleeping(url) else "awake"
+        return out
+
+    def _create(self, n: int) -> None:
+        for _ in range(n):
+            if self.next_slot >= len(self.slots):
+                raise RuntimeError("the bench ran out of pre-started engines: raise the slot count")
+            e = self.slots[self.next_slot]
+            self.next_slot += 1
+            self.pods[e.url] = {"created": self.model_now(), "ready_at": time.monotonic() + self.load_s, "name": e.name}
+            self.created.append(e.name)
+
+    def _remove(self, n: int, states: dict[str, str]) -> None:
+        # ActivePodsWithRanks over the pods as the ReplicaSet sees them: a loading pod is not
+        # Ready; Ready ones carry the deletion cost the actuator writes (COST in standby.py).
+        pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=int(standby.COST[states[url]]),
+                        ready_since=p["ready_at"], created=p["created"]) for url, p in self.pods.items()]
+        for victim in hpa.deletion_order(pods)[:n]:
+            self.deleted.append(f"{self.pods[victim.name]['name']} ({states[victim.name]})")
+            del self.pods[victim.name]
+            next(e for e in self.slots if e.url == victim.name).set_healthy(False)
+
+    def run(self) -> None:
+        scrape = scaling.SCRAPE_INTERVAL_SECONDS / self.compress
+        sync = scaling.HPA_SYNC_SECONDS / self.compress
+        next_scrape = next_sync = time.monotonic()
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for url, p in self.pods.items():
+                if p["ready_at"] is not None and now >= p["ready_at"] and p.get("healthy") is not True:
+                    next(e for e in self.slots if e.url == url).set_healthy(True)
+                    p["healthy"] = True
+            if now >= next_scrape:
+                # What AMP holds: the gauges of every pod that answers, summed.
+                rw = [_metrics(u) for u, p in self.pods.items() if p.get("healthy") is not False]
+                self.sample = (sum(r for r, _ in rw), sum(w for _, w in rw))
+                next_scrape = now + scrape
+            if now >= next_sync and self.sample is not None:
+                running, waiting = self.sample
+                current = len(self.pods)
+                # computeReplicasForMetrics: the largest of the triggers' answers.
+                by_waiting = hpa.external_per_pod_replicas(current, waiting + self.count * self.t_waiting,
+                                                           self.t_waiting, tolerance_up=0, tolerance_down=0)
+                by_demand = hpa.external_per_pod_replicas(
+                    current, scaling.demand_figure(running, waiting, self.t_requests, self.count), 1,
+                    tolerance_up=0, tolerance_down=0)
+                new = self.hpa.step(self.model_now(), current, max(by_waiting, by_demand))
+                states = self.states()
+                if new > current:
+                    self._create(new - current)
+                elif new < current:
+                    self._remove(current - new, states)
+                next_sync = now + sync
+            states = self.states()
+            self.log.append((self.model_now(), len(self.pods), sum(v == "awake" for v in states.values()),
+                             sum(v == "sleeping" for v in states.values())))
+            self.stop.wait(0.2)
+
+
+class Load:
+    """Closed-loop clients whose number follows a schedule (`set`)."""
+
+    def __init__(self, url: str, t0: float) -> None:
+        self.url, self.t0, self.target = url, t0, 0
+        self.replies: list[tuple[float, int, str]] = []
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def set(self, n: int) -> None:
+        self.target = n
+        while len(self.threads) < n:
+            c = len(self.threads)
+            t = threading.Thread(target=self._client, args=(c,), daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _client(self, c: int) -> None:
+        k = 0
+        while k < 100_000:
+            if c >= self.target:
+                time.sleep(0.05)
+                if self.target == -1:
+                    return
+                continue
+            status, by = chat(self.url, c * 100_000 + k)
+            with self.lock:
+                self.replies.append((time.monotonic() - self.t0, status, by))
+            k += 1
+
+    def stop(self) -> None:
+        self.target = -1
+        for t in self.threads:
+            t.join(BOUND_S)
+
+
+def sustained(a: argparse.Namespace, tmp: Path) -> dict:
+    min_awake, max_awake, count = a.min_replicas, a.max_replicas, 1
+    # The rendered scale-down behavior of a model with this start-up budget (decisions/autoscaling.py).
+    window = scaling.scale_down_hold_seconds(a.startup_budget)
+    period = scaling.scale_down_period_seconds(a.startup_budget)
+    plan = scaling.ScalingPlan(model=MODEL, namespace="inference", deployment=MODEL, min_replicas=min_awake + count,
+                               max_replicas=max_awake + count, polling_interval_seconds=scaling.POLLING_INTERVAL_SECONDS,
+                               cooldown_period_seconds=window, scale_down_stabilization_seconds=window,
+                               scale_down_period_seconds=period, triggers=())
+    # The per-engine load at which the actuator wakes another: max-num-seqs running plus
+    # targetWaitingPerReplica waiting (docs/autoscaling.md, targetRequestsPerReplica).
+    t_requests = a.max_num_seqs + a.target_waiting
+    slots_n = max_awake + count + 3
+    with ExitStack() as stack:
+        slots = [stack.enter_context(FakeVllm(f"e{i}", dev_mode=True, asleep=(i == min_awake), delay_ms=a.decode_ms,
+                                              max_num_seqs=a.max_num_seqs, weights_gib=a.weights_gib,
+                                              wake_s_per_gib=a.wake_s_per_gib)) for i in range(slots_n)]
+        initial = min_awake + count
+        manifest, labels = tmp / "sustained.json", tmp / "sustained-labels.json"
+        ready = Discovery(slots, manifest, labels, asleep={slots[min_awake].url})
+        cluster = Cluster(slots, initial, plan, t_requests, a.target_waiting, count, a.load_seconds / a.compress,
+                          a.compress)
+        ready.start()
+        stack.callback(ready.stop.set)
+        r = stack.enter_context(SmgRouter(router_flags(manifest), wait_for_workers=min_awake, ready_timeout_s=60))
+        act = Actuator([e.url for e in slots], labels, "--standby", str(count), "--min-awake", str(min_awake),
+                       "--target-waiting", f"{a.target_waiting:g}",
+                       "--awake-idle-seconds", f"{a.awake_idle_seconds / a.compress:g}")
+        stack.callback(act.stop)
+        time.sleep(3.0)
+        cluster.start()
+        stack.callback(cluster.stop.set)
+        t0 = time.monotonic()
+        load = Load(r.url, t0)
+        stack.callback(load.stop)
+        deficits: list[tuple[float, int]] = []
+
+        def hold(seconds: float, up: bool) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                if up and cluster.log:
+                    m, pods, awake, _ = cluster.log[-1]
+                    deficits.append((m, pods - (awake + count)))
+                time.sleep(0.25)
+
+        step1 = a.clients_step1
+        load.set(step1)
+        plateau = window / a.compress * 1.5 + 10
+        hold(plateau, True)
+        before2 = {u for u, v in cluster.states().items() if v == "sleeping"}
+        t2 = time.monotonic() - t0
+        load.set(a.clients_step2)
+        hold(a.step2_seconds, True)
+        load.set(0)
+        fell = time.monotonic()
+        floor = min_awake + count
+        returned = None
+        deadline = fell + 2 * window / a.compress + 30
+        while time.monotonic() < deadline:
+            if len(cluster.pods) == floor and sum(v == "sleeping" for v in cluster.states().values()) == count:
+                returned = (time.monotonic() - fell) * a.compress
+                break
+            time.sleep(0.5)
+        names = {e.url: e.name for e in slots}
+        woken2 = {names[u] for u in before2}
+        s2 = sorted(t - t2 for t, st, by in load.replies if st == 200 and by in woken2 and t > t2)
+        w2 = max((e.stats()["wake_s"] for e in slots if e.url in before2), default=float("nan"))
+        failed = sum(1 for _, st, _ in load.replies if st != 200)
+        # While the load is up, a wake leaves pods one short until the next scrape and HPA sync
+        # start the replacement: the longest such stretch, in model seconds.
+        worst, short_since, longest = 0, None, 0.0
+        for m, d in deficits:
+            worst = min(worst, d)
+            if d < 0 and short_since is None:
+                short_since = m
+            elif d >= 0 and short_since is not None:
+                longest, short_since = max(longest, m - short_since), None
+        print(f"sustained: {step1} clients, then {a.clients_step2} from {t2:.1f} s; pods created {cluster.created}, "
+              f"deleted {cluster.deleted}; {len(load.replies)} replies, {failed} failed")
+        print(f"  pods - (awake + count) while the load was up: lowest {worst}, longest short {longest:.0f} model s "
+              f"(scrape {scaling.SCRAPE_INTERVAL_SECONDS} + sync {scaling.HPA_SYNC_SECONDS} + the replacement's wait)")
+        if returned is not None:
+            back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
+        else:
+            back = f"NOT back to {floor} pods"
+        print(f"  after the load fell: {back} (scale-down window {window} s, then one pod per {period} s)")
+        return {"s2": s2[0] if s2 else float("inf"), "w2": w2, "failed": failed, "n": len(load.replies),
+                "worst": worst, "returned": returned, "woken": sorted(woken2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--weights-gib", type=float, default=67.0, help="the model's weights (prod's qwen-67b)")
@@ -266,16 +523,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-ms", type=float, default=200.0, help="time an engine takes per request")
     p.add_argument("--max-num-seqs", type=int, default=2, help="requests an engine runs at once")
     p.add_argument("--target-waiting", type=float, default=5.0, help="targetWaitingPerReplica (prod's default)")
+    p.add_argument("--min-replicas", type=int, default=2, help="prod's qwen-67b minReplicas")
+    p.add_argument("--max-replicas", type=int, default=4, help="prod's qwen-67b maxReplicas")
+    p.add_argument("--startup-budget", type=int, default=935,
+                   help="the model's start-up budget, which sets the scale-down window (prod's qwen-67b: 935 s)")
+    p.add_argument("--load-seconds", type=float, default=110.0,
+                   help="a new pod's load on a warm spare (prod's render: ~110 s)")
+    p.add_argument("--awake-idle-seconds", type=float, default=300.0, help="standby.awakeIdleSeconds (prod's)")
+    p.add_argument("--compress", type=float, default=31.0, help="model seconds per bench second")
+    p.add_argument("--clients-step1", type=int, default=20, help="clients of the first step")
+    p.add_argument("--clients-step2", type=int, default=28,
+                   help="clients of the second step: three awake engines queue 22 past their 6 running (the "
+                        "actuator wakes past 15), and maxReplicas engines carry it all (4 x (max-num-seqs + "
+                        "target-waiting) = 28); 26 left the queue too near 15 on a busy machine (no wake)")
+    p.add_argument("--step2-seconds", type=float, default=12.0)
+    p.add_argument("--skip-first", action="store_true", help="run the sustained phase only")
     a = p.parse_args(argv)
     print(f"engines: fake vLLM in dev mode, {a.weights_gib:g} GiB of weights, wake modelled at "
           f"{a.wake_s_per_gib * 64:.1f} s per 64 GiB = {a.weights_gib * a.wake_s_per_gib:.2f} s; "
           f"{a.max_num_seqs} running at once, {a.decode_ms:g} ms each")
     with tempfile.TemporaryDirectory(prefix="scaleout-") as d:
-        s, w, failed, n = load_step(a, Path(d))
-        held, dropped, sent = from_zero(a, Path(d))
-    print(f"warmstart's share (S - W): {s - w:.2f} s (bound 3 s); from zero: {sent} sent")
+        if a.skip_first:
+            s, w, failed, n, held, dropped, sent = float("nan"), float("nan"), 0, 0, 0, 0, 0
+        else:
+            s, w, failed, n = load_step(a, Path(d))
+            held, dropped, sent = from_zero(a, Path(d))
+        sus = sustained(a, Path(d))
+    print(f"warmstart's share (S - W): {s - w:.2f} s (bound 3 s); from zero: {sent} sent; second step's share "
+          f"(S2 - W2): {sus['s2'] - sus['w2']:.2f} s (bound 3 s); sustained: failed {sus['failed']} of {sus['n']}")
     print(f"scale-out: woken serves {s:.1f} s after the load step (wake modelled {w:.1f} s); failed {failed} of {n}; "
-          f"from zero: held {held}, dropped {dropped}")
+          f"from zero: held {held}, dropped {dropped}; second step: woken serves {sus['s2']:.1f} s after it "
+          f"(wake modelled {sus['w2']:.1f} s)")
     return 0
 
 

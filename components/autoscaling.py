@@ -37,7 +37,7 @@ class ModelAutoscalingArgs(TypedDict):
     """Namespace of the model's Deployment (the queries' `namespace`)."""
     autoscaling: NotRequired[ModelEntryAutoscalingArgs]
     """The model's `autoscaling` section, as a stack config writes it: `minReplicas` (>= 1 unless
-    `frontQueue`), `maxReplicas` (required), `targetWaitingPerReplica`, `kvCacheUsageCeiling`.
+    `frontQueue`), `maxReplicas` (required), `targetWaitingPerReplica`, `targetRequestsPerReplica`, `kvCacheUsageCeiling`.
     Its validation and defaults are the config's. Deprecated, still read: those keys at the top
     of the Args."""
     startup_budget_seconds: int
@@ -97,7 +97,8 @@ class ModelAutoscaling(pulumi.ComponentResource):
         spec = decide.AutoscalingSpec(
             min_replicas=section.min_replicas, max_replicas=section.max_replicas,
             target_waiting_per_replica=section.target_waiting_per_replica,
-            kv_cache_usage_ceiling=section.kv_cache_usage_ceiling, standby=standby_count(args, self))
+            kv_cache_usage_ceiling=section.kv_cache_usage_ceiling, standby=standby_count(args, self),
+            target_requests_per_replica=section.target_requests_per_replica)
         # The section's rules beyond its own fields' (minReplicas 0 needs a front queue, ...),
         # under the section's key.
         decide.check_spec(spec, key=where, model=model, front_queue=bool(args.get("front_queue")))

@@ -89,6 +89,11 @@ class ModelEntryAutoscalingArgs(TypedDict):
     kv_cache_usage_ceiling: NotRequired[float]
     """Also scale up when any replica's KV cache is fuller than this fraction
     (`vllm:kv_cache_usage_perc`). Default: not used."""
+    target_requests_per_replica: NotRequired[float]
+    """Requests one engine carries, running plus waiting (`vllm:num_requests_running` +
+    `vllm:num_requests_waiting`): KEDA keeps ceil(total / this) engines awake, plus the standby
+    sleepers, so a load the engines carry without a queue is not scaled away. Set it to the
+    running requests one engine holds at your latency target. Default: `32`."""
 
 
 class ModelEntryStandbyArgs(TypedDict):

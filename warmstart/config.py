@@ -372,6 +372,11 @@ class AutoscalingConfig(_Strict):
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
     """Also scale up when any replica's KV cache is fuller than this fraction
     (`vllm:kv_cache_usage_perc`). Default: not used."""
+    target_requests_per_replica: Annotated[float, Field(gt=0)] = scaling_rules.DEFAULT_TARGET_REQUESTS_PER_REPLICA
+    """Requests one engine carries, running plus waiting (`vllm:num_requests_running` +
+    `vllm:num_requests_waiting`): KEDA keeps ceil(total / this) engines awake, plus the standby
+    sleepers, so a load the engines carry without a queue is not scaled away. Set it to the running
+    requests one engine holds at your latency target."""
 
 
 class StandbyConfig(_Strict):
@@ -950,6 +955,21 @@ def _example(kind: str, key: str, field: FieldInfo | None, given: object) -> str
     return f"`{key}: {value}`"
 
 
+# The rule of each name pattern in words, for an error a user reads (pydantic would print the
+# regular expression): (rule, fix).
+_PATTERN_WORDS = {
+    DNS_LABEL: ("must be a DNS label: lowercase letters, digits and hyphens, starting with a letter and not "
+                "ending with a hyphen", "lowercase it and replace `_`, `.` and spaces with `-` (e.g. `llama-3-1-8b`)"),
+    DNS_SUBDOMAIN: ("must be a DNS subdomain: lowercase letters, digits, hyphens and dots, each part starting and "
+                    "ending with a letter or digit", "e.g. `high-priority`"),
+    r"^[a-z]{2}(-[a-z]+)+-[0-9]$": ("must be an AWS region code: lowercase, like `us-east-1` (area, direction, "
+                                    "number)", "use the region's code as the console shows it, e.g. `us-west-2`"),
+    r"^[0-9]{12}$": ("must be a 12-digit AWS account ID", "quote it so YAML keeps its leading zeros, e.g. "
+                     "'012345678901'"),
+    r"^[0-9a-f]{40}$": ("must be a full 40-character commit hash (lowercase hex)", "copy the commit's full hash"),
+}
+
+
 def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
                            model: type[BaseModel] | None = None,
                            plain_words: Mapping[tuple[Any, ...], str] | None = None) -> ConfigErrors:
@@ -972,6 +992,8 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
         bound = next((f"{op} {ctx[k]}" for k, op in _BOUNDS.items() if k in ctx), None)
         if e["type"] == "warmstart_rule":
             fix, value = ctx["fix"], ctx["value"]
+        elif e["type"] == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
+            rule, fix = _PATTERN_WORDS[ctx["pattern"]]
         elif e["type"] == "literal_error":
             fix = f"use one of: {ctx['expected']}"
         elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
@@ -1194,6 +1216,7 @@ def read_stack_file(path: Path) -> dict[str, str]:
         if not isinstance(k, str):
             raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
                               f"write it as `{NAMESPACE}:<key>` (see {REFERENCE})")
+        _check_namespace(k)
         try:
             # A NaN or an infinity passes as JSON's NaN / Infinity: the models refuse them by the key.
             out[k] = v if isinstance(v, str) else json.dumps(v, sort_keys=True)
@@ -1204,6 +1227,18 @@ def read_stack_file(path: Path) -> dict[str, str]:
             raise ConfigError(k, "holds itself (a YAML alias inside the anchor it names)",
                               "write the value out instead of the alias") from None
     return out
+
+
+def _check_namespace(key: str) -> None:
+    """A key in a namespace one slip away from warmstart's (`warmstrat:models`) would be read by no
+    one, so the stack would deploy without it: refuse it. Other namespaces (`aws:`, a provider's,
+    the user's own) pass untouched."""
+    ns, sep, rest = key.partition(":")
+    if not sep or ns == NAMESPACE:
+        return
+    if difflib.SequenceMatcher(None, ns.lower(), NAMESPACE).ratio() >= 0.75:
+        raise ConfigError(key, f"its namespace {ns!r} is not warmstart's ({NAMESPACE!r}), so warmstart would ignore "
+                          "the key and deploy without it", f"rename it {NAMESPACE}:{rest}")
 
 
 class _StackFileLoader(yaml.SafeLoader):

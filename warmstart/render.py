@@ -21,7 +21,7 @@ from .plan import stack as plan_mod
 from .plan import platform as platform_mod
 from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
-from .decisions import capacity, gpu_pools, image_cache, phases
+from .decisions import capacity, gpu_pools, image_cache, phases, prices
 from .decisions import weights_import as imports
 from .errors import ConfigError
 from .mocks import Registered
@@ -223,10 +223,23 @@ def _pool_model(m: plan_mod.ModelPlan) -> gpu_pools.PoolModel:
     return gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.replicas, name=m.name)
 
 
+def _sleepers(m: plan_mod.ModelPlan) -> int:
+    """Standby engines: pods that hold their GPUs around the clock, asleep."""
+    return m.standby.count if m.standby else 0
+
+
 def _running_nodes(stack_plan: AnyPlan, pool: Any) -> int:
-    """Nodes a pool runs with every model at its fewest replicas, spares included."""
-    return sum(gpu_pools.nodes_for(_pool_model(m), m.autoscaling.min_replicas if m.autoscaling else m.replicas)
+    """Nodes a pool runs with every model at its fewest replicas, its sleepers and the spares included."""
+    return sum(gpu_pools.nodes_for(_pool_model(m), (m.autoscaling.min_replicas if m.autoscaling else m.replicas)
+                                   + _sleepers(m))
                for m in stack_plan.models if m.pool == pool.name) + pool.warm_nodes
+
+
+def replicas_cell(m: plan_mod.ModelPlan) -> str:
+    """The replicas column: KEDA's awake range, and the sleepers kept beside it (`1-3 +2 asleep`)."""
+    a = m.autoscaling
+    awake = f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas)
+    return f"{awake} +{_sleepers(m)} asleep" if _sleepers(m) else awake
 
 
 def node_price(pool: Any) -> str:
@@ -239,18 +252,40 @@ def node_price(pool: Any) -> str:
     return " / ".join(f"{capacity.usd(p)} {t}" for t, p in prices)
 
 
-def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
-    """What a model costs per hour at its min and max replicas, its pool's warm spares included,
-    at the pool's first-choice price ("unknown" without a price)."""
-    pool = _pool_of(stack_plan, m)
+def _model_stack_price(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> tuple[float | None, str]:
+    """A model stack's node-hour: its platform pool's on-demand list price in the platform's
+    region (the platform's own hourlyPriceUsd is not in the contract), unknown where the pool
+    takes spot first (the engines try reserved, then spot, then on-demand)."""
+    pool = next((p for p in stack_plan.contract.pools if p.name == m.pool), None)
     if pool is None:
+        return None, "unknown: the platform has no such pool"
+    kinds = set(pool.capacity_types)
+    if "spot" in kinds and "reserved" not in kinds:
+        return None, "unknown: the platform's pool takes spot first, whose price moves"
+    listed = prices.pool_price(stack_plan.contract.region, list(pool.instance_types))
+    if listed is None:
+        return None, (f"unknown: {stack_plan.contract.region} is not in warmstart's price table "
+                      "(warmstart/data/ondemand_prices.csv)")
+    return listed.usd_per_hour, f"on-demand list price, {listed.as_of}"
+
+
+def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
+    """What a model costs per hour at its min and max replicas, its standby sleepers (which hold
+    their GPUs around the clock) and its pool's warm spares included, at the pool's first-choice
+    price ("unknown" without a price)."""
+    pool = _pool_of(stack_plan, m)
+    if pool is None and isinstance(stack_plan, platform_mod.ModelStackPlan):
+        price, spares = _model_stack_price(stack_plan, m)[0], 0
+    elif pool is None:
         return "-"
-    price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+    else:
+        price = capacity.price_of(pool.capacity.types[0], pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+        spares = pool.warm_nodes
     if price is None:
         return "unknown"
-    lo = m.autoscaling.min_replicas if m.autoscaling else m.replicas
-    hi = m.autoscaling.max_replicas if m.autoscaling else m.replicas
-    cost = [(gpu_pools.nodes_for(_pool_model(m), n) + pool.warm_nodes) * price for n in (lo, hi)]
+    lo = (m.autoscaling.min_replicas if m.autoscaling else m.replicas) + _sleepers(m)
+    hi = (m.autoscaling.max_replicas if m.autoscaling else m.replicas) + _sleepers(m)
+    cost = [(gpu_pools.nodes_for(_pool_model(m), n) + spares) * price for n in (lo, hi)]
     return capacity.usd(cost[0]) if cost[0] == cost[1] else f"{capacity.usd(cost[0])}-{capacity.usd(cost[1])}"
 
 
@@ -428,6 +463,22 @@ def yours_notes(stack_plan: plan_mod.StackPlan) -> list[str]:
     return notes
 
 
+def standby_spot_notes(stack_plan: AnyPlan) -> list[str]:
+    """A standby model whose pool takes spot first: one interruption takes a sleeper, and what
+    brings it back is a whole cold start on a new node, not a wake."""
+    notes = []
+    for m in stack_plan.models:
+        pool = _pool_of(stack_plan, m)
+        if not m.standby or pool is None or pool.capacity.types[0] != "spot":
+            continue
+        cold = _scale_out(m, "s3").cold_seconds
+        notes.append(f"note: model {m.name!r} keeps {m.standby.count} standby engine(s) on pool {pool.name}, whose "
+                     f"nodes come from spot first: an interruption takes a sleeper (with two minutes' notice), and "
+                     f"until its replacement has loaded (~{cold:.0f}s on a new node) a rise waits for a cold start; "
+                     "put the model on a pool whose capacity.types are [onDemand] or start with reserved")
+    return notes
+
+
 def lone_router_notes(models: list[plan_mod.ModelPlan]) -> list[str]:
     """A router asked for by name in front of a model that can never have two replicas.
 
@@ -458,10 +509,12 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{m.weights_bytes / 2**30:.1f}", str(m.concurrency), "yes" if m.distributed else "no",
                      m.compile_cache_host_path if m.compile_cache else "off (eager)" if m.eager else "off",
                      f"{m.startup_budget_seconds}s",
-                     f"{a.min_replicas}-{a.max_replicas} (KEDA)" if a else str(m.replicas), m.routing_policy,
+                     replicas_cell(m), m.routing_policy,
                      f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
                      ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else ""),
-                     node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else "-",
+                     node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else
+                     capacity.usd(_model_stack_price(stack_plan, m)[0])
+                     if isinstance(stack_plan, platform_mod.ModelStackPlan) else "-",
                      model_cost(stack_plan, m)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -475,6 +528,10 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(line)
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
+        price, source = _model_stack_price(stack_plan, m)
+        lines.append(f"price {m.pool}: " + (f"${price:,.2f}/node-hour ({source}; the platform's hourlyPriceUsd, "
+                                            "if it sets one, is not in its contract)" if price is not None else
+                                            f"{source}"))
         if stack_plan.contract.image_cache_account:
             lines.extend(uncached_images_note([m.image]))
         lines += lone_router_notes([m])
@@ -495,6 +552,12 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
                          + (f"${cost:,.2f}/hour" if cost is not None else
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
+    for p in stack_plan.cluster.pools:
+        # Where the $/h columns come from: the stack's hourlyPriceUsd, the shipped list price
+        # (warmstart/data/SOURCES.md), or nothing, said so.
+        lines.append(f"price {p.name}: " + (f"${p.hourly_price_usd:,.2f}/node-hour ({p.price_source})"
+                                            if p.hourly_price_usd is not None else
+                                            f"{p.price_source}; set gpuPools[].hourlyPriceUsd"))
     g = stack_plan.cluster.system_node_group
     if g is not None:
         lines.append(f"system nodes: {g.size} x {'/'.join(g.instance_types)} hold the Karpenter controller and CoreDNS "
@@ -512,6 +575,7 @@ def table(stack_plan: AnyPlan) -> str:
     if stack_plan.config.image_cache.ecr_pull_through is not None:
         lines.extend(uncached_images_note([m.image for m in stack_plan.models]))
     lines += lone_router_notes(list(stack_plan.models))
+    lines += standby_spot_notes(stack_plan)
     lines += yours_notes(stack_plan)
     unpinned = sorted({m.image for m in stack_plan.models if "@sha256:" not in m.image})
     if unpinned:

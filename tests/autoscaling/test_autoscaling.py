@@ -73,7 +73,12 @@ def test_scale_down_waits_the_startup_budget_within_what_kubernetes_allows(budge
     period = decide.scale_down_period_seconds(budget)
     assert hold >= min(budget, decide.MAX_STABILIZATION_SECONDS) and hold <= decide.MAX_STABILIZATION_SECONDS
     assert hold >= decide.MIN_SCALE_DOWN_HOLD_SECONDS
-    assert min(budget, decide.MAX_POLICY_PERIOD_SECONDS) <= period <= decide.MAX_POLICY_PERIOD_SECONDS
+    if budget <= decide.MAX_STABILIZATION_SECONDS:
+        # The window holds the budget: past it, one pod per sync, so a falling load is back at the
+        # floor within one window (plus a sync per surplus pod).
+        assert period == decide.HPA_SYNC_SECONDS
+    else:
+        assert min(budget, decide.MAX_POLICY_PERIOD_SECONDS) <= period <= decide.MAX_POLICY_PERIOD_SECONDS
     assert decide.scale_down_hold_seconds(budget + 1) >= hold  # monotone
 
 
@@ -261,12 +266,12 @@ def test_amp_scaled_object_and_trigger_authentication_pass_the_crds(kv):
     assert s["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}
     assert (s["minReplicaCount"], s["maxReplicaCount"]) == (1, 6)
     assert [t["metadata"]["query"] for t in s["triggers"]] == [t.query for t in p.triggers]
-    assert len(s["triggers"]) == (2 if kv else 1)
+    assert len(s["triggers"]) == (3 if kv else 2)
     for t in s["triggers"]:
         assert t["authenticationRef"]["name"] == ta["metadata"]["name"]
         assert t["metadata"]["awsRegion"] == REGION
         assert not t["metadata"]["serverAddress"].endswith("/")
-        assert float(t["metadata"]["threshold"]) in (5.0, kv)
+        assert float(t["metadata"]["threshold"]) in (5.0, 1.0, kv), "the engine-demand figure is a pod count: its target is one pod"
     assert ta["spec"]["podIdentity"] == {"provider": "aws", "identityOwner": "keda"}
 
 
@@ -387,7 +392,9 @@ def test_model_autoscaling_registers_crd_valid_objects_with_the_planned_queries(
         validate_keda({k: r.inputs[k] for k in ("apiVersion", "kind", "metadata", "spec")})
     so = found["ScaledObject"]
     assert [t["metadata"]["query"] for t in so.inputs["spec"]["triggers"]] == \
-        [decide.waiting_query("llama", "inference"), decide.kv_cache_query("llama", "inference")]
+        [decide.waiting_query("llama", "inference"),
+         decide.demand_query("llama", "inference", decide.DEFAULT_TARGET_REQUESTS_PER_REPLICA),
+         decide.kv_cache_query("llama", "inference")]
     assert found["TriggerAuthentication"].urn in so.dependencies
     hold = so.inputs["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
     assert hold["stabilizationWindowSeconds"] >= 1300
@@ -439,7 +446,9 @@ def test_model_autoscalings_section_defaults_are_the_configs():
     spelled, _ = _autoscaling(autoscaling={"min_replicas": d.min_replicas, "max_replicas": 4,
                                            "target_waiting_per_replica": d.target_waiting_per_replica})
     assert a.plan == spelled.plan and a.plan.min_replicas == d.min_replicas
-    assert [t.threshold for t in a.plan.triggers] == [d.target_waiting_per_replica], "no KV-cache trigger unless set"
+    assert [t.threshold for t in a.plan.triggers] == [d.target_waiting_per_replica, 1], "no KV-cache trigger unless set"
+    assert str(d.target_requests_per_replica) in a.plan.triggers[1].query.replace(".0)", ")") or \
+        f"/ {d.target_requests_per_replica:g})" in a.plan.triggers[1].query
 
 
 def test_model_autoscalings_flat_keys_of_before_scale_as_the_section_with_a_warning(monkeypatch):

@@ -88,8 +88,9 @@ def test_a_loading_pod_is_not_scaled_back_to_zero(zero):
         "stabilizationWindowSeconds"] >= min(scaling.MAX_STABILIZATION_SECONDS, m.startup_budget_seconds)
     # the waiting query fails while no vLLM pod reports (ignoreNullValues false): KEDA 2.20.2 does
     # not deactivate a ScaledObject whose trigger errors (`isError && Fallback == nil`)
-    (waiting,) = [t for t in spec["triggers"] if t["type"] == "prometheus"]
-    assert waiting["metadata"]["ignoreNullValues"] == "false" and "fallback" not in spec
+    prometheus = [t for t in spec["triggers"] if t["type"] == "prometheus"]
+    assert [t["name"] for t in prometheus] == ["waiting-requests", "engine-demand"]
+    assert all(t["metadata"]["ignoreNullValues"] == "false" for t in prometheus) and "fallback" not in spec
 
 
 def test_the_front_queue_holds_for_the_predicted_cold_start_and_says_when_to_return(zero):

@@ -49,7 +49,8 @@ W, KV = decide.WAITING_METRIC, decide.KV_CACHE_METRIC
 
 
 def _unit_tests(plan: decide.ScalingPlan) -> dict:
-    waiting, kv = (t.query for t in plan.triggers)
+    by = {t.name: t.query for t in plan.triggers}
+    waiting, kv = by["waiting-requests"], by["kv-cache-usage"]
     series = [
         # The model's two pods; pod b runs two engines (data parallel), each its own series.
         _series(W, "0 2 6 10 stale", pod="a"),
@@ -92,11 +93,11 @@ def _plan() -> decide.ScalingPlan:
 
 def test_every_trigger_query_sums_only_its_model_and_namespace(promtool, tmp_path):
     plan = _plan()
-    assert [t.name for t in plan.triggers] == ["waiting-requests", "kv-cache-usage"]
+    assert [t.name for t in plan.triggers] == ["waiting-requests", "engine-demand", "kv-cache-usage"]
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(plan)))
     (tmp_path / "test.yml").write_text(yaml.safe_dump(_unit_tests(plan)))
     check = _run(promtool, "check", "rules", "rules.yml", cwd=tmp_path)
-    assert check.returncode == 0 and "SUCCESS: 2 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 3 rules found" in check.stdout, check.stdout + check.stderr
     result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
 
@@ -117,7 +118,7 @@ def test_the_standby_query_adds_the_sleepers_and_answers_with_no_series(promtool
     """With one standby engine at target 5, KEDA's ceil(value / 5) is the awake pods the queue
     needs plus one; with no series at all (no pod reports yet) the answer is the sleepers alone."""
     plan = decide.plan_scaling(MODEL, NAMESPACE, decide.AutoscalingSpec(0, 4, 5.0, None, standby=1), 1300)
-    (waiting,) = (t.query for t in plan.triggers)
+    waiting = plan.triggers[0].query
     (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(plan)))
     tests = {"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": [{
         "interval": "15s",
@@ -131,6 +132,41 @@ def test_the_standby_query_adds_the_sleepers_and_answers_with_no_series(promtool
     (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
     result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+
+
+R = decide.RUNNING_METRIC
+
+
+def test_the_engine_demand_counts_what_the_awake_engines_carry_plus_the_sleepers(promtool, tmp_path):
+    """One awake engine and one sleeper (standby 1, 4 requests per engine). The step: 4 running,
+    6 waiting (10: 3 engines + the sleeper). After the wake the queue is gone but the two awake
+    engines carry 8: the figure stays 2 + 1, so the HPA starts a replacement sleeper and keeps it.
+    A load one engine carries (3) asks for 1 + 1; no series at all (every pod asleep) asks for the
+    sleeper alone; another model's load never counts."""
+    plan = decide.plan_scaling(MODEL, NAMESPACE, decide.AutoscalingSpec(
+        1, 4, 5.0, None, standby=1, target_requests_per_replica=4), 1300)
+    demand = plan.triggers[1]
+    assert (demand.name, demand.threshold, demand.metric_type) == ("engine-demand", 1, "AverageValue")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(_rules(plan)))
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "15s", "tests": [{
+        "interval": "15s",
+        "input_series": [
+            _series(R, "0 4 4 4 3 stale", pod="a"), _series(W, "0 6 0 0 0 stale", pod="a"),
+            _series(R, "0 0 4 4 0 stale", pod="b"), _series(W, "0 0 0 0 0 stale", pod="b"),
+            _series(R, "50 50 50 50 50 50", model="other", pod="c"),
+        ],
+        "promql_expr_test": [
+            {"expr": demand.query, "eval_time": "0s", "exp_samples": [{"labels": "{}", "value": 1}]},
+            {"expr": demand.query, "eval_time": "15s", "exp_samples": [{"labels": "{}", "value": 4}]},
+            {"expr": demand.query, "eval_time": "30s", "exp_samples": [{"labels": "{}", "value": 3}]},
+            {"expr": demand.query, "eval_time": "60s", "exp_samples": [{"labels": "{}", "value": 2}]},
+            {"expr": demand.query, "eval_time": "10m", "exp_samples": [{"labels": "{}", "value": 1}]},
+        ]}]}
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(tests))
+    result = _run(promtool, "test", "rules", "test.yml", cwd=tmp_path)
+    assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
+    # The same figure as the bench computes it from its engines' gauges.
+    assert decide.demand_figure(8, 0, 4, 1) == 3 and decide.demand_figure(0, 0, 4, 1) == 1
 
 
 # Debian builds Prometheus without the Kubernetes service discovery (its promtool answers

@@ -137,3 +137,33 @@ def test_the_command_fails_clearly_without_standby_or_a_cluster(tmp_path, capsys
                      "--kubeconfig", str(tmp_path / "none")]) == cli.EXIT_PREREQUISITES
     err = capsys.readouterr().err
     assert err.startswith("warmstart: ") and "Traceback" not in err
+
+
+def test_the_sleepers_host_memory_is_read_from_the_containers_cgroup_while_it_sleeps(tmp_path):
+    """memory.current and memory.peak of the container, read after the sleep and before the wake
+    (the weights are pinned by vLLM's worker processes, which only the cgroup sees), beside the
+    render's prediction."""
+    from warmstart.podside import wake_bench
+
+    (tmp_path / "memory.current").write_text(f"{int(2.4 * GIB)}\n")
+    (tmp_path / "memory.peak").write_text(f"{int(2.6 * GIB)}\n")
+    predicted = _model().standby.sleeping_host_bytes
+    with _engine() as engine:
+        record = wake_bench.measure(engine.url, MODEL, 1, int(WEIGHTS_GIB * GIB), 60, predicted, str(tmp_path))
+    mem = record["host_memory"]
+    assert (mem["asleep_bytes"], mem["peak_bytes"], mem["predicted_bytes"]) == (int(2.4 * GIB), int(2.6 * GIB),
+                                                                                 predicted)
+    assert mem["asleep_per_weight"] == pytest.approx(1.2, abs=0.001)
+    assert mem["peak_per_prediction"] == pytest.approx(2.6 * GIB / predicted, abs=0.001)
+    # A cgroup v1 node: the same figures from its own files; none readable: no figure, no failure.
+    v1 = tmp_path / "v1" / "memory"
+    v1.mkdir(parents=True)
+    (v1 / "memory.usage_in_bytes").write_text("100\n")
+    (v1 / "memory.max_usage_in_bytes").write_text("200\n")
+    assert wake_bench.cgroup_memory(str(tmp_path / "v1")) == {"current": 100, "peak": 200}
+    assert wake_bench.cgroup_memory(str(tmp_path / "none")) == {}
+
+
+def test_the_command_passes_the_renders_prediction_to_the_script():
+    cmd = command.wake_bench_command(_model(), timeout=60)
+    assert cmd[cmd.index("--predicted-host-bytes") + 1] == str(_model().standby.sleeping_host_bytes)

@@ -199,7 +199,7 @@ REFUSED_TERMS = {
     "empty-tag-value": ({"tags": {"team": ""}}, {"tags": {"team": ""}}, "empty tag key or value"),
     "malformed-id": ({"id": "odcr-123"}, {"id": "odcr-123"}, r"String should match pattern '\^cr-\[0-9a-z\]\+\$'"),
     "owner-not-an-account": ({"tags": {"team": "ml"}, "ownerId": "me"}, {"tags": {"team": "ml"}, "ownerID": "me"},
-                             r"String should match pattern"),
+                             r"must be a 12-digit AWS account ID"),
 }
 
 
@@ -356,13 +356,50 @@ def test_the_table_prices_each_pool_and_each_model_at_min_and_max_with_spares():
 
 
 def test_without_a_price_the_cost_is_unknown_never_invented():
-    table = _table(_stack("auto", {"types": ["spot", "onDemand"]},
-                          [{"name": "a", "source": "org/a", "weightsGiB": 67, "pool": "h100",
-                            "autoscaling": {"minReplicas": 2, "maxReplicas": 8}}]))
+    # A region the shipped price table does not cover: nothing is priced, and the render says why.
+    values = _stack("auto", {"types": ["spot", "onDemand"]},
+                    [{"name": "a", "source": "org/a", "weightsGiB": 67, "pool": "h100",
+                      "autoscaling": {"minReplicas": 2, "maxReplicas": 8}}]) | {"region": "ap-southeast-3"}
+    table = _table(values)
     row = table.splitlines()[2]
     assert row.split()[-2:] == ["unknown", "unknown"]
     assert ("its new node comes from spot (price unknown: set gpuPools[].capacity.spotHourlyPriceUsd), then "
             "on-demand (price unknown: set gpuPools[].hourlyPriceUsd) when that has none") in table
+    assert ("price h100: unknown: ap-southeast-3 is not in warmstart's price table "
+            "(warmstart/data/ondemand_prices.csv); set gpuPools[].hourlyPriceUsd") in table
+
+
+def test_the_shipped_on_demand_price_stands_in_where_the_stack_gives_none_and_the_stacks_own_wins():
+    from warmstart import render
+
+    p = _plan(_stack("karpenter", {"types": ["onDemand"]}))
+    pool = p.cluster.pools[0]
+    assert (pool.hourly_price_usd, pool.price_source) == (55.04, "on-demand list price, 2025-06")
+    assert render.model_cost(p, p.models[0]) == "$55.04"
+    assert "price h100: $55.04/node-hour (on-demand list price, 2025-06)" in render.table(p)
+    own = _plan(_stack("karpenter", {"types": ["onDemand"]}, hourlyPriceUsd=40.0)).cluster.pools[0]
+    assert (own.hourly_price_usd, own.price_source) == (40.0, "hourlyPriceUsd")
+    # Spot is never taken from the table: its price moves.
+    spot = _plan(_stack("karpenter", {"types": ["spot", "onDemand"]}))
+    assert render.model_cost(spot, spot.models[0]) == "unknown"
+
+
+def test_a_standby_models_sleepers_are_in_the_replicas_column_and_in_its_price():
+    """g6e.2xlarge (one GPU a node) with minReplicas 0 and two sleepers: KEDA keeps 2-5 pods, so
+    the cost is 2-5 nodes, not 0-3 (issue: `$0.00-$4.48` where the autoscaler keeps more)."""
+    from warmstart import render
+
+    values = {"clusterMode": "auto", "region": "us-east-1",
+              "gpuPools": [{"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}],
+              "models": [{"name": "m", "source": "org/m", "weightsGiB": 15, "pool": "l40s",
+                          "autoscaling": {"minReplicas": 0, "maxReplicas": 3},
+                          "standby": {"count": 2}}]}
+    p = _plan(values)
+    (m,) = p.models
+    assert render.replicas_cell(m) == "0-3 (KEDA) +2 asleep"
+    assert render.model_cost(p, m) == "$4.48-$11.21"
+    row = render.table(p).splitlines()[2]
+    assert "0-3 (KEDA) +2 asleep" in row and row.endswith("$4.48-$11.21")
 
 
 def test_spot_and_on_demand_prices_are_shown_apart():
@@ -468,3 +505,15 @@ def test_a_mix_of_types_is_counted_at_its_worst_not_at_one_node():
     (need,) = capacity.quota_needs([("l40s", ["onDemand"], [instances.lookup("g6e.12xlarge"),
                                                            instances.lookup("g6e.16xlarge")], 4)])
     assert (need.vcpus, need.pools) == (256, ("l40s (4 x g6e.16xlarge)",))
+
+
+def test_a_standby_model_on_a_spot_first_pool_is_noted_with_what_an_interruption_costs():
+    from warmstart import render
+
+    model = {"name": "qwen", "source": "org/qwen", "weightsGiB": 67, "pool": "h100",
+             "autoscaling": {"minReplicas": 2, "maxReplicas": 4}, "standby": {"count": 1}}
+    spot = _plan(_stack("karpenter", {"types": ["spot", "onDemand"]}, [model]))
+    (note,) = render.standby_spot_notes(spot)
+    assert "'qwen' keeps 1 standby engine(s) on pool h100" in note and "spot first" in note
+    assert "capacity.types are [onDemand] or start with reserved" in note and note in render.table(spot)
+    assert render.standby_spot_notes(_plan(_stack("karpenter", {"types": ["onDemand"]}, [model]))) == []

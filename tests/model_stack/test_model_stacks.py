@@ -312,3 +312,17 @@ def test_a_model_stack_on_a_platform_without_placement_runs_anywhere_off_the_gpu
     contract = platform.parse(doc, "staging", "staging-llama-3-1-8b")
     plan = platform.plan_model_stack(_staging_model_stack(), contract, "staging-llama-3-1-8b")
     assert not plan.model.weights_import.non_gpu.given
+
+
+def test_the_first_model_stack_on_dev_is_told_the_gpu_limit_to_set_and_plans_with_it(tmp_path):
+    """dev derives its pool's limit from its inline model; the first model stack on it is refused
+    with the figure to set (docs/model-stacks.md says the same), and plans once it is set."""
+    extra = {"config": {"warmstart:platform": "dev", "warmstart:model": {
+        "name": "qwen-2-5-7b", "source": "Qwen/Qwen2.5-7B-Instruct", "weightsGiB": 15, "pool": "l40s"}}}
+    e = _plan_error(tmp_path, {"dev": _doc("dev"), "dev-qwen": extra}, stack="dev-qwen")
+    assert "leaving 0" in str(e) and "set gpuPools[l40s].maxGpus >= 4 in stacks/Pulumi.dev.yaml" in str(e)
+    room = copy.deepcopy(_doc("dev"))
+    room["config"]["warmstart:gpuPools"][0]["maxGpus"] = 4
+    d = _write(tmp_path / "room", {"dev": room, "dev-qwen": extra})
+    _, plan = render.load_plan(d, "dev-qwen", program_dir=STACKS_DIR.parent)
+    assert plan.model.pool == "l40s"

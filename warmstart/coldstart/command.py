@@ -154,7 +154,8 @@ def wake_bench_command(m: Any, timeout: float) -> list[str]:
 
     level = m.standby.sleep_level if m.standby else 1
     return ["python3", "-c", Path(script.__file__).read_text(), "--model", m.name, "--level", str(level),
-            "--weights-bytes", str(m.weights_bytes), "--timeout", str(timeout)]
+            "--weights-bytes", str(m.weights_bytes), "--timeout", str(timeout),
+            "--predicted-host-bytes", str(m.standby.sleeping_host_bytes if m.standby else 0)]
 
 
 def parse_wake_output(text: str) -> dict[str, Any] | None:
@@ -220,6 +221,13 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
     ph = record["phases"]
     print(f"wake {ph['wake']:.2f} s ({record.get('wake_gib_per_s') or 0:.1f} GiB/s), first token "
           f"{ph['first_token']:.2f} s" + (f", sleep {ph['sleep']:.2f} s" if "sleep" in ph else ""))
+    mem = record.get("host_memory") or {}
+    if mem.get("peak_bytes"):
+        # Measured on the user's own node, beside what the pod's memory limit was checked against.
+        print(f"host memory asleep {(mem.get('asleep_bytes') or 0) / 2**30:.1f} GiB "
+              f"({mem.get('asleep_per_weight') or 0:.2f}x the weights), container peak {mem['peak_bytes'] / 2**30:.1f} GiB"
+              + (f", predicted {mem['predicted_bytes'] / 2**30:.1f} GiB ({mem['peak_per_prediction']:.2f}x)"
+                 if mem.get("predicted_bytes") else ""))
     if args.no_record:
         print(json.dumps(record, indent=1, sort_keys=True))
         return EXIT_OK

@@ -28,9 +28,10 @@ from ..errors import ConfigError, Problems
 from . import naming
 from . import routing as routing_mod
 from . import standby as standby_mod
-from .gpu_pools import SURGE_PODS, PoolModel, nodes_for
+from .gpu_pools import SURGE_PODS, PoolModel, nodes_for, packed_gpus
 
 WAITING_METRIC = "vllm:num_requests_waiting"
+RUNNING_METRIC = "vllm:num_requests_running"
 KV_CACHE_METRIC = "vllm:kv_cache_usage_perc"
 # The label the scrape configuration (manifests/autoscaling.py) copies from the pod's namespace;
 # vLLM's own label for the served model name.
@@ -41,6 +42,19 @@ MODEL_LABEL = "model_name"
 # (https://github.com/vllm-project/production-stack/blob/main/helm/templates/scaledobject-vllm.yaml).
 # The config field's default too (warmstart/config.py); an int, as plan.json has always written it.
 DEFAULT_TARGET_WAITING_PER_REPLICA = 5
+# Requests one engine carries, running plus waiting, before the load asks for another: the
+# engine-demand trigger keeps ceil(running + waiting / this) engines awake, so a load the awake
+# engines carry without a queue still counts. No public default fits every model; a planning
+# ASSUMPTION (an engine of a mid-size model at interactive latency), to be set from
+# `vllm:num_requests_running` under the user's own load (docs/autoscaling.md).
+DEFAULT_TARGET_REQUESTS_PER_REPLICA = 32
+# The HPA keeps its count while desired/current lies within 10 % (`--horizontal-pod-autoscaler-tolerance`),
+# which from 11 pods on would swallow the one-pod step that starts a replacement sleeper. The
+# engine-demand figure is a whole pod count, so warmstart asks for no tolerance, per direction
+# (`behavior.scaleUp.tolerance`, KEP-4951: beta and on by default since Kubernetes 1.35; KEDA
+# 2.20.2's ScaledObject schema carries it). On a cluster without the gate the API server drops
+# the field and the 10 % applies.
+HPA_TOLERANCE = "0"
 
 # The AWS managed collector scrapes no more often than every 30 s ("Scrape interval" in
 # https://docs.aws.amazon.com/prometheus/latest/userguide/AMP-collector-how-to.html#AMP-collector-configuration).
@@ -97,6 +111,9 @@ class AutoscalingSpec:
     """Engines kept asleep beside the awake ones (`models[].standby.count`): KEDA's range and its
     answer count them too, so it never removes the sleepers and keeps them beside what the queue
     needs."""
+    target_requests_per_replica: float = DEFAULT_TARGET_REQUESTS_PER_REPLICA
+    """Requests (running plus waiting) one engine carries: the engine-demand trigger keeps
+    ceil(total / this) engines awake, plus the sleepers."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +204,32 @@ def waiting_query(model: str, namespace: str, standby_offset: float = 0) -> str:
     return q if not standby_offset else f"(({q}) or vector(0)) + {standby_offset:g}"
 
 
+def demand_query(model: str, namespace: str, per_replica: float, standby: int = 0) -> str:
+    """The pods the load needs: ceil((running + waiting) / per_replica) awake engines, plus the
+    `standby` sleepers, as ONE sample (vLLM 0.33's gauges `vllm:num_requests_running` and
+    `vllm:num_requests_waiting`, summed over every engine; a sleeping engine reports 0 of both).
+    Its trigger's target is 1 pod (`AverageValue`), so the HPA's answer,
+    ceil(value / 1) (`GetExternalPerPodMetricReplicas`, replica_calculator.go), is the figure itself.
+
+    Counting running requests is what keeps a sleeper for every step: after a wake the woken
+    engine's requests keep the figure at the awake engines plus `standby`, so the HPA starts a
+    replacement (which sleeps as soon as it has loaded) and does not remove it while that load
+    holds; a load fewer engines carry lowers the figure, and the HPA scales down after its window.
+    `or vector(0)` keeps each sum defined when no engine reports (every pod asleep or loading)."""
+    if not (per_replica > 0 and math.isfinite(per_replica)):
+        raise ValueError("per_replica must be a positive number")
+    sel = _selector(model, namespace)
+    load = f"(sum({RUNNING_METRIC}{sel}) or vector(0)) + (sum({WAITING_METRIC}{sel}) or vector(0))"
+    q = f"ceil(({load}) / {per_replica:g})"
+    return f"{q} + {standby}" if standby else q
+
+
+def demand_figure(running: float, waiting: float, per_replica: float, standby: int = 0) -> int:
+    """What `demand_query` evaluates to, given the summed gauges (the scale-out bench reads its
+    engines' /metrics through this)."""
+    return math.ceil((running + waiting) / per_replica) + standby
+
+
 def kv_cache_query(model: str, namespace: str) -> str:
     """The fullest replica's KV-cache usage (0-1): a ceiling holds for every replica, so the
     maximum, not the mean, is compared with it."""
@@ -196,7 +239,9 @@ def kv_cache_query(model: str, namespace: str) -> str:
 def triggers(model: str, namespace: str, spec: AutoscalingSpec) -> tuple[Trigger, ...]:
     offset = standby_mod.keda_standby_offset(spec.standby, spec.target_waiting_per_replica)
     out = [Trigger("waiting-requests", waiting_query(model, namespace, offset), spec.target_waiting_per_replica,
-                   "AverageValue")]
+                   "AverageValue"),
+           Trigger("engine-demand", demand_query(model, namespace, spec.target_requests_per_replica, spec.standby),
+                   1, "AverageValue")]
     if spec.kv_cache_usage_ceiling is not None:
         out.append(Trigger("kv-cache-usage", kv_cache_query(model, namespace), spec.kv_cache_usage_ceiling, "Value"))
     return tuple(out)
@@ -212,8 +257,13 @@ def scale_down_hold_seconds(startup_budget_seconds: int) -> int:
 
 
 def scale_down_period_seconds(startup_budget_seconds: int) -> int:
-    """Removals are one pod per this period: with a budget past the 1-hour window cap, the
-    period keeps the spacing of removals at least the budget (up to Kubernetes's 30 minutes)."""
+    """Removals are one pod per this period. While the window holds the whole budget (it is at
+    most the one hour Kubernetes allows), the window alone keeps a pod a scale-up started while it
+    loads, so once the window has passed the pods go at the HPA's own pace (one per 15 s sync) and a
+    falling load is back at the floor within one window; past the cap, the period keeps the
+    spacing of removals at least the budget (up to Kubernetes's 30 minutes)."""
+    if startup_budget_seconds <= MAX_STABILIZATION_SECONDS:
+        return SCALE_UP_PERIOD_SECONDS
     return min(MAX_POLICY_PERIOD_SECONDS, max(SCALE_UP_PERIOD_SECONDS, startup_budget_seconds))
 
 
@@ -248,6 +298,7 @@ def hpa_behavior(p: ScalingPlan) -> dict:
     return {
         "scaleUp": {
             "stabilizationWindowSeconds": 0,
+            "tolerance": HPA_TOLERANCE,
             "selectPolicy": "Max",
             "policies": [
                 {"type": "Percent", "value": SCALE_UP_PERCENT, "periodSeconds": SCALE_UP_PERIOD_SECONDS},
@@ -256,6 +307,7 @@ def hpa_behavior(p: ScalingPlan) -> dict:
         },
         "scaleDown": {
             "stabilizationWindowSeconds": p.scale_down_stabilization_seconds,
+            "tolerance": HPA_TOLERANCE,
             "selectPolicy": "Min",
             "policies": [{"type": "Pods", "value": 1, "periodSeconds": p.scale_down_period_seconds}],
         },
@@ -291,6 +343,9 @@ def check_spec(spec: AutoscalingSpec, *, key: str, model: str, front_queue: bool
         p.add(f"{key}.maxReplicas", f"{model}: equals minReplicas={spec.min_replicas}, so KEDA could never "
               "change the replica count", f"set maxReplicas > {spec.min_replicas}, or remove autoscaling and set "
               f"replicas: {spec.min_replicas}", spec.max_replicas)
+    if not (spec.target_requests_per_replica > 0 and math.isfinite(spec.target_requests_per_replica)):
+        p.add(f"{key}.targetRequestsPerReplica", f"{model}: must be a positive number of requests",
+              f"use e.g. {DEFAULT_TARGET_REQUESTS_PER_REPLICA:g}", spec.target_requests_per_replica)
     if not (spec.target_waiting_per_replica > 0 and math.isfinite(spec.target_waiting_per_replica)):
         p.add(f"{key}.targetWaitingPerReplica", f"{model}: must be a positive number of requests",
               f"use e.g. {DEFAULT_TARGET_WAITING_PER_REPLICA:g}", spec.target_waiting_per_replica)
@@ -348,9 +403,11 @@ def pool_demand(models: Sequence[PoolModel], autoscaled: Mapping[str, Autoscalin
 
 
 def pool_gpus_needed(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec]) -> int:
-    """The pool's GPU limit that holds every model at its ceiling plus one surge pod: the
-    maxReplicas-aware replacement of `gpu_pools.default_max_gpus`'s sum."""
-    return sum(d.gpus for d in pool_demand(models, autoscaled))
+    """The pool's GPU limit that holds every model at its ceiling plus one surge pod, the pods of
+    all of them packed onto whole nodes (`gpu_pools.packed_gpus`): the maxReplicas-aware
+    replacement of `gpu_pools.default_max_gpus`."""
+    return packed_gpus((capacity_pool_model(m, autoscaled.get(m.name)),
+                        capacity_pool_model(m, autoscaled.get(m.name)).replicas + SURGE_PODS) for m in models)
 
 
 def default_pool_max_gpus(models: Sequence[PoolModel], autoscaled: Mapping[str, AutoscalingSpec],
@@ -368,19 +425,19 @@ def check_pool_capacity(pool: str, max_gpus: int, models: Sequence[PoolModel],
     autoscaled model on the pool (`model_keys`: name -> `warmstart:models[i]`), or
     `<pool_key>.maxGpus` when no model on it autoscales."""
     demand = pool_demand(models, autoscaled)
-    need = sum(d.gpus for d in demand)
+    need = pool_gpus_needed(models, autoscaled)
     if need <= max_gpus:
         return
     by_name = {m.name: m for m in models}
     detail = "; ".join(d.describe(by_name[d.model]) for d in demand)
     rule = (f"pool {pool!r} allows maxGpus={max_gpus} but its models at their ceiling plus one surge pod each "
-            f"need {need} GPUs ({detail}), so Karpenter would stop launching nodes before KEDA reaches "
-            "maxReplicas and the extra pods would stay Pending")
+            f"need {need} GPUs packed on whole nodes ({detail}), so Karpenter would stop launching nodes before "
+            "KEDA reaches maxReplicas and the extra pods would stay Pending")
     p = Problems()
     scaled = [d for d in demand if d.autoscaled]
     for d in scaled:
         m = by_name[d.model]
-        spare = max_gpus - (need - d.gpus)
+        spare = max_gpus - pool_gpus_needed([o for o in models if o.name != d.model], autoscaled)
         per_node = m.instance.gpu_count // m.tensor_parallel_size
         fit = (spare // m.instance.gpu_count) * per_node - SURGE_PODS if spare > 0 else -SURGE_PODS
         lower = (f"lower {d.model}'s maxReplicas to {fit}" if fit >= max(1, autoscaled[d.model].min_replicas)

@@ -181,14 +181,39 @@ def nodes_for(m: PoolModel, pods: int) -> int:
     return math.ceil(pods / per_node)
 
 
-def gpus_needed(models: Iterable[PoolModel], surge: int = 0) -> int:
-    """GPUs of the nodes the pool must launch for every model's replicas plus `surge` pods each.
+def packed_gpus(demand: Iterable[tuple[PoolModel, int]]) -> int:
+    """GPUs of the whole nodes that hold every (model, pods) of a pool, pods of one instance type
+    packed together: Karpenter counts `limits` against the capacity of the nodes it launched,
+    whole nodes (https://karpenter.sh/docs/concepts/nodepools/#speclimits), and it launches nodes
+    only for pods the scheduler cannot place on the nodes already there, whichever model they
+    belong to. So 15 one-GPU pods of three models need two 8-GPU nodes (16 GPUs), not three.
+    Pods of `tensorParallelSize` GPUs are packed first-fit decreasing; with sizes that divide the
+    node's GPUs (warmstart's TPs are powers of two) that is the fewest nodes."""
+    by_type: dict[str, tuple[int, list[int]]] = {}
+    for m, pods in demand:
+        if pods <= 0:
+            continue
+        nodes_for(m, pods)  # refuses a TP larger than the node
+        gpus, sizes = by_type.setdefault(m.instance.instance_type, (m.instance.gpu_count, []))
+        sizes.extend([m.tensor_parallel_size] * pods)
+    total = 0
+    for gpus, sizes in by_type.values():
+        free: list[int] = []
+        for size in sorted(sizes, reverse=True):
+            for i, left in enumerate(free):
+                if left >= size:
+                    free[i] -= size
+                    break
+            else:
+                free.append(gpus - size)
+        total += len(free) * gpus
+    return total
 
-    Karpenter counts `limits` against the capacity of the nodes it launched, whole nodes, so
-    this counts nodes' GPUs, not pods'. Models are counted on separate nodes: an upper bound
-    (they may share a node), which is the safe side for a limit.
-    """
-    return sum(nodes_for(m, m.replicas + surge) * m.instance.gpu_count for m in models if m.replicas + surge > 0)
+
+def gpus_needed(models: Iterable[PoolModel], surge: int = 0) -> int:
+    """GPUs of the nodes the pool must launch for every model's replicas plus `surge` pods each,
+    packed (`packed_gpus`)."""
+    return packed_gpus((m, m.replicas + surge) for m in models)
 
 
 def default_max_gpus(models: Sequence[PoolModel], instances: Sequence[GpuInstance]) -> int:

@@ -5,7 +5,8 @@ What is decided here, from the model and its `standby:` block alone:
 - whether a sleeping engine's weights fit in its pod's memory at sleep level 1 (`check_host_memory`):
   level 1 moves the weights to host RAM (vLLM `docs/features/sleep_mode.md`: "Level 1 sleep will
   offload the model weights and discard the KV cache"), into the pod's memory limit, beside its
-  memory-backed /dev/shm;
+  memory-backed /dev/shm; and the allocator setting that makes that copy the weights' own size
+  (`PINNED_HOST_ALLOC_CONF`, below);
 - the pod count KEDA works with (awake plus standby) and the waiting-requests query's constant
   that keeps `count` sleepers beside the awake pods the queue asks for (`keda_standby_offset`);
 - what the actuator (warmstart/podside/standby.py) is told: its period, threshold and idle time.
@@ -33,6 +34,31 @@ DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
 # tokenizer, pinned staging buffers). No public figure; a planning ASSUMPTION that keeps the rule
 # from passing a pod that holds the weights and nothing else.
 PROCESS_HOST_BYTES = 8 * GIB
+# How torch pins the sleeping weights. vLLM 0.33.0 copies each offloaded allocation to
+# `torch.empty(size, device="cpu", pin_memory=True)` (`vllm/device_allocator/cumem.py`, `sleep`),
+# and torch's CachingHostAllocator rounds a pinned request up to a power of two while it is at most
+# both `pinned_max_round_threshold` and `pinned_max_cached_size`, which are unbounded by default,
+# and keeps a freed block in its cache rather than returning it to the OS
+# (`aten/src/ATen/core/CachingHostAllocator.h`, `allocate` and `maybe_cache_block`;
+# `c10/core/AllocatorConfig.h`). Left so, a sleeping Qwen2.5-7B pins 1.89x its weights, and the
+# copy stays pinned after the wake. `pinned_max_cached_size_mb:N` (its spelling in
+# `AcceleratorAllocatorConfig::parseArgs`, read from PYTORCH_ALLOC_CONF) bounds both at once:
+# a request above N MiB is neither rounded nor cached ("allocations above
+# pinned_max_cached_size_mb are never rounded up", torch's own warning), so the copy is the
+# allocation's size and is freed on wake. The weights' allocations are segments of torch's CUDA
+# caching allocator (2 MiB, 20 MiB, or a large tensor rounded to 2 MiB, `CUDACachingAllocator.cpp`):
+# at 2 MiB the small segments are already powers of two and every larger one is copied exactly.
+# Not `pinned_max_round_threshold_mb` alone: below the cache bound an unrounded block is cached in
+# its power-of-two bucket and `get_free_block` hands a bucket's block out without comparing sizes.
+# vLLM's own pinned buffers are allocated once at start (its persistent input buffers), so not
+# caching those above 2 MiB costs nothing per step. vLLM 0.33.0 has no
+# VLLM_SLEEP_MODE_RELEASE_HOST_MEMORY (vllm PR #55206 is not in it; `vllm/envs.py` at v0.33.0).
+PINNED_HOST_ALLOC_ENV = "PYTORCH_ALLOC_CONF"
+PINNED_MAX_CACHED_MIB = 2
+PINNED_HOST_ALLOC_CONF = f"pinned_max_cached_size_mb:{PINNED_MAX_CACHED_MIB}"
+# What torch's default would pin instead: every segment rounded up to a power of two, at most
+# (never quite) twice its size. Named in the refusal, for a user who overrides the setting.
+DEFAULT_PINNED_ROUNDING_FACTOR = 2.0
 # The actuator reads every engine this often: the 1-2 s signal, against AMP's 30 s scrape.
 ACTUATOR_PERIOD_SECONDS = 1.0
 # What the actuator pod requests on the non-GPU nodes (a stdlib loop of a few HTTP reads a second);
@@ -58,9 +84,21 @@ class StandbyPlan:
                 "sleepingHostBytes": self.sleeping_host_bytes}
 
 
+def pinned_bytes(segment_bytes: int, max_cached_bytes: int | None = PINNED_MAX_CACHED_MIB * 2**20) -> int:
+    """What torch's CachingHostAllocator pins for one offloaded segment: its size rounded up to a
+    power of two while it is at most the cache bound (`max_cached_bytes`, None: torch's default,
+    unbounded), else its size (CachingHostAllocator.h, `allocate`, `c10::llvm::PowerOf2Ceil`)."""
+    if segment_bytes <= 0:
+        return 0
+    if max_cached_bytes is not None and segment_bytes > max_cached_bytes:
+        return segment_bytes
+    return 1 << (segment_bytes - 1).bit_length()
+
+
 def sleeping_host_bytes(weights_bytes: int, sleep_level: int) -> int:
     """Host memory a sleeping engine holds: the process, plus the weights at level 1 (level 2
-    discards them)."""
+    discards them), copied at their own size under `PINNED_HOST_ALLOC_CONF`, which every standby
+    engine runs with (manifests/serving.py)."""
     if sleep_level not in (1, 2):
         raise ValueError("sleep_level must be 1 or 2")
     if weights_bytes < 0:
@@ -77,7 +115,11 @@ def check_host_memory(*, weights_bytes: int, sleep_level: int, pod_memory_bytes:
     return (f"at sleepLevel {sleep_level} a sleeping engine holds {need / GIB:.1f} GiB of host memory "
             f"({weights_bytes / GIB:.1f} GiB of weights + {PROCESS_HOST_BYTES // GIB} GiB for the process + "
             f"{shm_bytes / GIB:.0f} GiB of /dev/shm) but its pod's memory limit is {pod_memory_bytes / GIB:.1f} GiB "
-            "(its share of the instance's RAM)")
+            "(its share of the instance's RAM)"
+            + (f"; the weights are counted at their own size because every standby engine runs with "
+               f"{PINNED_HOST_ALLOC_ENV}={PINNED_HOST_ALLOC_CONF} (torch's default would pin up to "
+               f"{DEFAULT_PINNED_ROUNDING_FACTOR:g}x, {weights_bytes * DEFAULT_PINNED_ROUNDING_FACTOR / GIB:.0f} GiB)"
+               if sleep_level == 1 else ""))
 
 
 def plan_standby(*, count: int, sleep_level: int, awake_idle_seconds: int, weights_bytes: int) -> StandbyPlan:

@@ -186,6 +186,10 @@ def vllm_env(m: ServingPlan, region: str) -> list[dict[str, str]]:
         # at v0.33.0); the NetworkPolicies keep every dev route away from clients
         # (manifests/standby.py).
         env[standby.DEV_MODE_ENV] = "1"
+        # The sleeping weights pinned at their own size and freed on wake, not rounded up to a
+        # power of two and kept in torch's host cache (decisions/standby.py, PINNED_HOST_ALLOC_CONF):
+        # the memory limit the render checks holds them.
+        env[standby.PINNED_HOST_ALLOC_ENV] = standby.PINNED_HOST_ALLOC_CONF
     if m.compile_cache:
         root = placement.COMPILE_CACHE_MOUNT
         env |= {

@@ -17,7 +17,7 @@ from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPoo
 from ..decisions import autoscaling as scaling
 from ..decisions import cpu_pool, node_fit, routing, standby
 from ..decisions import weights_import as imports
-from ..decisions import capacity, gpu_pools, instances, naming, placement
+from ..decisions import capacity, gpu_pools, instances, naming, placement, prices
 from ..decisions import node_cache as staging
 from ..decisions.gpu_pools import PoolModel
 from ..decisions.instances import GpuInstance
@@ -91,7 +91,8 @@ class ClusterPlan:
 
 def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[PoolModel], key: str,
               autoscaled: Mapping[str, scaling.AutoscalingSpec] | None = None,
-              model_keys: Mapping[str, str] | None = None, now: datetime | None = None) -> PoolPlan:
+              model_keys: Mapping[str, str] | None = None, now: datetime | None = None,
+              region: str | None = None) -> PoolPlan:
     """One GPU pool's decisions, sized for `models` (the models that run on it, autoscaled ones
     at their maxReplicas), or ConfigErrors keyed `<key>.<field>` (`warmstart:gpuPools[0]`, or
     `ClusterArgs.gpuPools[0]`). `autoscaled`: the autoscaling block of each autoscaled model on
@@ -172,6 +173,8 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
     cap = plan_capacity(pool, mode=mode, key=key, errors=errors, now=now)
     errors.raise_if_any()
     min_tp = min((m.tensor_parallel_size for m in models), default=1)
+    # A stack's own price wins (its account's rate); else the shipped on-demand list price.
+    listed = prices.pool_price(region, [i.instance_type for i in insts]) if region else None
     return PoolPlan(
         name=pool.name,
         instances=tuple(insts),
@@ -187,7 +190,11 @@ def plan_pool(pool: GpuPool, *, mode: placement.ClusterMode, models: Sequence[Po
         ephemeral_storage_gib=ephemeral,
         warm_nodes=pool.warm_nodes,
         warm_instance=spare if pool.warm_nodes else None,
-        hourly_price_usd=pool.hourly_price_usd,
+        hourly_price_usd=pool.hourly_price_usd if pool.hourly_price_usd is not None else
+        (listed.usd_per_hour if listed else None),
+        price_source="hourlyPriceUsd" if pool.hourly_price_usd is not None else
+        f"on-demand list price, {listed.as_of}" if listed else
+        f"unknown: {region or 'this region'} is not in warmstart's price table (warmstart/data/ondemand_prices.csv)",
         staged_models=tuple(m.name for m in staged),
     )
 
@@ -333,7 +340,7 @@ def plan_cluster_layer(c: ClusterConfig, pools: Sequence[tuple[GpuPool, Sequence
     for i, (pool, models) in enumerate(pools):
         with errors.collect():
             planned.append(plan_pool(pool, mode=mode, models=models, key=f"{pools_key}[{i}]",
-                                     autoscaled=autoscaled, model_keys=model_keys))
+                                     autoscaled=autoscaled, model_keys=model_keys, region=region))
     errors.raise_if_any()
     return ClusterPlan(
         mode=mode,

@@ -140,7 +140,8 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
     if m.autoscaling is not None:
         a = m.autoscaling
         spec = scaling.AutoscalingSpec(a.min_replicas, a.max_replicas, a.target_waiting_per_replica,
-                                       a.kv_cache_usage_ceiling)
+                                       a.kv_cache_usage_ceiling,
+                                       target_requests_per_replica=a.target_requests_per_replica)
         explicit = "replicas" in m.model_fields_set
         with problems.collect():
             # A front queue in the router holds requests while no engine is awake, so minReplicas: 0

@@ -96,7 +96,8 @@ class ModelPlan(ServingPlan):
         return None if a is None else scaling.AutoscalingSpec(
             min_replicas=a.min_replicas, max_replicas=a.max_replicas,
             target_waiting_per_replica=a.target_waiting_per_replica, kv_cache_usage_ceiling=a.kv_cache_usage_ceiling,
-            standby=self.standby.count if self.standby else 0)
+            standby=self.standby.count if self.standby else 0,
+            target_requests_per_replica=a.target_requests_per_replica)
 
     @property
     def routed(self) -> bool:
@@ -215,7 +216,10 @@ class PoolPlan:
     warm_instance: GpuInstance | None = None
     """The spares' instance type; None without spares."""
     hourly_price_usd: float | None = None
-    """The stack's price of one of the pool's nodes per hour, if given."""
+    """The price of one of the pool's nodes per hour: the stack's `hourlyPriceUsd`, else the
+    shipped on-demand list price of the pool's region (decisions/prices.py), else None."""
+    price_source: str = "unknown"
+    """Where `hourly_price_usd` comes from, in words (or why it is unknown)."""
     staged_models: tuple[str, ...] = ()
     """Models whose weights are staged on the pool's nodes."""
     capacity: CapacityPlan = CapacityPlan(("onDemand",))

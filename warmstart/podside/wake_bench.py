@@ -16,6 +16,13 @@ in the model's cold-start history. The steps, vLLM 0.33's dev routes
 4. the first token, timed: one `POST /v1/completions` with `max_tokens: 1`;
 5. an engine found asleep is put back to sleep, so the pod is left as it was.
 
+While the engine sleeps (before the wake) it reads the container's cgroup memory: `memory.current`
+and `memory.peak` (cgroup v2, https://docs.kernel.org/admin-guide/cgroup-v2.html; v1's
+`memory.usage_in_bytes` and `memory.max_usage_in_bytes` where v2 is absent). The sleeping weights
+are pinned by the engine's worker processes, not by this process or the API server, so only the
+container's cgroup sees them. Beside the render's prediction (`--predicted-host-bytes`, what the
+pod's memory limit was checked against) it records the factor measured on the user's own node.
+
 It prints one JSON line, the record shape the standby actuator logs for each wake and
 `warmstart coldstart --history` reads as a `standby wake` split (warmstart/coldstart/history.py):
 `{"event": "warmstart.wake", "kind": "wake", "phases": {"sleep", "wake", "first_token"},
@@ -96,7 +103,27 @@ def _until_asleep(base: str, deadline: float, timeout: float) -> None:
         time.sleep(0.1)
 
 
-def measure(base: str, model: str, level: int, weights_bytes: int, timeout: float = 600.0) -> dict:
+CGROUP = "/sys/fs/cgroup"
+
+
+def cgroup_memory(root: str = CGROUP) -> dict:
+    """The container's memory now and at its peak, in bytes ({} where neither cgroup file is
+    readable): v2's memory.current / memory.peak, else v1's usage / max usage."""
+    out: dict = {}
+    for key, names in (("current", ("memory.current", "memory/memory.usage_in_bytes")),
+                       ("peak", ("memory.peak", "memory/memory.max_usage_in_bytes"))):
+        for name in names:
+            try:
+                with open(os.path.join(root, name)) as f:
+                    out[key] = int(f.read().split()[0])
+                break
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def measure(base: str, model: str, level: int, weights_bytes: int, timeout: float = 600.0,
+            predicted_host_bytes: int = 0, cgroup_root: str = CGROUP) -> dict:
     """One wake of the engine at `base`, as a record (raises BenchError)."""
     if level not in (1, 2):
         raise BenchError("the sleep level is 1 or 2")
@@ -111,6 +138,8 @@ def measure(base: str, model: str, level: int, weights_bytes: int, timeout: floa
         _ok("POST", f"{base}/sleep?level={level}&mode=wait", timeout=timeout)
         _until_asleep(base, deadline, 10)
         phases["sleep"] = round(time.monotonic() - t, 3)
+    # Asleep now: what the sleeping weights hold in the container (read before the wake frees them).
+    asleep = cgroup_memory(cgroup_root)
     t0 = time.monotonic()
     _ok("POST", base + "/wake_up", timeout=timeout)
     if level == 2:
@@ -129,6 +158,15 @@ def measure(base: str, model: str, level: int, weights_bytes: int, timeout: floa
         "level": level, "weights_bytes": weights_bytes, "phases": phases,
         "flags": {"sleep_level": level, "measured": True, "was_asleep": was_asleep},
         "wake_gib_per_s": round(weights_bytes / GIB / phases["wake"], 3) if phases["wake"] > 0 else None,
+        "host_memory": {
+            "asleep_bytes": asleep.get("current"), "peak_bytes": asleep.get("peak"),
+            "predicted_bytes": predicted_host_bytes or None,
+            # The factor over the weights the container holds asleep, against the render's count.
+            "asleep_per_weight": round(asleep["current"] / weights_bytes, 3)
+            if asleep.get("current") and weights_bytes else None,
+            "peak_per_prediction": round(asleep["peak"] / predicted_host_bytes, 3)
+            if asleep.get("peak") and predicted_host_bytes else None,
+        },
         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -140,9 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--weights-bytes", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--predicted-host-bytes", type=int, default=0,
+                   help="host memory the render counts for a sleeping engine (the pod's memory limit holds it)")
     a = p.parse_args(argv)
     try:
-        record = measure(a.url.rstrip("/"), a.model, a.level, a.weights_bytes, a.timeout)
+        record = measure(a.url.rstrip("/"), a.model, a.level, a.weights_bytes, a.timeout, a.predicted_host_bytes)
     except (BenchError, OSError, ValueError) as exc:
         print(json.dumps({"event": EVENT, "result": "error", "reason": str(exc)}), flush=True)
         return 1

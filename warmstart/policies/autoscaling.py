@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from ..decisions import instances, placement
+from ..decisions import gpu_pools, instances, placement
 from ..decisions.gpu_pools import SURGE_PODS
 from .records import Resource, Violation, as_list, is_unknown, k8s
 from .vllm import _int, vllm_container, vllm_deployments
@@ -49,6 +49,12 @@ def _gpus_per_pod(d: Resource) -> int | None:
         if n is not None:
             return n
     return None
+
+
+def _instance(d: Resource) -> Any:
+    sel = d.get("spec", "template", "spec", "nodeSelector", default={})
+    itype = sel.get(placement.INSTANCE_TYPE_LABEL) if isinstance(sel, Mapping) else None
+    return instances.catalog().get(itype) if isinstance(itype, str) else None
 
 
 def _gpus_at(d: Resource, pods: int) -> tuple[int, str] | None:
@@ -98,6 +104,7 @@ def check_autoscaling_fits_pool(resources: Sequence[Resource]) -> list[Violation
                                        "against anything; fix: set spec.limits"))
             continue
         total, parts, skip = 0, [], False
+        packed: list[tuple[gpu_pools.PoolModel, int]] = []
         for d in on_pool:
             ceiling = ceilings[d.key][0] if d.key in ceilings else d.get("spec", "replicas", default=1)
             if is_unknown(ceiling):
@@ -109,15 +116,23 @@ def check_autoscaling_fits_pool(resources: Sequence[Resource]) -> list[Violation
                 skip = True
                 break
             gpus, how = counted
-            total += gpus
+            inst, per_pod = _instance(d), _gpus_per_pod(d)
+            if inst is not None and per_pod is not None and inst.gpu_count >= per_pod:
+                # Packed with the pool's other pods of its type (gpu_pools.packed_gpus).
+                packed.append((gpu_pools.PoolModel(inst, per_pod, 0, name=d.label()), (n or 0) + SURGE_PODS))
+            else:
+                total += gpus
             kind = "maxReplicaCount" if d.key in ceilings else "replicas"
             parts.append(f"{d.label()} {kind}={n}+{SURGE_PODS}: {how} = {gpus}")
-        if skip or total <= limit:
+        if skip:
+            continue
+        total += gpu_pools.packed_gpus(packed)
+        if total <= limit:
             continue
         for d in scaled:
             so = ceilings[d.key][1]
             found.append(Violation(POLICY, so, f"{so.label()}: {np.label()} allows {limit} GPUs but its models at "
-                                   f"their ceiling plus one surge pod need {total} ({'; '.join(parts)}), so KEDA "
+                                   f"their ceiling plus one surge pod need {total} packed on whole nodes ({'; '.join(parts)}), so KEDA "
                                    f"would ask for pods Karpenter can never place; fix: lower maxReplicaCount or "
                                    f"raise the NodePool's {placement.GPU_RESOURCE} limit to >= {total}"))
     return found
