@@ -5,9 +5,12 @@ never a reset or a bare 503. Bounded waits only; nothing is timed."""
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -15,6 +18,7 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
+import h11
 import pytest
 
 from tests.podside.servers import free_ports
@@ -29,13 +33,25 @@ pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the
 SCRIPT = Path(front_queue.__file__).resolve()
 
 
+@functools.cache
+def bundle() -> Path:
+    """The script beside the one package it imports (h11), in a folder of its own: what the pod
+    runs, with `python -E -s -S` (the script's folder first on the path, as `python3 <script>` has it)
+    so nothing else of this environment can stand in. (The pod-side
+    packaging carries the same pinned h11 with the script.)"""
+    folder = Path(tempfile.mkdtemp(prefix="front-queue-"))
+    shutil.copy(SCRIPT, folder / SCRIPT.name)
+    shutil.copytree(Path(h11.__file__).parent, folder / "h11", ignore=shutil.ignore_patterns("__pycache__"))
+    return folder / SCRIPT.name
+
+
 class Queue:
     def __init__(self, upstream: str, ready_url: str, *args: str):
         for _ in range(3):
             (self.port,) = free_ports(1)
             self.url = f"http://127.0.0.1:{self.port}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(SCRIPT), "--host", "127.0.0.1", "--port", str(self.port),
+                [sys.executable, "-E", "-s", "-S", str(bundle()), "--host", "127.0.0.1", "--port", str(self.port),
                  "--upstream", upstream, "--ready-url", ready_url, *args],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
             deadline = time.monotonic() + 15
@@ -105,7 +121,8 @@ def test_requests_are_held_until_an_engine_serves_then_answered(tmp_path):
         for t in threads:
             t.join(60)
         assert [(s, by) for s, by, _ in out] == [(200, "late")] * 5, out
-        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 5, "refused": 0}
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 5, "refused": 0,
+                            "body_bytes": 0}
 
 
 def test_past_the_bounds_a_client_gets_429_with_retry_after(tmp_path):
@@ -161,7 +178,8 @@ def test_an_engine_ready_late_answers_the_held_and_the_over_bound_get_429(tmp_pa
         for t in threads:
             t.join(60)
         assert [(s, by) for s, by, _ in out] == [(200, "cold")] * 3, out
-        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 3, "refused": 2}
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 3, "refused": 2,
+                            "body_bytes": 0}
 
 
 def test_a_request_being_answered_counts_as_demand_not_as_held():
