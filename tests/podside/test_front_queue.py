@@ -5,12 +5,8 @@ never a reset or a bare 503. Bounded waits only; nothing is timed."""
 
 from __future__ import annotations
 
-import functools
 import json
-import shutil
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -18,9 +14,9 @@ import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
 
-import h11
 import pytest
 
+from tests.podside import front_queue_pod
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
@@ -30,28 +26,13 @@ from warmstart.podside import front_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
 
-SCRIPT = Path(front_queue.__file__).resolve()
-
-
-@functools.cache
-def bundle() -> Path:
-    """The script beside the one package it imports (h11), in a folder of its own: what the pod
-    runs, with `python -E -s -S` (the script's folder first on the path, as `python3 <script>` has it)
-    so nothing else of this environment can stand in. (The pod-side
-    packaging carries the same pinned h11 with the script.)"""
-    folder = Path(tempfile.mkdtemp(prefix="front-queue-"))
-    shutil.copy(SCRIPT, folder / SCRIPT.name)
-    shutil.copytree(Path(h11.__file__).parent, folder / "h11", ignore=shutil.ignore_patterns("__pycache__"))
-    return folder / SCRIPT.name
-
-
 class Queue:
     def __init__(self, upstream: str, ready_url: str, *args: str):
         for _ in range(3):
             (self.port,) = free_ports(1)
             self.url = f"http://127.0.0.1:{self.port}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-E", "-s", "-S", str(bundle()), "--host", "127.0.0.1", "--port", str(self.port),
+                [*front_queue_pod.interpreter(), "--host", "127.0.0.1", "--port", str(self.port),
                  "--upstream", upstream, "--ready-url", ready_url, *args],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
             deadline = time.monotonic() + 15
