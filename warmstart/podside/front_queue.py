@@ -237,6 +237,8 @@ class Client:
     async def _fill(self, timeout: float) -> None:
         try:
             data = await asyncio.wait_for(self.reader.read(READ_BYTES), max(timeout, 0.001))
+        except asyncio.TimeoutError:
+            raise  # (a subclass of OSError since Python 3.11)
         except (ConnectionError, OSError):
             data = b""
         self.conn.receive_data(data)
@@ -532,6 +534,11 @@ class Client:
                 return True
             if resp.status_code == 503:
                 return False
+            if len(resp.headers) > MAX_HEADERS:
+                # Python's http.client refuses more than 100 (`_MAXHEADERS`): answered, not passed on.
+                await self.answer(502, _error(f"the router answered more than {MAX_HEADERS} header fields; it was "
+                                              "not retried", "api_error"))
+                return True
             body.drop()  # never sent again
             named = _connection_named(resp.headers)
             out = [(n, v) for n, v in resp.headers
