@@ -39,6 +39,16 @@ NAMESPACE = "warmstart"
 # Arabic-Indic or fullwidth digit would pass as an account id, a region or an ARN.
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# The largest `maxModelLen` a stack may ask for: 2^24 tokens, above the longest context any public
+# model declares (Llama 4 Scout's 10M, https://ai.meta.com/blog/llama-4-multimodal-intelligence/);
+# past it a typo (10^8, 2^63) would reach vLLM's arguments.
+MAX_MODEL_LEN_CEILING = 2**24
+# The smallest `targetWaitingPerReplica`: KEDA hands the HPA its threshold as a milli-quantity
+# (`GetMetricTargetMili`, kedacore/keda pkg/scalers/scaler.go), so under 0.001 it is 0; under 0.1
+# one waiting request would ask for more than ten replicas per replica, i.e. maxReplicas at once.
+TARGET_WAITING_MIN = 0.1
+# The longest `namePrefix` (given, or derived `ws-<stack>`): cluster, IAM role and bucket names are built on it.
+NAME_PREFIX_MAX = 20
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
 # A stack model's `source` relative to the stack's model bucket: a key prefix, no scheme.
@@ -395,7 +405,7 @@ class AutoscalingConfig(_Strict):
     pods (the GPU released) and KEDA scales from zero on the front queues' held requests."""
     max_replicas: Annotated[int, Field(ge=1)]
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
-    target_waiting_per_replica: Annotated[float, Field(gt=0)] = scaling_rules.DEFAULT_TARGET_WAITING_PER_REPLICA
+    target_waiting_per_replica: Annotated[float, Field(ge=TARGET_WAITING_MIN)] = scaling_rules.DEFAULT_TARGET_WAITING_PER_REPLICA
     """Requests waiting in vLLM's queue per replica (`vllm:num_requests_waiting`) above which a
     replica is added."""
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
@@ -440,8 +450,10 @@ class ModelSpec(_Strict):
     """Number of serving pods."""
     image: str = versions.VLLM_IMAGE
     """vLLM container image (>= 0.11.1 for distributed loading); pin by `@sha256:` digest."""
-    max_model_len: Annotated[int, Field(ge=1)] | None = None
-    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's."""
+    max_model_len: Annotated[int, Field(ge=1, le=MAX_MODEL_LEN_CEILING)] | None = None
+    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's. At most
+    16,777,216 (2^24); vLLM also refuses one above the model's own `max_position_embeddings`
+    (times its RoPE scaling factor) when the engine starts."""
     gpu_memory_utilization: Annotated[float, Field(gt=0.3, le=0.98)] = tuning.DEFAULT_GPU_MEMORY_UTILIZATION
     """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule."""
     eager: bool = False
@@ -808,7 +820,7 @@ class StackConfig(_Strict):
     """`auto`: EKS Auto Mode; `karpenter`: EKS with self-managed Karpenter."""
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
     """AWS region of every resource."""
-    name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
+    name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=NAME_PREFIX_MAX)] | None = None
     """Prefix of every derived resource name. Default: `ws-<stack>`."""
     tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_ENVIRONMENT)] = {}
     """Tags on every taggable AWS resource (also the AWS provider's default tags), within AWS's
@@ -950,12 +962,43 @@ def _as_written(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[An
     return tuple(out)
 
 
+def _key_elsewhere(root: type[BaseModel] | None, loc: tuple[Any, ...]) -> str | None:
+    """Where a key unknown at `loc` lives in the tree, when it is a key of another mapping
+    (`prometheusUrl` at the top: `monitoring.prometheusUrl`) or names one with its parent's key
+    (`kedaNamespace`: `monitoring.keda.namespace`); case-insensitive, the shallowest first."""
+    if root is None:
+        return None
+    name = str(loc[-1]).lower()
+    here = tuple(p for p in loc[:-1] if not isinstance(p, int))
+    found: list[tuple[int, str]] = []
+
+    def walk(model: type[BaseModel], path: tuple[str, ...], shown: str) -> None:
+        if len(path) > 4:
+            return
+        for n, f in model.model_fields.items():
+            key = _key_of(n, f)
+            compound = path[-1] + key[:1].upper() + key[1:] if path else ""
+            # A key of the same name elsewhere only for one given at the top (a flat `prometheusUrl`):
+            # deeper, a common name (`enabled`) would point at an unrelated mapping.
+            if path != here and (name == compound.lower() or (not here and name == key.lower())):
+                found.append((len(path), f"{shown}{key}"))
+            listed = "list" in str(f.annotation) or typing.get_origin(f.annotation) is list
+            for inner in _models_in(f.annotation):
+                walk(inner, (*path, key), f"{shown}{key}{'[]' if listed else ''}.")
+
+    walk(root, (), "")
+    return min(found)[1] if found else None
+
+
 def _unknown_key(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
     """The fix for an unknown key: the nearest known key of the same mapping (difflib's ratio,
     case-insensitive), or the known keys when none is near."""
     holder, _ = _field_at(model, loc)
     known = [_key_of(n, f) for n, f in holder.model_fields.items()] if holder else []
     by_lower = {k.lower(): k for k in known}
+    elsewhere = _key_elsewhere(model, loc)
+    if elsewhere and str(loc[-1]).lower() not in by_lower:
+        return f"move it: the key is `{elsewhere}` (every key: {REFERENCE})"
     near = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1, cutoff=0.6)
     if near:
         return f"did you mean `{by_lower[near[0]]}`? Rename the key (every key: {REFERENCE})"

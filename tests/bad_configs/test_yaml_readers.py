@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pulumi
 import pytest
+from pulumi.runtime import config as runtime_config
 import yaml
 
 from warmstart import cli, config
@@ -89,8 +90,12 @@ def test_render_and_the_programs_path_refuse_the_same_file_alike(case, tmp_path,
     # The program as the engine runs it: PULUMI_CONFIG from Pulumi's reader, the project its cwd.
     monkeypatch.setenv("PULUMI_CONFIG", json.dumps(_pulumi_flat_map(text)))
     monkeypatch.setattr(pulumi, "get_stack", lambda: "bad")
-    with pytest.raises((ConfigError, ConfigErrors)) as err:
-        stack_component.stack_config()
+    token = runtime_config.CONFIG.set({})  # no mocks' config left from another test
+    try:
+        with pytest.raises((ConfigError, ConfigErrors)) as err:
+            stack_component.stack_config()
+    finally:
+        runtime_config.CONFIG.reset(token)
     errors = err.value.errors if isinstance(err.value, ConfigErrors) else [err.value]
     assert sorted(str(e) for e in errors) == rendered
 
