@@ -5,7 +5,6 @@ factor, so S3 never hands a pod another setting's plan."""
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
