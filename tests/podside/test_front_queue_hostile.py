@@ -266,6 +266,7 @@ def test_every_bound_full_of_the_largest_bodies_stays_under_the_containers_memor
             socks.append(s)
         time.sleep(2)  # the queue reads what was sent
         peak = q.peak_rss_bytes()
+        print(f"front queue peak RSS with every bound full: {peak / 2**20:.0f} MiB of {limit / 2**20:.0f} MiB")
         assert peak < limit, f"peak RSS {peak / 2**20:.0f} MiB over the container's {limit / 2**20:.0f} MiB"
         assert q.proc.poll() is None
 
