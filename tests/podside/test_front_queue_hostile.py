@@ -471,3 +471,28 @@ def test_sigterm_answers_every_held_request_503_with_retry_after_and_exits():
             assert _statuses(answer) == [503] and re.search(rb"(?i)retry-after: \d+", answer), answer
         assert q.proc.wait(timeout=15) == 0
         assert router.paths() == []
+
+
+def test_a_body_past_the_byte_budget_is_refused_before_it_is_read_or_as_its_chunks_pass_it():
+    """`Expect: 100-continue` with a Content-Length past the budget: 429 at once, no 100 Continue
+    (the client never sends the body); within it, 100 Continue. A chunked body is counted as it
+    comes: past the budget, 429 with Retry-After, and the connection closed."""
+    with ExitStack() as stack:
+        router = stack.enter_context(Router())
+        q = Queue(router, "--max-held-bytes", "1000", "--retry-after", "6", "--max-hold-seconds", "30")
+        stack.callback(q.stop)
+        with closing(q.connect()) as s:
+            s.sendall(b"POST /v1/big HTTP/1.1\r\nHost: q\r\nExpect: 100-continue\r\nContent-Length: 2000\r\n\r\n")
+            answer = _read_all(s, 15)
+        assert _statuses(answer) == [429] and b"retry-after: 6" in answer.lower(), answer
+        with closing(q.connect()) as s:
+            s.sendall(b"POST /v1/small HTTP/1.1\r\nHost: q\r\nExpect: 100-continue\r\nContent-Length: 500\r\n\r\n")
+            s.settimeout(15)
+            assert s.recv(64).startswith(b"HTTP/1.1 100 ")
+        with closing(q.connect()) as s:
+            s.sendall(b"POST /v1/chunked HTTP/1.1\r\nHost: q\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + b"".join(b"190\r\n" + b"x" * 400 + b"\r\n" for _ in range(3)) + b"0\r\n\r\n")
+            answer = _read_all(s, 15)
+        assert _statuses(answer) == [429] and b"retry-after: 6" in answer.lower(), answer
+        _until(lambda: q.held()["body_bytes"] == 0, "no body bytes left counted")
+        assert router.paths() == []
