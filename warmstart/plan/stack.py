@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from . import aws as plan_aws
 from . import cluster as plan_cluster
-from . import platform_rules
-from ..config import DNS_LABEL, NAME_PREFIX_MAX, NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
+from . import platform_args, platform_rules
+from ..config import NAME_PREFIX_MAX, NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
 from ..decisions import image_cache, naming, placement
 from ..decisions import network as network_rules
 from ..errors import ConfigError, Problems, listing
@@ -108,18 +108,20 @@ def plan_in_pool(m: ModelConfig, *, key: str, pool: GpuPool, loader: LoaderTunin
 
 
 def check_derived_name_prefix(prefix: str, stack: str) -> None:
-    """The name prefix derived from the stack's name (`ws-<stack>`) obeys `namePrefix`'s own rule
-    (a DNS label of at most NAME_PREFIX_MAX characters: cluster, role and bucket names are built
-    on it), else the error names the stack and the key that overrides it."""
-    limit = NAME_PREFIX_MAX
-    if len(prefix) <= limit and re.fullmatch(DNS_LABEL, prefix):
+    """The name prefix derived from the stack's name (`ws-<stack>`, no `namePrefix` given) is one
+    the platform contract carries (at most platform_args.NAME_PREFIX_MAX characters of IAM's
+    name characters: the cluster, IAM role and bucket names are built on it), else the error
+    names the stack and the key that overrides it (it was a component Args' field, or a
+    traceback from an IAM role name)."""
+    limit = platform_args.NAME_PREFIX_MAX
+    if len(prefix) <= limit and re.fullmatch(platform_args.NAME_PREFIX, prefix):
         return
-    why = f"{len(prefix)} characters, over {limit}" if len(prefix) > limit else "not a DNS label (a-z, 0-9, -)"
+    why = f"{len(prefix)} characters, over {limit}" if len(prefix) > limit else "not of IAM's name characters"
     raise ConfigError(f"{NAMESPACE}:namePrefix",
                       f"not set, so it is derived from the stack name {stack!r} as `{prefix}`, which is {why}; "
                       "the cluster, IAM role and bucket names are built on it",
-                      f"set warmstart:namePrefix to a DNS label of at most {limit} characters in this stack's "
-                      "file, or use a shorter stack name", stack)
+                      f"set warmstart:namePrefix (a DNS label of at most {NAME_PREFIX_MAX} characters) in this "
+                      "stack's file, or use a shorter stack name", stack)
 
 
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
