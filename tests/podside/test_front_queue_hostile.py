@@ -75,6 +75,16 @@ class Router(LoopbackServer):
                     return self._raw(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
                 if self.path == "/cutchunked":
                     return self._raw(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n")
+                if self.path == "/big":  # 32 MiB, for a client that reads none of it
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(32 << 20))
+                    self.end_headers()
+                    try:
+                        for _ in range(32):
+                            self.wfile.write(b"x" * (1 << 20))
+                    except OSError:
+                        pass
+                    return
                 if self.path == "/garbage":
                     return self._raw(b"HTTP/1.1 abc\r\n\r\n")
                 if self.path == "/sse":
@@ -496,3 +506,21 @@ def test_a_body_past_the_byte_budget_is_refused_before_it_is_read_or_as_its_chun
         assert _statuses(answer) == [429] and b"retry-after: 6" in answer.lower(), answer
         _until(lambda: q.held()["body_bytes"] == 0, "no body bytes left counted")
         assert router.paths() == []
+
+
+def test_a_client_that_reads_none_of_its_answer_is_cut_at_the_deadline():
+    """The router streams 32 MiB to a client that never reads: the queue buffers at most its
+    socket's high-water mark, cuts the client after the read deadline without progress, and
+    closes the router's connection (the request is no longer in flight)."""
+    with ExitStack() as stack:
+        router = stack.enter_context(Router())
+        router.ready.set()
+        q = Queue(router, "--read-timeout-seconds", "2")
+        stack.callback(q.stop)
+        s = q.connect()
+        stack.callback(s.close)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(b"GET /big HTTP/1.1\r\nHost: q\r\n\r\n")
+        _until(lambda: q.held()["in_flight"] == 1, "the answer streaming")
+        _until(lambda: q.held()["in_flight"] == 0, "the stalled client cut", timeout_s=60)
+        assert q.peak_rss_bytes() < 100 << 20, "the answer was not buffered whole"
