@@ -37,7 +37,7 @@ KUBECONFIG_OUTPUT = contract_mod.KUBECONFIG_OUTPUT
 
 def model_stack_config() -> ModelStackConfig:
     """The model stack config Pulumi handed this program (engine environment or mocks)."""
-    return config.model_stack_from_pulumi_config(program_config())
+    return config.model_stack_from_pulumi_config(config.with_stack_file(program_config(), pulumi.get_stack()))
 
 
 def is_model_stack() -> bool:

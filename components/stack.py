@@ -55,7 +55,7 @@ LEGACY_TYPES = {
 
 def stack_config() -> StackConfig:
     """The environment stack config Pulumi handed this program."""
-    return config.from_pulumi_config(program_config())
+    return config.from_pulumi_config(config.with_stack_file(program_config(), pulumi.get_stack()))
 
 
 def stack_tags(plan: StackPlan) -> dict[str, str]:

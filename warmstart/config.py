@@ -39,6 +39,16 @@ NAMESPACE = "warmstart"
 # Arabic-Indic or fullwidth digit would pass as an account id, a region or an ARN.
 
 DNS_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+# The largest `maxModelLen` a stack may ask for: 2^24 tokens, above the longest context any public
+# model declares (Llama 4 Scout's 10M, https://ai.meta.com/blog/llama-4-multimodal-intelligence/);
+# past it a typo (10^8, 2^63) would reach vLLM's arguments.
+MAX_MODEL_LEN_CEILING = 2**24
+# The smallest `targetWaitingPerReplica`: KEDA hands the HPA its threshold as a milli-quantity
+# (`GetMetricTargetMili`, kedacore/keda pkg/scalers/scaler.go), so under 0.001 it is 0; under 0.1
+# one waiting request would ask for more than ten replicas per replica, i.e. maxReplicas at once.
+TARGET_WAITING_MIN = 0.1
+# The longest `namePrefix` (given, or derived `ws-<stack>`): cluster, IAM role and bucket names are built on it.
+NAME_PREFIX_MAX = 20
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 S3_URI = re.compile(r"^s3://(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])/(?P<prefix>[^\s]*[^\s/])/?$")
 # A stack model's `source` relative to the stack's model bucket: a key prefix, no scheme.
@@ -165,6 +175,25 @@ WEIGHTS_MAX_GIB = 1_048_576
 PRICE_PER_HOUR_MAX_USD = 100_000
 
 
+def _numeric_only(annotation: Any) -> bool:
+    """Whether a field takes a number and never a boolean (`int`, `float`, `Literal["auto"] | int`)."""
+    kinds: set[Any] = set()
+
+    def walk(a: Any) -> None:
+        origin = typing.get_origin(a)
+        if origin is Annotated:
+            walk(typing.get_args(a)[0])
+        elif origin is Literal:
+            kinds.update(type(v) for v in typing.get_args(a))
+        elif typing.get_args(a):
+            for arg in typing.get_args(a):
+                walk(arg)
+        else:
+            kinds.add(a)
+    walk(annotation)
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(
         # No key takes NaN or an infinity (`.nan`, `.inf` pass `gt=0`; a price of inf renders as `$inf`).
@@ -175,6 +204,16 @@ class _Strict(BaseModel):
         frozen=True,
         use_attribute_docstrings=True,
     )
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _a_number_is_not_a_boolean(cls, value: Any, info: Any) -> Any:
+        # pydantic's lax mode reads True as 1 and False as 0 for an int or a float, and both YAML
+        # readers read `no`, `off` and `false` as a boolean: `minReplicas: no` would be scale to zero.
+        if isinstance(value, bool) and info.field_name in cls.model_fields \
+                and _numeric_only(cls.model_fields[info.field_name].annotation):
+            raise PydanticCustomError("number_not_boolean", "takes a number, not a boolean", {"truth": value})
+        return value
 
 
 class LoaderTuning(_Strict):
@@ -366,7 +405,7 @@ class AutoscalingConfig(_Strict):
     pods (the GPU released) and KEDA scales from zero on the front queues' held requests."""
     max_replicas: Annotated[int, Field(ge=1)]
     """Most serving pods; the GPU pool's limit must hold them plus one surge pod."""
-    target_waiting_per_replica: Annotated[float, Field(gt=0)] = scaling_rules.DEFAULT_TARGET_WAITING_PER_REPLICA
+    target_waiting_per_replica: Annotated[float, Field(ge=TARGET_WAITING_MIN)] = scaling_rules.DEFAULT_TARGET_WAITING_PER_REPLICA
     """Requests waiting in vLLM's queue per replica (`vllm:num_requests_waiting`) above which a
     replica is added."""
     kv_cache_usage_ceiling: Annotated[float, Field(gt=0, le=1)] | None = None
@@ -416,8 +455,10 @@ class ModelSpec(_Strict):
     """Number of serving pods."""
     image: str = versions.VLLM_IMAGE
     """vLLM container image (>= 0.11.1 for distributed loading); pin by `@sha256:` digest."""
-    max_model_len: Annotated[int, Field(ge=1)] | None = None
-    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's."""
+    max_model_len: Annotated[int, Field(ge=1, le=MAX_MODEL_LEN_CEILING)] | None = None
+    """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's. At most
+    16,777,216 (2^24); vLLM also refuses one above the model's own `max_position_embeddings`
+    (times its RoPE scaling factor) when the engine starts."""
     gpu_memory_utilization: Annotated[float, Field(gt=0.3, le=0.98)] = tuning.DEFAULT_GPU_MEMORY_UTILIZATION
     """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule."""
     eager: bool = False
@@ -784,7 +825,7 @@ class StackConfig(_Strict):
     """`auto`: EKS Auto Mode; `karpenter`: EKS with self-managed Karpenter."""
     region: Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")]
     """AWS region of every resource."""
-    name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=20)] | None = None
+    name_prefix: Annotated[str, Field(pattern=DNS_LABEL, max_length=NAME_PREFIX_MAX)] | None = None
     """Prefix of every derived resource name. Default: `ws-<stack>`."""
     tags: Annotated[dict[str, str], _aws_tags(OWN_TAGS_ENVIRONMENT)] = {}
     """Tags on every taggable AWS resource (also the AWS provider's default tags), within AWS's
@@ -926,12 +967,43 @@ def _as_written(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> tuple[An
     return tuple(out)
 
 
+def _key_elsewhere(root: type[BaseModel] | None, loc: tuple[Any, ...]) -> str | None:
+    """Where a key unknown at `loc` lives in the tree, when it is a key of another mapping
+    (`prometheusUrl` at the top: `monitoring.prometheusUrl`) or names one with its parent's key
+    (`kedaNamespace`: `monitoring.keda.namespace`); case-insensitive, the shallowest first."""
+    if root is None:
+        return None
+    name = str(loc[-1]).lower()
+    here = tuple(p for p in loc[:-1] if not isinstance(p, int))
+    found: list[tuple[int, str]] = []
+
+    def walk(model: type[BaseModel], path: tuple[str, ...], shown: str) -> None:
+        if len(path) > 4:
+            return
+        for n, f in model.model_fields.items():
+            key = _key_of(n, f)
+            compound = path[-1] + key[:1].upper() + key[1:] if path else ""
+            # A key of the same name elsewhere only for one given at the top (a flat `prometheusUrl`):
+            # deeper, a common name (`enabled`) would point at an unrelated mapping.
+            if path != here and (name == compound.lower() or (not here and name == key.lower())):
+                found.append((len(path), f"{shown}{key}"))
+            listed = "list" in str(f.annotation) or typing.get_origin(f.annotation) is list
+            for inner in _models_in(f.annotation):
+                walk(inner, (*path, key), f"{shown}{key}{'[]' if listed else ''}.")
+
+    walk(root, (), "")
+    return min(found)[1] if found else None
+
+
 def _unknown_key(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
     """The fix for an unknown key: the nearest known key of the same mapping (difflib's ratio,
     case-insensitive), or the known keys when none is near."""
     holder, _ = _field_at(model, loc)
     known = [_key_of(n, f) for n, f in holder.model_fields.items()] if holder else []
     by_lower = {k.lower(): k for k in known}
+    elsewhere = _key_elsewhere(model, loc)
+    if elsewhere and str(loc[-1]).lower() not in by_lower:
+        return f"move it: the key is `{elsewhere}` (every key: {REFERENCE})"
     near = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1, cutoff=0.6)
     if near:
         return f"did you mean `{by_lower[near[0]]}`? Rename the key (every key: {REFERENCE})"
@@ -994,6 +1066,16 @@ def _from_validation_error(err: ValidationError, prefix: str = f"{NAMESPACE}:",
             fix, value = ctx["fix"], ctx["value"]
         elif e["type"] == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERN_WORDS:
             rule, fix = _PATTERN_WORDS[ctx["pattern"]]
+        elif e["type"] == "number_not_boolean":
+            _, field = _field_at(model, loc)
+            name = next((p for p in reversed(loc) if isinstance(p, str)), key)
+            written = (plain_words or {}).get(given)
+            truth = bool(ctx.get("truth"))
+            spelt = f"the unquoted `{written}`" if written is not None else \
+                " or ".join(f"`{w}`" for w in _BOOLEAN_WORDS[truth])
+            rule = (f"takes a number, not a boolean; YAML read {spelt} as the boolean {str(truth).lower()} "
+                    "(YAML 1.1 reads yes/no, on/off, true/false unquoted as booleans)")
+            fix = f"write the number, e.g. {_example('int', name, field, None)}"
         elif e["type"] == "literal_error":
             fix = f"use one of: {ctx['expected']}"
         elif bound is not None and e["type"].startswith(("greater_than", "less_than")):
@@ -1143,9 +1225,51 @@ def _config_values(config: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
+def _with_yaml_problems(model: type[_Spec], config: Mapping[str, str], parse: typing.Callable[[], _Spec]) -> _Spec:
+    """`parse()`, with the stack file's YAML problems (`_yaml_problems`) reported before its own
+    errors, one per key."""
+    problems = _yaml_problems(model, getattr(config, "plain_scalars", None) or {})
+    try:
+        parsed = parse()
+    except ConfigErrors as err:
+        keys = {p.key for p in problems}
+        raise ConfigErrors(problems + [e for e in err.errors if e.key not in keys]) from None
+    if problems:
+        raise ConfigErrors(problems)
+    return parsed
+
+
 def from_pulumi_config(config: dict[str, str]) -> StackConfig:
     """An environment stack's config from Pulumi's flat config map (see `_config_values`)."""
-    return parse_config(_config_values(config), getattr(config, "plain_words", None))
+    return _with_yaml_problems(StackConfig, config, lambda: parse_config(_config_values(config),
+                                                                         getattr(config, "plain_words", None)))
+
+
+def with_stack_file(flat: dict[str, str], stack: str, project_dir: Path | None = None) -> dict[str, str]:
+    """Pulumi's flat config map as the program got it from the engine, with how the stack's file
+    wrote each unquoted value (`StackFileConfig`), so `pulumi up` refuses what `warmstart render`
+    refuses (`_yaml_problems`): the map alone cannot tell `010000` from 4096. The file is
+    `<stackConfigDir>/Pulumi.<stack>.yaml` of the project the program runs in (its working
+    directory). Only under the engine (PULUMI_CONFIG set: `pulumi.runtime.config.get_config_env`);
+    under the mocks the render path has read the file already. A file that cannot be read leaves
+    the map as it is: the engine read it."""
+    import os
+
+    if "PULUMI_CONFIG" not in os.environ:
+        return flat
+    project_dir = project_dir or Path.cwd()
+    try:
+        project = yaml.safe_load((project_dir / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
+        folder = project_dir / str(project.get("stackConfigDir") or "") if isinstance(project, dict) else project_dir
+        path = stack_file(folder, stack)
+        if not path.is_file():
+            return flat
+        read = read_stack_file(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ConfigError, ConfigErrors):
+        return flat
+    out = StackFileConfig(flat)
+    out.plain_words, out.plain_scalars = read.plain_words, read.plain_scalars  # type: ignore[attr-defined]
+    return out
 
 
 PLATFORM_KEY = f"{NAMESPACE}:platform"
@@ -1158,10 +1282,13 @@ def is_model_stack(config: Mapping[str, str]) -> bool:
 
 def model_stack_from_pulumi_config(config: dict[str, str]) -> ModelStackConfig:
     """A model stack's config from Pulumi's flat config map (see `_config_values`)."""
-    try:
-        return ModelStackConfig.model_validate(_config_values(config))
-    except ValidationError as err:
-        raise _from_validation_error(err, model=ModelStackConfig, plain_words=getattr(config, "plain_words", None)) from None
+    def parse() -> ModelStackConfig:
+        try:
+            return ModelStackConfig.model_validate(_config_values(config))
+        except ValidationError as err:
+            raise _from_validation_error(err, model=ModelStackConfig,
+                                         plain_words=getattr(config, "plain_words", None)) from None
+    return _with_yaml_problems(ModelStackConfig, config, parse)
 
 
 def stack_file(stacks_dir: Path, stack: str) -> Path:
@@ -1179,6 +1306,8 @@ class StackFileConfig(dict):
     hint of an error on a key that takes neither."""
 
     plain_words: dict[tuple[Any, ...], str] = {}
+    # Every unquoted scalar of the warmstart keys, by key path (`_yaml_problems`).
+    plain_scalars: dict[tuple[Any, ...], str] = {}
 
 
 def read_stack_file(path: Path) -> dict[str, str]:
@@ -1192,7 +1321,8 @@ def read_stack_file(path: Path) -> dict[str, str]:
             + f" (stack NAME is the file {path.parent.name}/Pulumi.NAME.yaml)", stack)
     shown = f"{path.parent.name}/{path.name}"
     try:
-        doc, words = _load_stack_yaml(path.read_text(encoding="utf-8"))
+        plain: dict[tuple[Any, ...], str] = {}
+        doc, words = _load_stack_yaml(path.read_text(encoding="utf-8"), plain)
     except UnicodeDecodeError as err:
         raise ConfigError(shown, f"not UTF-8 text (byte {err.start} is {err.object[err.start:err.start + 1]!r})",
                           "save the file as UTF-8") from None
@@ -1212,6 +1342,8 @@ def read_stack_file(path: Path) -> dict[str, str]:
     # `{warmstart:models: ...}` paths as a config key's error names them (`models`, 0, ...).
     out.plain_words = {(p[1].partition(":")[2], *p[2:]): w for p, w in words.items()
                       if len(p) > 1 and p[0] == "config" and str(p[1]).startswith(f"{NAMESPACE}:")}
+    out.plain_scalars = {(p[1].partition(":")[2], *p[2:]): w for p, w in plain.items()
+                         if len(p) > 1 and p[0] == "config" and str(p[1]).startswith(f"{NAMESPACE}:")}
     for k, v in config.items():
         if not isinstance(k, str):
             raise ConfigError(f"config.{k}", f"a config key must be text, not {_yaml_kind(k)}",
@@ -1282,20 +1414,24 @@ def _yaml_path(path: tuple[Any, ...]) -> str:
 _PLAIN_TAGS = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 
 
-def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], words: dict[tuple[Any, ...], str]) -> None:
+def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], words: dict[tuple[Any, ...], str],
+                 plain: dict[tuple[Any, ...], str] | None = None) -> None:
     """A key given twice in one mapping is an error: YAML requires unique keys
     (https://yaml.org/spec/1.2.2/#mapping) and PyYAML would silently keep the last one. Records
-    in `words` how each unquoted boolean or number was written (`yes`, `1.30`, ...), by its path."""
+    in `words` how each unquoted boolean or number was written (`yes`, `1.30`, ...), by its path,
+    and in `plain` every unquoted scalar."""
     if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
         return
     seen_nodes.add(id(node))
     if isinstance(node, yaml.ScalarNode) and node.tag in _PLAIN_TAGS:
         words[path] = node.value
+    if isinstance(node, yaml.ScalarNode) and node.style is None and plain is not None:
+        plain[path] = node.value
     if isinstance(node, yaml.MappingNode):
         lines: dict[str, str] = {}
         for key_node, value_node in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
-                _check_nodes(value_node, path, seen_nodes, words)
+                _check_nodes(value_node, path, seen_nodes, words, plain)
                 continue
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             where = f"line {key_node.start_mark.line + 1}, column {key_node.start_mark.column + 1}"
@@ -1305,23 +1441,136 @@ def _check_nodes(node: yaml.Node, path: tuple[Any, ...], seen_nodes: set[int], w
                                   "of which YAML would silently keep only the last", "remove one of the two")
             if key is not None:
                 lines[key] = where
-            _check_nodes(value_node, (*path, key if key is not None else "?"), seen_nodes, words)
+            _check_nodes(value_node, (*path, key if key is not None else "?"), seen_nodes, words, plain)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _check_nodes(item, (*path, i), seen_nodes, words)
+            _check_nodes(item, (*path, i), seen_nodes, words, plain)
 
 
-def _load_stack_yaml(text: str) -> tuple[Any, dict[tuple[Any, ...], str]]:
+def _load_stack_yaml(text: str, plain: dict[tuple[Any, ...], str] | None = None) -> tuple[Any, dict[tuple[Any, ...], str]]:
     """A stack file's one YAML document, read as PyYAML's safe loader reads it except that a key
     given twice is a ConfigError and a timestamp stays its text; and how each unquoted boolean or
-    number was written, by its path. Raises yaml.YAMLError for a file that is not YAML."""
+    number was written, by its path (every unquoted scalar into `plain`, when given). Raises
+    yaml.YAMLError for a file that is not YAML."""
     loader = _StackFileLoader(text)
     words: dict[tuple[Any, ...], str] = {}
     try:
         node = loader.get_single_node()
         if node is None:
             return None, words
-        _check_nodes(node, (), set(), words)
+        _check_nodes(node, (), set(), words, plain)
         return loader.construct_document(node), words
     finally:
         loader.dispose()
+
+
+# ---- what Pulumi's own YAML reader makes of a stack file ------------------------------------
+# `pulumi up` does not read the stack file with PyYAML: the CLI reads Pulumi.<stack>.yaml with
+# gopkg.in/yaml.v2 (v2.4.0; `yaml.Unmarshal` in pulumi sdk/go/common/encoding/marshal.go), each
+# config value into `any` (`object.UnmarshalYAML`, sdk/go/common/resource/config/object.go), and
+# hands the program a scalar as its JSON text and an object as JSON. yaml.v2's resolver
+# (resolve.go at v2.4.0) reads unquoted: y/Y/yes/on/true (any case of those words) as true and
+# n/N/no/off/false as false, `~`/null as null, an integer of Go's `strconv.ParseInt(s, 0, 64)`
+# after removing `_` (so `010000` is octal 4096, `0o17` 15, `0x1F` 31, `0b101` 5), a float of
+# `^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$` (`1e3` is 1000), no base-60 number
+# ("Base 60 floats are a bad idea ... purposefully unsupported": `5:00` stays the text), and a
+# timestamp into `any` as its text (decode.go: "for backward compatibility reasons we set it as a
+# string"). PyYAML (YAML 1.1, what `warmstart render` reads) differs on `y`/`n`, `0o17`, `1e3`
+# and `5:00`: a value the two read differently is refused on both paths, and a number written in
+# a base other than ten where a number goes is refused on both (they agree on it, wrongly).
+_V2_TRUE = ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")
+_V2_FALSE = ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")
+_V2_SPECIAL_FLOATS = ((float("nan"), (".nan", ".NaN", ".NAN")), (float("inf"), (".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF")),
+                      (float("-inf"), ("-.inf", "-.Inf", "-.INF")))
+_V2_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+_GO_INT = re.compile(r"([-+]?)(0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)")
+_DECIMAL = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+
+
+def _go_parse_int(text: str) -> int | None:
+    """Go's `strconv.ParseInt(text, 0, 64)`, or ParseUint's where that overflows (yaml.v2 tries
+    both); None where neither reads it."""
+    m = _GO_INT.fullmatch(text)
+    if m is None:
+        return None
+    sign, digits = m.groups()
+    low = digits.lower()
+    base = 16 if low.startswith("0x") else 8 if low.startswith("0o") else 2 if low.startswith("0b") else \
+        8 if len(digits) > 1 and digits.startswith("0") else 10
+    value = int(digits[2:] if low[:2] in ("0x", "0o", "0b") else digits, base)
+    value = -value if sign == "-" else value
+    fits = -2**63 <= value < 2**63 or (sign == "" and value < 2**64)
+    return value if fits else None
+
+
+def yaml_v2_reads(text: str) -> Any:
+    """What gopkg.in/yaml.v2 (v2.4.0) decodes an unquoted scalar `text` to inside `any`, as the
+    JSON value Pulumi hands the program (see above)."""
+    if text in _V2_TRUE:
+        return True
+    if text in _V2_FALSE:
+        return False
+    if text in ("", "~", "null", "Null", "NULL"):
+        return None
+    for value, spellings in _V2_SPECIAL_FLOATS:
+        if text in spellings:
+            return value
+    if text[0] == ".":
+        return float(text) if _V2_FLOAT.fullmatch(text) else text
+    if text[0] in "+-0123456789":
+        if _TIMESTAMP.fullmatch(text):
+            return text
+        plain = text.replace("_", "")
+        as_int = _go_parse_int(plain)
+        if as_int is not None:
+            return as_int
+        if _V2_FLOAT.fullmatch(plain):
+            number = float(plain)
+            # Go's json.Marshal writes an integral float64 without a fraction: the program reads an int.
+            return int(number) if number.is_integer() and abs(number) < 1e21 else number
+    return text
+
+
+# yaml.v2's timestamp forms (resolve.go `allowedTimestampFormats`), by their shape.
+_TIMESTAMP = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(([Tt]|[ \t]+)\d{1,2}:\d{2}:\d{2}(\.\d*)?(\s*(Z|[-+]\d{1,2}(:\d{2})?))?)?")
+
+
+def _same_reading(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True  # NaN, refused by the keys themselves
+    return type(a) is bool if type(b) is bool else (a == b and type(a) is not bool)
+
+
+def _pyyaml_reads(text: str) -> Any:
+    value = yaml.load(text, _StackFileLoader)  # noqa: S506 - the safe loader, timestamps as text
+    return json.loads(json.dumps(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def _yaml_problems(model: type[BaseModel], plain: Mapping[tuple[Any, ...], str], prefix: str = f"{NAMESPACE}:") \
+        -> list[ConfigError]:
+    """The unquoted values of a stack file that the two YAML readers read differently, and the
+    numbers written in another base than ten where a number goes (`010000`, `5:00`, `0x10`): one
+    error each, the same on `warmstart render` and on `pulumi up`, which both read the file."""
+    found: dict[str, ConfigError] = {}
+    for path, text in plain.items():
+        if not text:
+            continue
+        key = prefix + _key_path(path)
+        name = next((p for p in reversed(path) if isinstance(p, str)), key)
+        _, field = _field_at(model, path)
+        numeric = field is not None and _numeric_only(field.annotation)
+        py, v2 = _pyyaml_reads(text), yaml_v2_reads(text)
+        if numeric and isinstance(py, int) and not isinstance(py, bool) and not _DECIMAL.fullmatch(text):
+            base = "base 60 (sexagesimal)" if ":" in text else "octal" if re.fullmatch(r"[-+]?0[0-7]+", text) else \
+                "hexadecimal" if "x" in text.lower() else "binary" if "b" in text.lower() else "digits split by `_`"
+            meant = text.lstrip("+0") or "0" if base == "octal" else str(py)
+            found.setdefault(key, ConfigError(
+                key, f"YAML 1.1 reads the unquoted `{text}` as the {base} number {py}"
+                + ("" if _same_reading(py, v2) else f", Pulumi's reader as {json.dumps(v2)}"),
+                f"write the number in decimal digits, e.g. `{name}: {meant}`", text))
+        elif not _same_reading(py, v2) and not (isinstance(py, str) and isinstance(v2, str)):
+            found.setdefault(key, ConfigError(
+                key, f"the unquoted `{text}` reads as {json.dumps(py)} to warmstart (YAML 1.1) but as "
+                f"{json.dumps(v2)} to Pulumi's own reader (gopkg.in/yaml.v2), which `pulumi up` uses",
+                f'quote it if it is text (`{name}: "{text}"`), else write a decimal number or true/false', text))
+    return list(found.values())

@@ -21,7 +21,7 @@ from .plan import stack as plan_mod
 from .plan import platform as platform_mod
 from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
-from .decisions import capacity, gpu_pools, image_cache, phases, prices
+from .decisions import capacity, gpu_pools, image_cache, phases, prices, routing
 from .decisions import weights_import as imports
 from .errors import ConfigError
 from .mocks import Registered
@@ -380,7 +380,19 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
                  f"launch or pull{', weights from its NVMe' if m.staged else ''})")
     return (f"scale-out {m.name}: {standby_path(m)}{from_zero_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
             f"({steps}; SOCI parallel pull, weights streamed from S3, compile cache "
-            f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py")
+            f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py"
+            f"{front_queue_bounds(m)}")
+
+
+def front_queue_bounds(m: plan_mod.ModelPlan) -> str:
+    """The bounds of the front queue in the routers of a model that holds requests at zero awake
+    engines ('' for other models): what a client meets past them, and the memory they fit in."""
+    if m.autoscaling is None or m.autoscaling.min_replicas != 0:
+        return ""
+    return (f"; its routers' front queue holds at most {routing.FRONT_QUEUE_MAX_HELD} requests and "
+            f"{routing.FRONT_QUEUE_MAX_HELD_BYTES // 2**20} MiB of bodies (429 with Retry-After past either), "
+            f"{routing.FRONT_QUEUE_MAX_CONNECTIONS} open connections, {routing.FRONT_QUEUE_READ_TIMEOUT_SECONDS}s "
+            f"for a client to send a request, within {routing.FRONT_QUEUE_MEMORY_LIMIT_MIB} MiB")
 
 
 def _duration(seconds: int) -> str:

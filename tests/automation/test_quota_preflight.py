@@ -20,13 +20,15 @@ from botocore.stub import Stubber
 from tests.support.stacks import STACKS_DIR, load_stack_doc
 from warmstart import automation, cli, config, render
 from warmstart.automation import preflight, quotas
-from warmstart.decisions import capacity, gpu_pools, instances
+from warmstart.decisions import capacity, gpu_pools, instances, node_fit
 from warmstart.exit_codes import EXIT_OK, EXIT_QUOTA
 from warmstart.plan import stack as plan
 
 P_ON_DEMAND, G_ON_DEMAND, P_SPOT, G_SPOT = "L-417A185B", "L-DB2E81BA", "L-7212CCBC", "L-3819A6DF"
+STANDARD = capacity.STANDARD_ON_DEMAND_CODE
 NAMES = {P_ON_DEMAND: "Running On-Demand P instances", G_ON_DEMAND: "Running On-Demand G and VT instances",
-         P_SPOT: "All P Spot Instance Requests", G_SPOT: "All G and VT Spot Instance Requests"}
+         P_SPOT: "All P Spot Instance Requests", G_SPOT: "All G and VT Spot Instance Requests",
+         STANDARD: capacity.STANDARD_ON_DEMAND_NAME}
 
 
 def _client() -> Any:
@@ -49,6 +51,11 @@ def _expect(stub: Stubber, code: str, value: float | None = None, error: str | N
         stub.add_response("get_service_quota", _quota(code, value), params)
 
 
+def _gpu_needs(p: Any, unlisted: tuple[str, ...] = ()) -> list[capacity.QuotaNeed]:
+    """The GPU pools' needs (the non-GPU nodes' Standard quota apart)."""
+    return [n for n in quotas.stack_needs(p, unlisted) if n.code != STANDARD]
+
+
 def _plan(stack: str) -> plan.StackPlan:
     return render.load_plan(STACKS_DIR, stack)[1]
 
@@ -59,7 +66,7 @@ def _plan(stack: str) -> plan.StackPlan:
 
 def test_prod_needs_its_p5_nodes_at_their_limits_in_on_demand_p_vcpus():
     p = _plan("prod")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     assert (need.code, need.name) == (P_ON_DEMAND, NAMES[P_ON_DEMAND])
     (pool,) = p.cluster.pools
     # Every model at maxReplicas plus a surge pod, and the warm spare, in whole nodes.
@@ -70,7 +77,7 @@ def test_prod_needs_its_p5_nodes_at_their_limits_in_on_demand_p_vcpus():
 
 
 def test_dev_checks_its_g6e_quota():
-    (need,) = quotas.stack_needs(_plan("dev"))
+    (need,) = _gpu_needs(_plan("dev"))
     assert need.code == G_ON_DEMAND and "g6e.2xlarge" in need.pools[0]
 
 
@@ -80,7 +87,7 @@ def test_a_spot_pool_with_fallback_needs_both_quotas_and_reserved_counts_as_on_d
         {"name": "h100", "instanceTypes": ["p5.48xlarge"],
          "capacity": {"types": ["reserved"], "reservations": [{"id": "cr-0123456789abcdef0"}]}}],
         "models": [{"name": "a", "source": "org/a", "weightsGiB": 15, "pool": "l40s", "replicas": 2}]}
-    needs = {n.code: n for n in quotas.stack_needs(plan.plan_stack(config.parse_config(values), "t"))}
+    needs = {n.code: n for n in _gpu_needs(plan.plan_stack(config.parse_config(values), "t"))}
     assert set(needs) == {G_ON_DEMAND, G_SPOT, P_ON_DEMAND}
     assert needs[G_ON_DEMAND].vcpus == needs[G_SPOT].vcpus
     assert needs[P_ON_DEMAND].vcpus == instances.lookup("p5.48xlarge").vcpu  # no model: one node of the pool
@@ -92,9 +99,10 @@ def test_a_spot_pool_with_fallback_needs_both_quotas_and_reserved_counts_as_on_d
 
 def test_enough_quota_passes():
     p = _plan("prod")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     client = _client()
     with Stubber(client) as stub:
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, P_ON_DEMAND, need.vcpus)
         report = quotas.check_quotas(p, client)
         stub.assert_no_pending_responses()
@@ -111,9 +119,10 @@ def test_enough_quota_passes():
 
 def test_short_quota_names_the_quota_its_value_the_need_and_the_request():
     p = _plan("prod")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     client = _client()
     with Stubber(client) as stub:
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, P_ON_DEMAND, 192.0)
         report = quotas.check_quotas(p, client)
     (short,) = report.short
@@ -140,7 +149,7 @@ def test_no_permission_to_read_quotas_is_a_warning():
 
 def test_an_unapplied_quota_is_read_as_its_aws_default():
     p = _plan("dev")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     client = _client()
     with Stubber(client) as stub:
         _expect(stub, G_ON_DEMAND, error="NoSuchResourceException")
@@ -234,6 +243,7 @@ def test_no_answer_warns_once_and_names_what_was_not_checked():
     p = plan.plan_stack(config.parse_config(values), "t")
     client = _client()
     with Stubber(client) as stub:
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, G_SPOT, error="ServiceUnavailableException")  # codes are read in order
         report = quotas.check_quotas(p, client)
         stub.assert_no_pending_responses()
@@ -261,7 +271,7 @@ def _readme_quota(stack: str) -> tuple[str, int]:
 def test_staging_checks_its_pool_at_its_gpu_limit_as_the_readme_says():
     # No inline model: the pool's maxGpus (4 x g6e.2xlarge, kept for its model stacks) bounds it.
     p = _plan("staging")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     (pool,) = p.cluster.pools
     assert need.vcpus == pool.max_gpus // pool.instances[0].gpu_count * pool.instances[0].vcpu
     assert (need.code, need.vcpus) == _readme_quota("staging")
@@ -269,7 +279,7 @@ def test_staging_checks_its_pool_at_its_gpu_limit_as_the_readme_says():
 
 def test_a_model_stack_checks_its_platform_pool_for_its_own_max_replicas_plus_a_surge_pod():
     p = _plan("staging-llama-3-1-8b")
-    (need,) = quotas.stack_needs(p)
+    (need,) = _gpu_needs(p)
     m = p.model
     nodes = gpu_pools.nodes_for(gpu_pools.PoolModel(m.instance, m.tensor_parallel_size, m.max_replicas),
                                 m.max_replicas + gpu_pools.SURGE_PODS)
@@ -287,7 +297,7 @@ def test_a_model_stack_checks_its_platform_pool_for_its_own_max_replicas_plus_a_
 def test_a_pool_with_no_model_counts_its_gpu_limit_not_one_node():
     values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
         {"name": "l40s", "instanceTypes": ["g6e.2xlarge", "g6e.12xlarge"], "maxGpus": 8}], "models": []}
-    (need,) = quotas.stack_needs(plan.plan_stack(config.parse_config(values), "t"))
+    (need,) = _gpu_needs(plan.plan_stack(config.parse_config(values), "t"))
     # At maxGpus 8: 8 x g6e.2xlarge hold 64 vCPUs, 2 x g6e.12xlarge 96, the worst case.
     assert need.vcpus == 96 and need.pools == ("l40s (2 x g6e.12xlarge)",)
 
@@ -319,6 +329,7 @@ def test_a_p5_spot_pool_reads_the_p5_spot_quota_where_the_account_lists_it():
     client = _client()
     with Stubber(client) as stub:
         _expect(stub, P5_SPOT, 384.0)  # read first: it decides which quota holds the p5 spot nodes
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, P_ON_DEMAND, 384.0)
         report = quotas.check_quotas(p, client)
         stub.assert_no_pending_responses()
@@ -333,6 +344,7 @@ def test_a_p5_spot_pool_reads_the_p_spot_quota_where_the_account_has_no_p5_one_a
     client = _client()
     with Stubber(client) as stub:
         _not_listed(stub, P5_SPOT)
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, P_ON_DEMAND, 384.0)
         _expect(stub, P_SPOT, 192.0)
         report = quotas.check_quotas(p, client)
@@ -602,12 +614,13 @@ def test_a_p5_spot_quota_that_cannot_be_read_is_warned_about_once_and_the_rest_s
     client = _client()
     with Stubber(client) as stub:
         _expect(stub, P5_SPOT, error="AccessDeniedException")  # asked once
+        _expect(stub, STANDARD, 10000.0)  # the CPU pool and system nodes (sorted first)
         _expect(stub, P_ON_DEMAND, 384.0)
         report = quotas.check_quotas(p, client)
         stub.assert_no_pending_responses()
     (warning,) = report.warnings
     assert 'could not check EC2 quota "All P5 Spot Instance Requests" (L-C4BD4855)' in warning
-    assert [n.code for n, _ in report.checked] == [P_ON_DEMAND]
+    assert [n.code for n, _ in report.checked] == [STANDARD, P_ON_DEMAND]
 
 
 def test_a_model_stack_on_a_karpenter_platforms_spot_pool_checks_the_spot_role_and_both_quotas():
@@ -616,7 +629,7 @@ def test_a_model_stack_on_a_karpenter_platforms_spot_pool_checks_the_spot_role_a
     p = _plan("staging-llama-3-1-8b")
     pools = tuple(f.model_copy(update={"capacity_types": ["on-demand", "spot"]}) for f in p.contract.pools)
     p = dataclasses.replace(p, contract=dataclasses.replace(p.contract, cluster_mode="karpenter", pools=pools))
-    needs = quotas.stack_needs(p)
+    needs = _gpu_needs(p)
     assert {n.code for n in needs} == {G_ON_DEMAND, G_SPOT} and len({n.vcpus for n in needs}) == 1
     assert quotas.spot_pools(p) == ["l40s"]
     sq, iam = _client(), _iam()
@@ -625,3 +638,34 @@ def test_a_model_stack_on_a_karpenter_platforms_spot_pool_checks_the_spot_role_a
         s2.add_client_error("get_role", service_error_code="NoSuchEntity", http_status_code=404)
         report = quotas.run_quota_preflight(p, sq, iam=iam)
     assert len(report.refused) == 1 and quotas.SPOT_ROLE_COMMAND in report.refused[0]
+
+
+# --------------------------------------------------------------------------------------
+# The non-GPU nodes: the CPU pool at its CPU limit and the system nodes, on the Standard quota
+
+
+def test_the_cpu_pool_at_its_cpu_limit_and_the_system_nodes_count_against_the_standard_quota():
+    values = {"clusterMode": "karpenter", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.2xlarge"], "maxGpus": 2}], "models": []}
+    p = plan.plan_stack(config.parse_config(values), "t")
+    (standard,) = [n for n in quotas.stack_needs(p) if n.code == STANDARD]
+    group = p.cluster.system_node_group
+    system = group.size * max(node_fit.node_type(t).vcpu for t in group.instance_types)
+    assert standard.vcpus == p.cluster.cpu_pool.cpu_limit + system
+    assert any("general-purpose" in w for w in standard.pools) and any("system nodes" in w for w in standard.pools)
+    client = _client()
+    with Stubber(client) as stub:
+        _expect(stub, STANDARD, 32.0)  # a new account's default is low
+        _expect(stub, G_ON_DEMAND, 1000.0)
+        report = quotas.check_quotas(p, client)
+        stub.assert_no_pending_responses()
+    (short,) = report.short
+    msg = str(quotas.QuotaShortFailed("up", "t", report.short))
+    assert short.code == STANDARD and f"--quota-code {STANDARD} --desired-value {standard.vcpus}" in msg, msg
+
+
+def test_auto_mode_has_no_cpu_pool_limit_to_count():
+    values = {"clusterMode": "auto", "region": "us-east-1", "gpuPools": [
+        {"name": "l40s", "instanceTypes": ["g6e.2xlarge"]}], "models": []}
+    p = plan.plan_stack(config.parse_config(values), "t")
+    assert STANDARD not in {n.code for n in quotas.stack_needs(p)}

@@ -72,7 +72,7 @@ def test_keda_scales_from_zero_pods_on_the_front_queues_every_second(zero):
     assert [p["containerPort"] for p in fq["ports"] if p["name"] == target] == [url.port]
     assert url.path == front_queue.HELD_PATH == routing.FRONT_QUEUE_HELD_PATH
     # The value it reads is one the front queue answers (tests/podside/test_front_queue.py reads it).
-    gate = front_queue.Gate("http://127.0.0.1:1/", 1)
+    gate = front_queue.Gate("http://127.0.0.1:1/", 1, 1)
     assert isinstance(gate.counts()[meta["valueLocation"]], int)
     # 1 -> N stays the waiting-requests trigger's: the queue's target is its whole count bound.
     assert float(meta["targetValue"]) == routing.FRONT_QUEUE_MAX_HELD

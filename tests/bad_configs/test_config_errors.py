@@ -441,3 +441,17 @@ def test_a_stack_file_that_is_not_utf8_is_one_line(tmp_path, monkeypatch, capsys
     assert cli.main(["validate", "--stack", "latin1"]) == cli.EXIT_CONFIG
     err = capsys.readouterr().err
     assert "stacks/Pulumi.latin1.yaml: not UTF-8 text (byte 27 is b'\\xe9'); fix: save the file as UTF-8" in err, err
+
+
+def test_a_stack_name_too_long_for_the_derived_name_prefix_names_the_stack_and_namePrefix(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """No namePrefix: it is `ws-<stack>`; a stack name that makes it too long (its roles' names
+    would be refused by IAM) is reported against warmstart:namePrefix with the stack's name, not
+    as a component's Args field (or a traceback)."""
+    stack = "a-very-long-stack-name-for-a-team"
+    doc = yaml.safe_load((Path(__file__).parent / "standby-over-the-pool-limit.yaml").read_text())
+    doc["config"]["warmstart:gpuPools"][0].pop("maxGpus")
+    rc, _, err = _render_err(tmp_path, monkeypatch, capsys, doc["config"], stack=stack)
+    assert rc == cli.EXIT_CONFIG, err
+    assert f"warmstart:namePrefix='{stack}': not set, so it is derived from the stack name '{stack}'" in err, err
+    assert "fix: set warmstart:namePrefix" in err and "ServingPlatformArgs" not in err

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -17,18 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.podside import front_queue_pod
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
 from tests.support.loopback import LoopbackServer
-from tests.support.pod_scripts import artifact
 from warmstart.decisions import autoscaling, routing
 from warmstart.podside import front_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
-
-SCRIPT = artifact("front_queue.pyz")
-
 
 class Queue:
     def __init__(self, upstream: str, ready_url: str, *args: str):
@@ -36,7 +32,7 @@ class Queue:
             (self.port,) = free_ports(1)
             self.url = f"http://127.0.0.1:{self.port}"
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(SCRIPT), "--host", "127.0.0.1", "--port", str(self.port),
+                [*front_queue_pod.interpreter(), "--host", "127.0.0.1", "--port", str(self.port),
                  "--upstream", upstream, "--ready-url", ready_url, *args],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
             deadline = time.monotonic() + 15
@@ -106,7 +102,8 @@ def test_requests_are_held_until_an_engine_serves_then_answered(tmp_path):
         for t in threads:
             t.join(60)
         assert [(s, by) for s, by, _ in out] == [(200, "late")] * 5, out
-        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 5, "refused": 0}
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 5, "refused": 0,
+                            "body_bytes": 0}
 
 
 def test_past_the_bounds_a_client_gets_429_with_retry_after(tmp_path):
@@ -162,7 +159,8 @@ def test_an_engine_ready_late_answers_the_held_and_the_over_bound_get_429(tmp_pa
         for t in threads:
             t.join(60)
         assert [(s, by) for s, by, _ in out] == [(200, "cold")] * 3, out
-        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 3, "refused": 2}
+        assert q.held() == {"held": 0, "in_flight": 0, "demand": 0, "total_held": 3, "refused": 2,
+                            "body_bytes": 0}
 
 
 def test_a_request_being_answered_counts_as_demand_not_as_held():

@@ -9,19 +9,18 @@ on the pod's loopback). Bounded waits only; nothing is timed."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.podside import front_queue_pod
 from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import FakeVllm
 from tests.routing.router import smg_binary, write_discovery_file
 from tests.support import kubelet
 from tests.support.stacks import load_stack_doc, render_doc
-from tests.support.pod_scripts import artifact
 from warmstart.decisions import routing
 from warmstart.podside import front_queue
 
@@ -67,9 +66,9 @@ def _smg_argv(container: dict, ports: dict[int, int], manifest: Path) -> list[st
 
 def _queue_argv(container: dict, ports: dict[int, int]) -> list[str]:
     command = _rewrite(container["command"], ports)
-    assert command[0] == "python3" and command[1].endswith(f"/{front_queue.__name__.rsplit('.', 1)[1]}.py")
+    assert command[0] == "python3" and command[1].endswith(f"/{front_queue.__name__.rsplit('.', 1)[1]}.pyz")
     # No --host rendered: the script's default binds every address of the pod.
-    return [sys.executable, "-I", "-S", str(artifact("front_queue.pyz")), "--host", kubelet.POD_IP, *command[2:]]
+    return [*front_queue_pod.interpreter(), "--host", kubelet.POD_IP, *command[2:]]
 
 
 def _start(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen:

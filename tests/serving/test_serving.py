@@ -97,7 +97,8 @@ def test_compile_cache_on_the_modes_nvme_path(rendered):
         host = volumes["compile-cache"]["hostPath"]
         assert host["type"] == "DirectoryOrCreate"
         assert host["path"].startswith(placement.compile_cache_host_path(mode) + "/")
-        mount = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}["compile-cache"]
+        # The whole volume (no subPath: the per-setting startup-plan folder is a subPath mount of its own).
+        (mount,) = [m["mountPath"] for m in c["volumeMounts"] if m["name"] == "compile-cache" and "subPath" not in m]
         assert env["XDG_CACHE_HOME"] == mount
         assert env["TORCHINDUCTOR_CACHE_DIR"].startswith(mount + "/")
         assert env["TRITON_CACHE_DIR"].startswith(mount + "/")

@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 from .. import config
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE
-from ..decisions import capacity, gpu_pools
+from ..decisions import capacity, gpu_pools, node_fit
 from .preflight import credentials_problem
 
 SERVICE_CODE = "ec2"
@@ -158,10 +158,32 @@ def pool_limits(stack_plan: Any) -> list[capacity.PoolLimit]:
              nodes * model.instance.gpu_count)]
 
 
+def standard_parts(stack_plan: Any) -> list[tuple[str, int]]:
+    """The non-GPU node groups of an environment stack at their limits, in vCPUs: the
+    Karpenter-mode CPU pool at its `limits.cpu` (Karpenter counts whole nodes' capacity against
+    it, https://karpenter.sh/v1.14/concepts/nodepools/#speclimits; the limit already holds one
+    node more for the last node's unused part) and the system node group at its size. Auto Mode's
+    own general-purpose pool has no limit warmstart sets; a model stack's routers use its
+    platform's pool, counted there."""
+    cluster = getattr(stack_plan, "cluster", None)
+    if cluster is None:
+        return []
+    parts = []
+    if cluster.cpu_pool is not None:
+        parts.append((f"{cluster.cpu_pool.name} (CPU limit {cluster.cpu_pool.cpu_limit})", cluster.cpu_pool.cpu_limit))
+    group = cluster.system_node_group
+    if group is not None:
+        largest = max(group.instance_types, key=lambda t: node_fit.node_type(t).vcpu)
+        parts.append((f"system nodes ({group.size} x {largest})", group.size * node_fit.node_type(largest).vcpu))
+    return parts
+
+
 def stack_needs(stack_plan: Any, unlisted: tuple[str, ...] = ()) -> list[capacity.QuotaNeed]:
-    """The vCPUs each quota must allow for a stack (`pool_limits`). `unlisted`: quota codes
-    the account does not have (their needs move to their fallback)."""
-    return capacity.quota_needs(pool_limits(stack_plan), unlisted)
+    """The vCPUs each quota must allow for a stack (`pool_limits`, `standard_parts`). `unlisted`:
+    quota codes the account does not have (their needs move to their fallback)."""
+    needs = capacity.quota_needs(pool_limits(stack_plan), unlisted)
+    standard = capacity.standard_need(standard_parts(stack_plan))
+    return sorted([*needs, standard] if standard is not None else needs, key=lambda n: n.code)
 
 
 def placeholder_warnings(stack_plan: Any) -> list[str]:

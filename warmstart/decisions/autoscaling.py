@@ -381,10 +381,12 @@ class PoolDemand:
     nodes: int
     gpus: int
     autoscaled: bool
+    standby: int = 0
 
     def describe(self, m: PoolModel) -> str:
         kind = "maxReplicas" if self.autoscaled else "replicas"
-        return (f"{self.model} {kind}={self.pods - SURGE_PODS}+{SURGE_PODS} surge = {self.pods} pods x "
+        asleep = f"+standby.count={self.standby}" if self.standby else ""
+        return (f"{self.model} {kind}={self.pods - SURGE_PODS - self.standby}{asleep}+{SURGE_PODS} surge = {self.pods} pods x "
                 f"TP {m.tensor_parallel_size} on {m.instance.instance_type} = {self.nodes} nodes x "
                 f"{m.instance.gpu_count} GPUs = {self.gpus}")
 
@@ -398,7 +400,8 @@ def pool_demand(models: Sequence[PoolModel], autoscaled: Mapping[str, Autoscalin
         cm = capacity_pool_model(m, spec)
         pods = cm.replicas + SURGE_PODS
         nodes = nodes_for(cm, pods)
-        out.append(PoolDemand(m.name, pods, nodes, nodes * m.instance.gpu_count, spec is not None))
+        out.append(PoolDemand(m.name, pods, nodes, nodes * m.instance.gpu_count, spec is not None,
+                              spec.standby if spec is not None else 0))
     return out
 
 
@@ -439,9 +442,12 @@ def check_pool_capacity(pool: str, max_gpus: int, models: Sequence[PoolModel],
         m = by_name[d.model]
         spare = max_gpus - pool_gpus_needed([o for o in models if o.name != d.model], autoscaled)
         per_node = m.instance.gpu_count // m.tensor_parallel_size
-        fit = (spare // m.instance.gpu_count) * per_node - SURGE_PODS if spare > 0 else -SURGE_PODS
+        fit = (spare // m.instance.gpu_count) * per_node - SURGE_PODS - d.standby if spare > 0 else -SURGE_PODS
         lower = (f"lower {d.model}'s maxReplicas to {fit}" if fit >= max(1, autoscaled[d.model].min_replicas)
                  else f"move {d.model} to another pool")
+        if d.standby:
+            # Standby engines hold GPUs of the pool too (KEDA's range is maxReplicas + standby.count).
+            lower += f", or lower its standby.count from {d.standby}"
         p.add(f"{model_keys[d.model]}.autoscaling.maxReplicas", rule,
               f"{lower}, or raise {pool_key}.maxGpus to >= {need} (or remove it to derive it)",
               autoscaled[d.model].max_replicas)

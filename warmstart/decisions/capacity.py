@@ -216,6 +216,24 @@ def quota_needs(pools: Iterable[PoolLimit], unlisted: Iterable[str] = ()) -> lis
     return [QuotaNeed(code, n, v, tuple(w), fb, io) for code, (n, v, w, fb, io) in sorted(need.items())]
 
 
+# The non-GPU nodes (the Karpenter-mode `general-purpose` pool, the system node group: m6i/m7i)
+# count against "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances", L-1216C47A,
+# in vCPUs (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html; the
+# code as the Service Quotas console's page for it names it). New accounts start low on it.
+STANDARD_ON_DEMAND_CODE = "L-1216C47A"
+STANDARD_ON_DEMAND_NAME = "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances"
+
+
+def standard_need(parts: Sequence[tuple[str, int]]) -> QuotaNeed | None:
+    """The on-demand Standard quota's need: `(what, vCPUs)` per non-GPU node group at its limit
+    (the CPU pool at its `limits.cpu`, the system node group at its size); None when empty."""
+    parts = [(what, vcpus) for what, vcpus in parts if vcpus > 0]
+    if not parts:
+        return None
+    return QuotaNeed(STANDARD_ON_DEMAND_CODE, STANDARD_ON_DEMAND_NAME, sum(v for _, v in parts),
+                     tuple(what for what, _ in parts))
+
+
 def increase_command(code: str, vcpus: int, region: str) -> str:
     """The exact AWS CLI request that raises a quota to `vcpus`."""
     return (f"aws service-quotas request-service-quota-increase --service-code ec2 --quota-code {code} "

@@ -88,6 +88,20 @@ FRONT_QUEUE_MAX_HOLD_SECONDS = 600
 FRONT_QUEUE_HELD_PATH = "/warmstart/held"
 # What a router pod's front-queue container requests besides SMG (ROUTER_REQUESTS).
 FRONT_QUEUE_REQUESTS = {"cpu": "100m", "memory": "64Mi"}
+# Its memory limit, and what it is spent on: request bodies in memory at once (held, or being
+# forwarded) at most FRONT_QUEUE_MAX_HELD_BYTES, two bodies of the largest size the queue takes
+# (front_queue.MAX_BODY_BYTES, 64 MiB); a body that would pass it is refused 429 from its headers.
+# Each open connection buffers at most about 100 KiB besides its body (a 32 KiB head, 16 KiB
+# reads, asyncio's reader pausing past twice its 16 KiB limit), so FRONT_QUEUE_MAX_CONNECTIONS
+# take at most 50 MiB; the interpreter with asyncio and h11 about 20 MiB. 128 + 50 + 20 < 256:
+# tests/podside/test_front_queue_hostile.py fills every bound at once and reads the peak RSS.
+FRONT_QUEUE_MEMORY_LIMIT_MIB = 256
+FRONT_QUEUE_MAX_HELD_BYTES = 128 * 1024 * 1024
+FRONT_QUEUE_MAX_CONNECTIONS = 512
+# A client has this long to send a whole request once it started it, and may stay idle this long
+# between two: slow or stalled clients (half-sent headers, a short body) are cut, not held for
+# ever. 60 s takes a 64 MiB body at 1.1 MB/s.
+FRONT_QUEUE_READ_TIMEOUT_SECONDS = 60
 PROBE_PORT = 30001
 METRICS_PORT = 29000
 # vLLM's port, which the router's discovery must use (SMG defaults to 80).

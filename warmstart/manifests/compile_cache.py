@@ -72,6 +72,21 @@ def _env(m: ServingPlan, bucket: Any, region: str) -> list[dict]:
     return env
 
 
+# The restore's guard (warmstart/podside/compile_cache_startup_plan.py, plan_folder) makes a node
+# folder per memory setting, `vllm/startup_plan/<first 16 hex of its fingerprint>`; mounted as
+# vLLM's $VLLM_CACHE_ROOT/startup_plan ($XDG_CACHE_HOME/vllm, serving.vllm_env), vLLM reads and
+# saves only that setting's plans. Only with the restore container: it creates the folder as the
+# pod's user before vLLM starts (a subPath the kubelet creates is root's, and vLLM could not save).
+STARTUP_PLAN_FOLDER_CHARS = 16
+
+
+def startup_plan_mount(m: ServingPlan) -> dict[str, Any]:
+    """The vLLM container's mount of its memory setting's startup-plan folder on the node."""
+    fingerprint = cachekey.startup_plan_fingerprint(vllm_args(m))
+    return {"name": COMPILE_CACHE_VOLUME, "mountPath": f"{placement.COMPILE_CACHE_MOUNT}/vllm/startup_plan",
+            "subPath": f"vllm/startup_plan/{fingerprint[:STARTUP_PLAN_FOLDER_CHARS]}"}
+
+
 def compile_cache_extras(m: ServingPlan, bucket: Any, region: str, config_map: str = CONFIGMAP_NAME,
                          weights_choice: bool = False) -> PodExtras:
     """Restore/publish wiring for one model; nothing for a model without the compile cache or
@@ -128,6 +143,7 @@ def compile_cache_extras(m: ServingPlan, bucket: Any, region: str, config_map: s
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}},
     }
     return PodExtras(
+        volume_mounts=(startup_plan_mount(m),),
         init_containers=(restore, publish),
         volumes=({"name": SCRIPT_VOLUME, "configMap": {"name": config_map}},
                  {"name": STATE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}),

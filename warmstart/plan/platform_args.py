@@ -46,6 +46,9 @@ CLUSTER_NAME = r"^[0-9A-Za-z][A-Za-z0-9_-]*$"
 # IAM role names are `<prefix>-<model>-irsa` (warmstart/decisions/naming.py), of IAM's characters
 # (https://docs.aws.amazon.com/IAM/latest/APIReference/API_CreateRole.html).
 NAME_PREFIX = r"^[A-Za-z0-9][A-Za-z0-9+=,.@_-]*$"
+# The longest name prefix the platform contract carries (a given `namePrefix` is at most 20; one
+# derived from the stack's name, `ws-<stack>`, may be longer up to this).
+NAME_PREFIX_MAX = 32
 # https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html
 BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 OIDC_PROVIDER_ARN = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:oidc-provider/[^\s/]+(/[^\s/]+)*$")
@@ -230,7 +233,7 @@ class PlatformArgsSpec(_Args):
     cluster_mode: Literal["auto", "karpenter"]
     kubernetes_version: Annotated[str, Field(pattern=KUBERNETES_VERSION)]
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    name_prefix: Annotated[str, Field(pattern=NAME_PREFIX, max_length=32)]
+    name_prefix: Annotated[str, Field(pattern=NAME_PREFIX, max_length=NAME_PREFIX_MAX)]
     oidc_provider_arn: Annotated[Any, _wired(_oidc_provider_arn, what="an IAM OIDC provider ARN",
                                              example="arn:aws:iam::123456789012:oidc-provider/"
                                                      "oidc.eks.us-east-1.amazonaws.com/id/EXAMPLE"), FROM_RESOURCES]

@@ -7,12 +7,13 @@ with its key, rule and fix, all at once.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from . import aws as plan_aws
 from . import cluster as plan_cluster
-from . import platform_rules
-from ..config import NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
+from . import platform_args, platform_rules
+from ..config import NAME_PREFIX_MAX, NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
 from ..decisions import image_cache, naming, placement
 from ..decisions import network as network_rules
 from ..errors import ConfigError, Problems, listing
@@ -106,6 +107,23 @@ def plan_in_pool(m: ModelConfig, *, key: str, pool: GpuPool, loader: LoaderTunin
         cluster_mode=cluster_mode, node_cache=m.node_cache, non_gpu=non_gpu)  # type: ignore[arg-type]
 
 
+def check_derived_name_prefix(prefix: str, stack: str) -> None:
+    """The name prefix derived from the stack's name (`ws-<stack>`, no `namePrefix` given) is one
+    the platform contract carries (at most platform_args.NAME_PREFIX_MAX characters of IAM's
+    name characters: the cluster, IAM role and bucket names are built on it), else the error
+    names the stack and the key that overrides it (it was a component Args' field, or a
+    traceback from an IAM role name)."""
+    limit = platform_args.NAME_PREFIX_MAX
+    if len(prefix) <= limit and re.fullmatch(platform_args.NAME_PREFIX, prefix):
+        return
+    why = f"{len(prefix)} characters, over {limit}" if len(prefix) > limit else "not of IAM's name characters"
+    raise ConfigError(f"{NAMESPACE}:namePrefix",
+                      f"not set, so it is derived from the stack name {stack!r} as `{prefix}`, which is {why}; "
+                      "the cluster, IAM role and bucket names are built on it",
+                      f"set warmstart:namePrefix (a DNS label of at most {NAME_PREFIX_MAX} characters) in this "
+                      "stack's file, or use a shorter stack name", stack)
+
+
 def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     """All decisions for a stack, or ConfigErrors listing every broken rule of every layer.
 
@@ -113,6 +131,8 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     `s3://<model bucket>/<prefix>` (`plan_aws.resolve_sources`), so every decision below, and
     `StackPlan.config`, see full URIs only."""
     prefix = cfg.name_prefix or f"ws-{stack}"
+    if cfg.name_prefix is None:
+        check_derived_name_prefix(prefix, stack)
     cfg = plan_aws.resolve_sources(cfg, stack, prefix)
     problems = Problems()
     if cfg.image_cache.ecr_pull_through is not None:

@@ -31,9 +31,10 @@ Environment (read once, in Settings.from_env):
                                    hash of the `vllm serve` arguments vLLM's startup plan depends on but
                                    does not fingerprint (--gpu-memory-utilization), computed at render
                                    time (a key factor). Default "none". Before anything else, restore
-                                   removes the node's startup plans (<cache dir>/vllm/startup_plan) when
-                                   the last pod of the model on the node had another value, so vLLM
-                                   never applies a KV-cache size measured under other memory settings.
+                                   makes this value's own plan folder on the node
+                                   (<cache dir>/vllm/startup_plan/<its first 16 hex>), which the vLLM
+                                   container mounts as its startup_plan folder, so vLLM never applies
+                                   a KV-cache size measured under other memory settings.
     WARMSTART_ACCELERATOR          accelerator identity, replacing detection (tests; containers that
                                    cannot see the GPU). Default: detected with nvidia-smi.
     WARMSTART_GPU_DRIVER           NVIDIA driver version, replacing detection (tests). Default: read from
