@@ -1,0 +1,239 @@
+"""What a drill run would do and what it predicts, before it touches the cluster: pure functions
+of the stack's plan and the command's bounds, so the dry run prints exactly what a real run does.
+
+A run changes at most these, each recorded where a restore finds it (restore.py):
+- a load Job (created; bounded by its own `activeDeadlineSeconds`, removed by the Job
+  controller's `ttlSecondsAfterFinished`);
+- for a model without autoscaling, the Deployment's replicas through the scale subresource
+  (the previous count kept in the Deployment's `warmstart.io/drill-replicas` annotation): an
+  autoscaled model is left to its autoscaler, whose answer to the load is what the drill measures
+  (a replica count the drill set would be overwritten at the HPA's next sync anyway);
+- one standalone pod cloned from the model's pod template with the caches bypassed (`--fallback`,
+  on by default), bounded by its own `activeDeadlineSeconds`; the Deployment's template is never
+  changed, which would roll every GPU pod;
+- with `--lose-prepared-node` only: a node holding staged weights cordoned and its model pods
+  evicted;
+- the restore Job with its ServiceAccount, Role and RoleBinding, which undoes the rest at the
+  run's expiry if the client is gone.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ..coldstart.report import SLOW_FACTOR, SLOW_MIN_EXTRA_S
+from ..decisions import phases
+
+# Paths a new replica can take, fastest first (docs/drill.md).
+WAKE, WARM_SPARE, NEW_NODE, COLD = "wake", "warm spare", "new node", "cold"
+PATHS = (WAKE, WARM_SPARE, NEW_NODE, COLD)
+
+# Where a run is recorded on the objects it changed (restore.py reads them).
+RUN_LABEL = "warmstart.io/drill-run"
+EXPIRES_ANNOTATION = "warmstart.io/drill-expires"
+REPLICAS_ANNOTATION = "warmstart.io/drill-replicas"
+CORDON_ANNOTATION = "warmstart.io/drill-cordoned"
+
+# Bounds no flag can lift: the drill must stay a drill on a shared cluster.
+MAX_DURATION_S = 3600
+MAX_RATE = 50.0
+MAX_CONCURRENCY = 256
+# After the load ends, how long the run waits for the replicas the step started to serve: a new
+# node's whole start is predicted at ~5-6 minutes for the shipped stacks (warmstart render).
+DEFAULT_SETTLE_S = 900
+# Slack the restore Job leaves after the run's own deadline before it acts: a client still
+# running restores first.
+RESTORE_SLACK_S = 300
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The load: `rate` requests per second for `duration_s`, at most `concurrency` in flight and
+    `max_requests` in all; each prompt one of `prefix_groups` shared prefixes plus its own tail."""
+
+    rate: float = 4.0
+    duration_s: int = 600
+    concurrency: int = 32
+    max_requests: int = 0
+    """0: rate x duration."""
+    max_tokens: int = 32
+    prefix_groups: int = 8
+    settle_s: int = DEFAULT_SETTLE_S
+
+    @property
+    def request_cap(self) -> int:
+        whole = math.ceil(self.rate * self.duration_s)
+        return min(whole, self.max_requests) if self.max_requests else whole
+
+    @property
+    def deadline_s(self) -> int:
+        """The whole run: the load, then the settle wait for the last replica."""
+        return self.duration_s + self.settle_s
+
+
+def check_bounds(b: Bounds) -> list[tuple[str, str, str, Any]]:
+    """(flag, rule, fix, value) for each bound out of range."""
+    out = []
+    if not 0 < b.rate <= MAX_RATE:
+        out.append(("--rate", f"requests per second in (0, {MAX_RATE:g}]", f"pass --rate between 0.1 and {MAX_RATE:g}", b.rate))
+    if not 10 <= b.duration_s <= MAX_DURATION_S:
+        out.append(("--duration", f"seconds in [10, {MAX_DURATION_S}]", "pass a shorter --duration", b.duration_s))
+    if not 1 <= b.concurrency <= MAX_CONCURRENCY:
+        out.append(("--concurrency", f"in [1, {MAX_CONCURRENCY}]", "pass a smaller --concurrency", b.concurrency))
+    if b.max_requests < 0:
+        out.append(("--max-requests", ">= 0 (0: rate x duration)", "pass 0 or a positive count", b.max_requests))
+    if not 1 <= b.max_tokens <= 1024:
+        out.append(("--max-tokens", "in [1, 1024]", "pass a smaller --max-tokens", b.max_tokens))
+    if not 1 <= b.prefix_groups <= 64:
+        out.append(("--prefix-groups", "in [1, 64]", "pass between 1 and 64", b.prefix_groups))
+    if not 0 <= b.settle_s <= MAX_DURATION_S:
+        out.append(("--settle", f"seconds in [0, {MAX_DURATION_S}]", "pass a shorter --settle", b.settle_s))
+    return out
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A path's predicted seconds from the replica being requested (the load step for a wake) to
+    its first successful inference, and where the number comes from."""
+
+    seconds: float
+    basis: str
+
+    def limit(self) -> float:
+        """The tolerance: the cold-start report's bar for a slow phase (more than SLOW_FACTOR x and
+        at least SLOW_MIN_EXTRA_S over; warmstart/coldstart/report.py)."""
+        return max(self.seconds * SLOW_FACTOR, self.seconds + SLOW_MIN_EXTRA_S)
+
+    def tolerance(self) -> str:
+        return f"<= {self.limit():.1f} s (max({SLOW_FACTOR:g}x, +{SLOW_MIN_EXTRA_S:g} s))"
+
+
+def predictions(m: Any, warm_nodes: int) -> dict[str, Prediction]:
+    """Each path's prediction, from the constants `warmstart render` prints (decisions/phases.py):
+    a wake (standby models; the actuator's signal is not counted, the step's start is the wake's
+    request), a pod on a warm spare (pools with warmNodes), on a new node, and the cache-bypassed
+    pod (`cold`: weights streamed from S3, compile and engine state cold, on a node that already
+    has the image)."""
+    out: dict[str, Prediction] = {}
+    if m.standby is not None:
+        s = phases.predict_standby_start(m.weights_bytes, m.instance, m.standby.sleep_level)
+        out[WAKE] = Prediction(s.wake + s.first_token, phases.FMA_README)
+    staged = bool(getattr(m, "staged", False))
+    if warm_nodes:
+        w = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=False, compile_cached=m.compile_cache,
+                                      image_present=True, weights_source="node-cache" if staged else "s3")
+        out[WARM_SPARE] = Prediction(w.total_seconds, phases.EKS_GUIDE)
+    n = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=True, compile_cached=m.compile_cache,
+                                  image_present=False, parallel_pull=True)
+    out[NEW_NODE] = Prediction(n.total_seconds, phases.EKS_GUIDE)
+    c = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=False, compile_cached=False,
+                                  image_present=True)
+    out[COLD] = Prediction(c.total_seconds, phases.BLOG)
+    return out
+
+
+def wake_only(m: Any) -> Prediction | None:
+    """The wake phase alone (what the actuator's record times), for the wake line's detail."""
+    if m.standby is None:
+        return None
+    return Prediction(phases.wake_seconds(m.weights_bytes, m.standby.sleep_level, m.instance), phases.FMA_README)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change a run makes, as the dry run prints it, and how it is undone."""
+
+    verb: str
+    target: str
+    detail: str
+    undo: str
+
+
+@dataclass
+class DrillPlan:
+    stack: str
+    model: str
+    namespace: str
+    run_id: str
+    started_at: datetime
+    bounds: Bounds
+    predictions: dict[str, Prediction]
+    scale_to: int | None
+    """The replicas the drill sets itself (a model without autoscaling); None: left to the autoscaler."""
+    fallback: bool
+    lose_node: bool
+    changes: list[Change] = field(default_factory=list)
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.started_at + timedelta(seconds=self.bounds.deadline_s + RESTORE_SLACK_S)
+
+
+def new_run_id(now: datetime) -> str:
+    """Short, DNS-label safe, sortable by time: `d<yymmddHHMM>-<4 hex>`."""
+    return f"d{now.strftime('%y%m%d%H%M')}-{secrets.token_hex(2)}"
+
+
+def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *, fallback: bool = True,
+         lose_node: bool = False, now: datetime | None = None, run_id: str | None = None) -> DrillPlan:
+    """What a run of the drill on model `m` does, change by change."""
+    now = now or datetime.now(timezone.utc)
+    rid = run_id or new_run_id(now)
+    scale_to = None if m.autoscaling is not None else m.replicas + 1
+    p = DrillPlan(stack, m.name, namespace, rid, now, bounds, predictions(m, warm_nodes), scale_to, fallback,
+                  lose_node)
+    exp = p.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    from . import manifests
+
+    p.changes.append(Change(
+        "create", f"Job {namespace}/{manifests.load_job_name(rid)}",
+        f"{bounds.rate:g} requests/s for {bounds.duration_s} s (at most {bounds.request_cap} requests, "
+        f"{bounds.concurrency} in flight), {bounds.prefix_groups} shared prefixes, through "
+        f"{manifests.router_url(m.name, namespace)}; activeDeadlineSeconds {bounds.duration_s + 120}",
+        "deleted at the end (ttlSecondsAfterFinished 600 removes it anyway)"))
+    if scale_to is not None:
+        p.changes.append(Change(
+            "patch", f"Deployment {namespace}/{m.name} (scale subresource)",
+            f"replicas {m.replicas} -> {scale_to} (no autoscaling: the drill adds the replica itself); "
+            f"annotation {REPLICAS_ANNOTATION}={m.replicas}",
+            f"replicas back to {m.replicas}, the annotation removed"))
+    else:
+        a = m.autoscaling
+        p.changes.append(Change(
+            "none", f"Deployment {namespace}/{m.name}",
+            f"left to its autoscaler (replicas {a.min_replicas}-{a.max_replicas}, a standby engine woken first)"
+            if m.standby else f"left to its autoscaler (replicas {a.min_replicas}-{a.max_replicas})",
+            "the autoscaler scales back after its cooldown"))
+    if fallback:
+        p.changes.append(Change(
+            "create", f"Pod {namespace}/{manifests.fallback_pod_name(m.name, rid)}",
+            "cloned from the Deployment's pod template, node weights cache and compile caches bypassed "
+            f"({manifests.BYPASS_ENV}=1), out of the router (no {manifests.ENGINE_LABEL} label); "
+            f"activeDeadlineSeconds {bounds.deadline_s}", "deleted"))
+    if lose_node:
+        p.changes.append(Change(
+            "patch", "Node <a node holding staged weights of the model, chosen at run time>",
+            f"cordoned (spec.unschedulable true, annotation {CORDON_ANNOTATION}={rid}); its pods of the model "
+            "evicted (policy/v1 Eviction, which honours the PodDisruptionBudget)", "uncordoned, the annotation removed"))
+    p.changes.append(Change(
+        "create", f"ServiceAccount, Role, RoleBinding and Job {namespace}/{manifests.restore_name(rid)}"
+        + (" (and a ClusterRole/ClusterRoleBinding to uncordon)" if lose_node else ""),
+        f"the in-cluster expiry: at {exp} it undoes whatever this run left (a lost connection, a killed client)",
+        "deleted at the end; left alone, it deletes its own objects after acting"))
+    return p
+
+
+def describe(p: DrillPlan) -> str:
+    """The dry run's text: every change, the bounds and the predictions the run is held to."""
+    lines = [f"drill {p.run_id} on stack {p.stack}, model {p.model} (namespace {p.namespace}); expires {p.expires_at:%Y-%m-%dT%H:%M:%SZ}",
+             "", "changes:"]
+    for c in p.changes:
+        lines.append(f"  {c.verb:6s} {c.target}\n         {c.detail}\n         restore: {c.undo}")
+    lines += ["", "predicted (request -> first successful inference), pass when measured is within the tolerance:"]
+    for path, pr in p.predictions.items():
+        lines.append(f"  {path:10s} {pr.seconds:7.1f} s  {pr.tolerance()}  [{pr.basis}]")
+    return "\n".join(lines)
