@@ -40,11 +40,14 @@ def kube_call(api_client: Any) -> Call:
 
     def call(method: str, path: str, query: dict[str, str] | None, body: Any, ctype: str) -> tuple[int, Any]:
         try:
-            r = api_client.call_api(path, method, query_params=list((query or {}).items()),
-                                    header_params={"Content-Type": ctype, "Accept": "application/json, */*"},
-                                    body=body, auth_settings=["BearerToken"], _preload_content=False,
-                                    _request_timeout=30, _return_http_data_only=True)
-            status, data = r.status, r.data
+            # The client's own request building: its auth (the kubeconfig's token or exec plugin,
+            # e.g. `aws eks get-token`), host and TLS settings; the answer is read raw.
+            params = api_client.param_serialize(method, path, query_params=list((query or {}).items()),
+                                                header_params={"Content-Type": ctype,
+                                                               "Accept": "application/json, */*"},
+                                                body=body, auth_settings=["BearerToken"])
+            r = api_client.call_api(*params, _request_timeout=30)
+            status, data = r.status, r.read()
         except ApiException as exc:
             status, data = exc.status or 0, exc.body or b""
         except Exception as exc:  # urllib3's connection errors: one line, not a traceback

@@ -1,0 +1,172 @@
+"""`warmstart drill` end to end, offline: the stand-in API server (tests/support/kube_api.py)
+with the cluster model behind it (tests/support/cluster_model.py: ReplicaSet and Job controllers,
+scheduler, node autoscaler, kubelet running fake vLLM engines and the real first-token sidecar,
+pod autoscaler, the real standby actuator), prod's qwen-67b Deployment as rendered. Every request
+the drill sends goes through the Kubernetes Python client with a kubeconfig, is checked against
+the OpenAPI schema and against the RBAC docs/drill.md lists (manifests.DRILL_*_RULES)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster_model import ClusterModel, Timing
+from tests.support.kube_api import KubeApi, wait_for
+from warmstart import render
+from warmstart.coldstart import reader
+from warmstart.drill import command, manifests, restore, run
+from warmstart.drill import plan as dp
+from warmstart.exit_codes import EXIT_DRILL_FAILED, EXIT_OK
+from warmstart.manifests import serving
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.servers
+DRILL, RESTORE = "drill-user-token", "restore-job-token"
+
+
+@pytest.fixture(scope="module")
+def prod():
+    r = render.run_program(ROOT / "stacks", "prod")
+    m = next(x for x in r.stack_plan.models if x.name == "qwen-67b")
+    dep = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == m.name)
+    return r.stack_plan, m, dep
+
+
+@contextmanager
+def cluster(prod, tmp_path, timing: Timing):
+    stack_plan, m, dep = prod
+    ns = stack_plan.config.namespace
+    api = KubeApi({DRILL: manifests.DRILL_NAMESPACE_RULES + manifests.DRILL_CLUSTER_RULES,
+                   RESTORE: manifests.RESTORE_NAMESPACE_RULES + manifests.RESTORE_CLUSTER_RULES},
+                  stack_plan.config.kubernetes_version)
+    with api:
+        # TP=2 on nodes of two GPUs: one pod a node, so a scale-out needs the spare or a new node.
+        with ClusterModel(api, m, ns, timing, gpus_per_node=2, nodes=3, spare_nodes=1,
+                          standby_count=m.standby.count) as cm:
+            cm.deploy(dep, m.autoscaling.min_replicas + m.standby.count)
+            assert wait_for(lambda: len(cm.engines) == 3, 60), "the model's pods never came up"
+            sleeper = sorted(cm.engines)[0]
+            urllib.request.urlopen(urllib.request.Request(cm.engines[sleeper] + "/sleep?level=1", data=b"",
+                                                          method="POST"), timeout=10).read()
+            pod = api.get("pods", ns, sleeper)
+            pod["metadata"]["labels"][serving.ENGINE_LABEL] = "asleep"
+            api.put("pods", pod)
+            cm.start_actuator()
+            call = run.kube_call(reader.connect(api.kubeconfig(str(tmp_path / "kubeconfig"), DRILL)).api_client)
+            yield api, cm, call, m, ns
+
+
+def bounds() -> dp.Bounds:
+    return dp.Bounds(rate=12, duration_s=12, concurrency=24, prefix_groups=4, settle_s=45)
+
+
+def left_behind(api: KubeApi, run_id: str) -> list[str]:
+    out = []
+    for (res, ns, name), obj in list(api.store.items()):
+        meta = obj["metadata"]
+        if (meta.get("labels") or {}).get(dp.RUN_LABEL) == run_id or dp.REPLICAS_ANNOTATION in (meta.get("annotations") or {}) \
+                or dp.CORDON_ANNOTATION in (meta.get("annotations") or {}) or obj.get("spec", {}).get("unschedulable"):
+            out.append(f"{res} {ns}/{name}")
+    return out
+
+
+def assert_clean_requests(api: KubeApi) -> None:
+    assert api.denied == [], api.denied
+    assert api.invalid == [], api.invalid
+    assert any(t == DRILL for t, *_ in api.requests)
+
+
+def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path):
+    with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
+        p = dp.plan("prod", m, ns, 1, bounds(), fallback=True)
+        out = run.execute(p, m, call, poll_s=1.0, say=lambda s: None)
+        assert_clean_requests(api)
+        assert left_behind(api, p.run_id) == []
+        paths = {line.path for line in out.lines}
+        assert dp.WAKE in paths, [l.as_json() for l in out.lines]
+        assert dp.COLD in paths
+        assert paths & {dp.WARM_SPARE, dp.NEW_NODE}, [l.as_json() for l in out.lines]
+        for line in out.lines:
+            if line.path in dp.PATHS:
+                t = line.times
+                assert t["first_inference"] is not None and t["requested"] <= t["first_inference"], line.as_json()
+                assert line.predicted == p.predictions[line.path].seconds
+        assert out.load and out.load["ok"] > 0 and out.load["failed"] == 0, out.load
+        assert all(line.passed for line in out.lines), [l.as_json() for l in out.lines if not l.passed]
+
+
+def test_a_wake_slower_than_predicted_fails_its_line_and_the_exit_code(prod, tmp_path):
+    # 67 GiB at 12/67 s per GiB: a 12 s wake, past the prediction's 2x (~4 s -> limit ~9 s).
+    with cluster(prod, tmp_path, Timing(wake_s_per_gib=12 / 67)) as (api, cm, call, m, ns):
+        args = argparse.Namespace(stack="prod", model=m.name, apply=True, restore=False, confirm_production=False,
+                                  rate=12.0, duration=12, concurrency=24, max_requests=0, max_tokens=8, prefix_groups=4,
+                                  settle=45, no_fallback=True, lose_prepared_node=False, plot=str(tmp_path / "d.png"),
+                                  record_dir=str(tmp_path / "rec"), json=False, kubeconfig=None, context=None)
+        rc = command.drill(args, ROOT, call=call)
+        assert_clean_requests(api)
+        assert rc == EXIT_DRILL_FAILED
+        rec = next((tmp_path / "rec").glob("drill-*.json")).read_text()
+        assert '"path": "wake"' in rec and '"pass": false' in rec
+        assert (tmp_path / "d.png").stat().st_size > 1000
+
+
+def test_a_cancelled_run_restores_everything(prod, tmp_path):
+    with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
+        p = dp.plan("prod", m, ns, 1, bounds(), fallback=True)
+        polls = []
+        out = run.execute(p, m, call, poll_s=1.0, say=lambda s: None, cancel=lambda: bool(polls.append(1)) or len(polls) > 2)
+        assert out.cancelled
+        assert_clean_requests(api)
+        assert left_behind(api, p.run_id) == []
+
+
+def test_the_restore_job_undoes_a_run_whose_client_was_lost(prod, tmp_path):
+    """What the in-cluster expiry runs: the restore Job's own container command, with its own
+    identity (the Role it is given), after a client that made its changes and vanished."""
+    stack_plan, m, dep = prod
+    with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
+        m2 = dataclasses.replace(m, autoscaling=None)
+        p = dp.plan("prod", m2, ns, 1, bounds(), fallback=True, lose_node=False)
+        a = run.Api(call)
+        for obj in manifests.restore_objects(p, cluster_scope=True):
+            a.create(run._path_of(obj), obj)
+        apps = f"/apis/apps/v1/namespaces/{ns}/deployments/{m.name}"
+        a.patch(apps, {"metadata": {"annotations": {dp.REPLICAS_ANNOTATION: "3", dp.RUN_LABEL: p.run_id}}})
+        a.patch(apps + "/scale", {"spec": {"replicas": 4}})
+        job = manifests.load_job(p, m.name)
+        a.create(run._path_of(job), job)
+        a.create(run._path_of(manifests.fallback_network_policy(p)), manifests.fallback_network_policy(p))
+        a.create(run._path_of(manifests.fallback_pod(p, dep)), manifests.fallback_pod(p, dep))
+        node = "gpu-node-0"
+        a.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True},
+                                          "metadata": {"annotations": {dp.CORDON_ANNOTATION: p.run_id}}})
+        # The client is gone. The restore Job's command, --wait 0 (its expiry has come):
+        rj = next(o for o in manifests.restore_objects(p, cluster_scope=True) if o["kind"] == "Job")
+        c = rj["spec"]["template"]["spec"]["containers"][0]
+        args = list(c["args"])
+        args[args.index("--wait") + 1] = "0"
+        env = {"PATH": "/usr/bin:/bin", "WARMSTART_KUBE_API": api.base_url, "WARMSTART_KUBE_TOKEN": RESTORE,
+               **{e["name"]: e["value"] for e in c["env"]}}
+        done = subprocess.run([sys.executable, *c["command"][1:], *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [d for d in api.denied if d[0] == RESTORE] == [], api.denied
+        assert api.get("deployments", ns, m.name)["spec"]["replicas"] == 3
+        remaining = [r for r in left_behind(api, p.run_id)
+                     if not r.startswith(f"pods {ns}/{manifests.restore_name(p.run_id)}-")]  # its own Job's pod
+        # Its own Job (removed by its TTL) and the rules bound to no one are what it leaves.
+        assert sorted(remaining) == sorted([f"jobs {ns}/{manifests.restore_name(p.run_id)}",
+                                            f"roles {ns}/{manifests.restore_name(p.run_id)}",
+                                            f"clusterroles /{ns}-{manifests.restore_name(p.run_id)}"]), remaining
+        # The client's --restore removes the rest.
+        restore.restore(call, ns, None)
+        assert left_behind(api, p.run_id) == []
+        assert_clean_requests(api)
