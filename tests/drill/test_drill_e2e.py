@@ -65,7 +65,7 @@ def cluster(prod, tmp_path, timing: Timing):
 
 
 def bounds() -> dp.Bounds:
-    return dp.Bounds(rate=12, duration_s=12, concurrency=24, prefix_groups=4, settle_s=45)
+    return dp.Bounds(rate=30, duration_s=15, concurrency=64, prefix_groups=4, settle_s=45)
 
 
 def left_behind(api: KubeApi, run_id: str) -> list[str]:
@@ -91,7 +91,7 @@ def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path):
         assert_clean_requests(api)
         assert left_behind(api, p.run_id) == []
         paths = {line.path for line in out.lines}
-        assert dp.WAKE in paths, [l.as_json() for l in out.lines]
+        assert dp.WAKE in paths, ([l.as_json() for l in out.lines], api.logs.get((ns, f"{m.name}-standby-0", "actuator"), [])[-5:])
         assert dp.COLD in paths
         assert paths & {dp.WARM_SPARE, dp.NEW_NODE}, [l.as_json() for l in out.lines]
         for line in out.lines:
@@ -107,7 +107,7 @@ def test_a_wake_slower_than_predicted_fails_its_line_and_the_exit_code(prod, tmp
     # 67 GiB at 12/67 s per GiB: a 12 s wake, past the prediction's 2x (~4 s -> limit ~9 s).
     with cluster(prod, tmp_path, Timing(wake_s_per_gib=12 / 67)) as (api, cm, call, m, ns):
         args = argparse.Namespace(stack="prod", model=m.name, apply=True, restore=False, confirm_production=False,
-                                  rate=12.0, duration=12, concurrency=24, max_requests=0, max_tokens=8, prefix_groups=4,
+                                  rate=30.0, duration=15, concurrency=64, max_requests=0, max_tokens=8, prefix_groups=4,
                                   settle=45, no_fallback=True, lose_prepared_node=False, plot=str(tmp_path / "d.png"),
                                   record_dir=str(tmp_path / "rec"), json=False, kubeconfig=None, context=None)
         rc = command.drill(args, ROOT, call=call)

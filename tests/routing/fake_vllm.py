@@ -269,8 +269,13 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 choice = {"index": 0, "text": state.name, "finish_reason": "stop"}
                 obj = "text_completion"
-            return self._send(200, {"id": f"{state.name}-{state.requests}", "object": obj, "model": MODEL,
-                                    "choices": [choice], "usage": usage})
+            doc = {"id": f"{state.name}-{state.requests}", "object": obj, "model": MODEL, "choices": [choice],
+                   "usage": usage}
+            if body.get("stream"):
+                # vLLM's streaming answer: server-sent events, one `data:` chunk per delta, then
+                # `data: [DONE]` (https://platform.openai.com/docs/api-reference/completions/create).
+                return self._send(200, f"data: {json.dumps(doc)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+            return self._send(200, doc)
 
         def _dev(self, path: str, body: dict[str, Any]) -> None:
             """vLLM's dev routes (`vllm/entrypoints/serve/dev/*/api_router.py` at v0.33.0)."""

@@ -159,7 +159,7 @@ DRILL_NAMESPACE_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "pods/eviction", ("create",)),
     ("", "events", ("list",)),
     ("", "serviceaccounts", ("create", "delete")),
-    ("apps", "deployments", ("get", "patch")),
+    ("apps", "deployments", ("get", "list", "patch")),
     ("apps", "deployments/scale", ("get", "patch")),
     ("batch", "jobs", ("get", "list", "create", "delete")),
     ("networking.k8s.io", "networkpolicies", ("create", "delete", "list")),
