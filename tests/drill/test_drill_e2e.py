@@ -109,7 +109,7 @@ def test_a_wake_slower_than_predicted_fails_its_line_and_the_exit_code(prod, tmp
         args = argparse.Namespace(stack="prod", model=m.name, apply=True, restore=False, confirm_production=False,
                                   rate=30.0, duration=15, concurrency=64, max_requests=0, max_tokens=8, prefix_groups=4,
                                   settle=45, no_fallback=True, lose_prepared_node=False, plot=str(tmp_path / "d.png"),
-                                  record_dir=str(tmp_path / "rec"), json=False, kubeconfig=None, context=None)
+                                  record_dir=str(tmp_path / "rec"), json=False, no_record=True, kubeconfig=None, context=None)
         rc = command.drill(args, ROOT, call=call)
         assert_clean_requests(api)
         assert rc == EXIT_DRILL_FAILED
