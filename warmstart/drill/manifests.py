@@ -22,32 +22,14 @@ from ..manifests.network_policy import egress_only_network_policy
 from . import plan as drill_plan
 
 ENGINE_LABEL = serving.ENGINE_LABEL
-# The switch the pod scripts honour (warmstart/podside/compile_cache.py's restore, the weights
-# picker): set only on the drill's standalone pod, never on the Deployment's template.
-BYPASS_ENV = "WARMSTART_CACHE_BYPASS"
+BYPASS_ENV = drill_plan.BYPASS_ENV
+load_job_name, fallback_pod_name = drill_plan.load_job_name, drill_plan.fallback_pod_name
+restore_name, router_url = drill_plan.restore_name, drill_plan.router_url
 BYPASS_ANNOTATION = "warmstart.io/drill-caches"
 LOAD_TTL_S = 600
 # The load pod's own slack past the load's duration: the last requests' answers and the result line.
 LOAD_SLACK_S = 120
 COMPONENT = "warmstart-drill"
-
-
-def load_job_name(run_id: str) -> str:
-    return f"drill-load-{run_id}"
-
-
-def fallback_pod_name(model: str, run_id: str) -> str:
-    return f"{model}-drill-cold-{run_id}"[:63].rstrip("-")
-
-
-def restore_name(run_id: str) -> str:
-    return f"drill-restore-{run_id}"
-
-
-def router_url(model: str, namespace: str) -> str:
-    """The model's one endpoint (its Service, in front of the routers when it has them,
-    warmstart/manifests/serving.py `service_spec`), from inside the cluster."""
-    return f"http://{model}.{namespace}.svc:{serving.HTTP_PORT}"
 
 
 def run_labels(run_id: str, role: str) -> dict[str, str]:

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..coldstart.report import SLOW_FACTOR, SLOW_MIN_EXTRA_S
 from ..decisions import phases
+from ..manifests.serving import ENGINE_LABEL, HTTP_PORT
 
 # Paths a new replica can take, fastest first (docs/drill.md).
 WAKE, WARM_SPARE, NEW_NODE, COLD = "wake", "warm spare", "new node", "cold"
@@ -143,6 +144,29 @@ def wake_only(m: Any) -> Prediction | None:
     return Prediction(phases.wake_seconds(m.weights_bytes, m.standby.sleep_level, m.instance), phases.FMA_README)
 
 
+# The switch the pod scripts honour (warmstart/podside/compile_cache.py's restore): set only on
+# the drill's standalone pod, never on the Deployment's template.
+BYPASS_ENV = "WARMSTART_CACHE_BYPASS"
+
+
+def load_job_name(run_id: str) -> str:
+    return f"drill-load-{run_id}"
+
+
+def fallback_pod_name(model: str, run_id: str) -> str:
+    return f"{model}-drill-cold-{run_id}"[:63].rstrip("-")
+
+
+def restore_name(run_id: str) -> str:
+    return f"drill-restore-{run_id}"
+
+
+def router_url(model: str, namespace: str) -> str:
+    """The model's one endpoint (its Service, in front of the routers when it has them,
+    warmstart/manifests/serving.py `service_spec`), from inside the cluster."""
+    return f"http://{model}.{namespace}.svc:{HTTP_PORT}"
+
+
 @dataclass(frozen=True)
 class Change:
     """One change a run makes, as the dry run prints it, and how it is undone."""
@@ -187,13 +211,11 @@ def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *,
     p = DrillPlan(stack, m.name, namespace, rid, now, bounds, predictions(m, warm_nodes), scale_to, fallback,
                   lose_node)
     exp = p.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-    from . import manifests
-
     p.changes.append(Change(
-        "create", f"Job {namespace}/{manifests.load_job_name(rid)}",
+        "create", f"Job {namespace}/{load_job_name(rid)}",
         f"{bounds.rate:g} requests/s for {bounds.duration_s} s (at most {bounds.request_cap} requests, "
         f"{bounds.concurrency} in flight), {bounds.prefix_groups} shared prefixes, through "
-        f"{manifests.router_url(m.name, namespace)}; activeDeadlineSeconds {bounds.duration_s + 120}",
+        f"{router_url(m.name, namespace)}; activeDeadlineSeconds {bounds.duration_s + 120}",
         "deleted at the end (ttlSecondsAfterFinished 600 removes it anyway)"))
     if scale_to is not None:
         p.changes.append(Change(
@@ -210,9 +232,9 @@ def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *,
             "the autoscaler scales back after its cooldown"))
     if fallback:
         p.changes.append(Change(
-            "create", f"Pod {namespace}/{manifests.fallback_pod_name(m.name, rid)}",
+            "create", f"Pod {namespace}/{fallback_pod_name(m.name, rid)}",
             "cloned from the Deployment's pod template, node weights cache and compile caches bypassed "
-            f"({manifests.BYPASS_ENV}=1), out of the router (no {manifests.ENGINE_LABEL} label); "
+            f"({BYPASS_ENV}=1), out of the router (no {ENGINE_LABEL} label); "
             f"activeDeadlineSeconds {bounds.deadline_s}", "deleted"))
     if lose_node:
         p.changes.append(Change(
@@ -220,7 +242,7 @@ def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *,
             f"cordoned (spec.unschedulable true, annotation {CORDON_ANNOTATION}={rid}); its pods of the model "
             "evicted (policy/v1 Eviction, which honours the PodDisruptionBudget)", "uncordoned, the annotation removed"))
     p.changes.append(Change(
-        "create", f"ServiceAccount, Role, RoleBinding and Job {namespace}/{manifests.restore_name(rid)}"
+        "create", f"ServiceAccount, Role, RoleBinding and Job {namespace}/{restore_name(rid)}"
         + (" (and a ClusterRole/ClusterRoleBinding to uncordon)" if lose_node else ""),
         f"the in-cluster expiry: at {exp} it undoes whatever this run left (a lost connection, a killed client)",
         "deleted at the end; left alone, it deletes its own objects after acting"))
