@@ -8,6 +8,7 @@ the OpenAPI schema and against the RBAC docs/drill.md lists (manifests.DRILL_*_R
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import subprocess
@@ -20,6 +21,7 @@ import pytest
 
 from tests.support.cluster_model import ClusterModel, Timing
 from tests.support.kube_api import KubeApi, wait_for
+from tests.support.stacks import load_stack_doc, render_doc
 from warmstart import render
 from warmstart.coldstart import reader
 from warmstart.drill import command, manifests, restore, run
@@ -37,19 +39,20 @@ def prod():
     r = render.run_program(ROOT / "stacks", "prod")
     m = next(x for x in r.stack_plan.models if x.name == "qwen-67b")
     dep = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == m.name)
-    return r.stack_plan, m, dep
+    router = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == f"{m.name}-router")
+    return r.stack_plan, m, dep, router
 
 
 @contextmanager
 def cluster(prod, tmp_path, timing: Timing):
-    stack_plan, m, dep = prod
+    stack_plan, m, dep, router = prod
     ns = stack_plan.config.namespace
     api = KubeApi({DRILL: manifests.DRILL_NAMESPACE_RULES + manifests.DRILL_CLUSTER_RULES,
                    RESTORE: manifests.RESTORE_NAMESPACE_RULES + manifests.RESTORE_CLUSTER_RULES},
                   stack_plan.config.kubernetes_version)
     with api:
         # TP=2 on nodes of two GPUs: one pod a node, so a scale-out needs the spare or a new node.
-        with ClusterModel(api, m, ns, timing, gpus_per_node=2, nodes=3, spare_nodes=1,
+        with ClusterModel(api, m, ns, timing, gpus_per_node=2, nodes=3, spare_nodes=1, router=router,
                           standby_count=m.standby.count) as cm:
             cm.deploy(dep, m.autoscaling.min_replicas + m.standby.count)
             assert wait_for(lambda: len(cm.engines) == 3, 60), "the model's pods never came up"
@@ -100,6 +103,8 @@ def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path):
                 assert t["first_inference"] is not None and t["requested"] <= t["first_inference"], line.as_json()
                 assert line.predicted == p.predictions[line.path].seconds
         assert out.load and out.load["ok"] > 0 and out.load["failed"] == 0, out.load
+        # Every answered request went through the real SMG, routed by the rendered policy.
+        assert cm.router.smg.metric_sum("smg_prefix_hash_policy_branch_total") >= out.load["ok"]
         assert all(line.passed for line in out.lines), [l.as_json() for l in out.lines if not l.passed]
 
 
@@ -131,7 +136,7 @@ def test_a_cancelled_run_restores_everything(prod, tmp_path):
 def test_the_restore_job_undoes_a_run_whose_client_was_lost(prod, tmp_path):
     """What the in-cluster expiry runs: the restore Job's own container command, with its own
     identity (the Role it is given), after a client that made its changes and vanished."""
-    stack_plan, m, dep = prod
+    stack_plan, m, dep, _ = prod
     with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
         m2 = dataclasses.replace(m, autoscaling=None)
         p = dp.plan("prod", m2, ns, 1, bounds(), fallback=True, lose_node=False)
@@ -170,3 +175,44 @@ def test_the_restore_job_undoes_a_run_whose_client_was_lost(prod, tmp_path):
         restore.restore(call, ns, None)
         assert left_behind(api, p.run_id) == []
         assert_clean_requests(api)
+
+
+@pytest.fixture(scope="module")
+def zero(tmp_path_factory):
+    """prod's qwen-67b without standby at minReplicas 0: zero pods, a front queue before SMG."""
+    doc = copy.deepcopy(load_stack_doc("prod"))
+    model = next(x for x in doc["config"]["warmstart:models"] if x["name"] == "qwen-67b")
+    model.pop("standby")
+    model["autoscaling"]["minReplicas"] = 0
+    r = render_doc(doc, tmp_path_factory.mktemp("zero"), "prod-zero")
+    m = next(x for x in r.stack_plan.models if x.name == "qwen-67b")
+    by = {(o["kind"], o["metadata"]["name"]): o for o in r.kubernetes_objects}
+    return r.stack_plan, m, by[("Deployment", m.name)], by[("Deployment", f"{m.name}-router")], by[("ScaledObject", m.name)]
+
+
+def test_a_drill_from_zero_pods_is_held_by_the_front_queue_and_measured(zero, tmp_path):
+    """The load reaches a model at zero pods through the real front queue (its command line as
+    the router pod runs it) and SMG: held, KEDA's activation adds a replica, nothing fails."""
+    stack_plan, m, dep, router, so = zero
+    assert any(c["name"] == "front-queue" for c in router["spec"]["template"]["spec"]["containers"])
+    ns = stack_plan.config.namespace
+    api = KubeApi({DRILL: manifests.DRILL_NAMESPACE_RULES + manifests.DRILL_CLUSTER_RULES},
+                  stack_plan.config.kubernetes_version)
+    with api, ClusterModel(api, m, ns, Timing(), gpus_per_node=2, nodes=0, spare_nodes=1, router=router,
+                           scaled_object=so) as cm:
+        cm.deploy(dep, 0)
+        call = run.kube_call(reader.connect(api.kubeconfig(str(tmp_path / "kubeconfig"), DRILL)).api_client)
+        p = dp.plan("prod-zero", m, ns, 1, dp.Bounds(rate=5, duration_s=10, concurrency=32, prefix_groups=2,
+                                                      settle_s=45), fallback=False)
+        out = run.execute(p, m, call, poll_s=1.0, say=lambda s: None)
+        assert_clean_requests(api)
+        assert left_behind(api, p.run_id) == []
+        assert out.load and out.load["ok"] == out.load["sent"] > 0 and out.load["failed"] == 0, out.load
+        # The first replica, activated from zero, took the spare node (any later one a new node).
+        line = min((l for l in out.lines if l.path in dp.PATHS), key=lambda l: l.times["requested"])
+        assert line.path == dp.WARM_SPARE and line.passed, line.as_json()
+        # The first request, sent at zero pods, was held and answered once the replica was Ready
+        # (samples: [sent at, time to first token, status], seconds after the load started).
+        sent_at, ttft, status = out.load["samples"][0]
+        assert status == 200 and sent_at + ttft >= line.times["ready"], (out.load["samples"][:3], line.as_json())
+        assert all(l.passed for l in out.lines), [l.as_json() for l in out.lines if not l.passed]

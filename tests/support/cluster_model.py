@@ -17,10 +17,18 @@ apart from the drill's code, so the drill is tested against a cluster that acts,
   sidecar (warmstart/podside/first_token.py) beside it; any other container runs its own command
   as a process (python3 is this interpreter), with the cluster's DNS names rewritten to this
   machine's addresses. Its stdout is the container's log.
-- Service: round robin over the model's Ready pods labelled `warmstart.io/engine=awake` (what the
-  router's selector admits); a stand-in for the Service, its routers and their discovery.
+- Router: the real SMG (the `smg` binary of its pinned wheel, tests/routing/router.py) with the
+  rendered router Deployment's arguments, its Kubernetes pod watch replaced by SMG's file
+  discovery, which this model writes from the pods the rendered `--selector` selects that are
+  Ready (what SMG's Kubernetes discovery admits, https://github.com/smg-project/smg).
+  For a model behind a front queue (a router Deployment with a `front-queue` container: scale from
+  zero), the real front queue (warmstart/podside/front_queue.py) is run as a process through its
+  command line, as that container runs it, in front of SMG; the model's Service URL is the front
+  queue's, else SMG's.
 - Pod autoscaler (KEDA + HPA): every `hpa_period_s`, replicas = ceil(waiting requests /
-  target per replica) within the range, never lower during the test (the scale-down hold).
+  target per replica) within the range, never lower during the test (the scale-down hold); at
+  zero replicas KEDA's metrics-api trigger on the front queue's held count (the rendered
+  ScaledObject's `valueLocation`) above its `activationTargetValue` activates one replica.
 - The standby actuator is the real one (warmstart/podside/standby.py) over the engines' URLs, its
   routing labels file copied onto the pods' labels, its stdout the log of an actuator pod.
 """
@@ -28,8 +36,6 @@ apart from the drill's code, so the drill is tested against a cluster that acts,
 from __future__ import annotations
 
 import copy
-import http.client
-import http.server
 import json
 import math
 import os
@@ -38,7 +44,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +51,6 @@ from typing import Any
 
 from tests.routing.fake_vllm import FakeVllm
 from tests.support.kube_api import KubeApi, now_rfc3339
-from tests.support.loopback import LoopbackServer
 from warmstart.manifests import serving
 from warmstart.manifests import standby as standby_manifests
 from warmstart.podside import first_token, standby
@@ -74,58 +78,116 @@ class Running:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-class ServiceProxy(LoopbackServer):
-    def __init__(self, pick: Any) -> None:
-        self.n = 0
+class Router:
+    """The model's endpoint: SMG with the rendered router's flags and file discovery, and in front
+    of it the front queue when the rendered router pod has one."""
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
+    # The listeners and the discovery are the stand-in's (loopback ports, a file for the pod watch).
+    _OWN = {"--host", "--port", "--health-check-port", "--prometheus-host", "--prometheus-port",
+            "--discovery-provider", "--service-discovery-namespace", "--service-discovery-port", "--selector"}
 
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                url = pick()
-                if url is None:
-                    self.send_response(503)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                u = urllib.parse.urlsplit(url)
-                conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+    def __init__(self, router_deployment: dict[str, Any], tmp: Path) -> None:
+        from tests.podside.servers import free_ports
+        from tests.routing.router import SmgRouter, write_discovery_file
+        from warmstart.podside import front_queue
+
+        containers = {c["name"]: c for c in router_deployment["spec"]["template"]["spec"]["containers"]}
+        args = list(containers["router"].get("args") or [])
+        flags: list[str] = []
+        self.selector: dict[str, str] = {}
+        i = 0
+        while i < len(args):
+            a = args[i]
+            if a in self._OWN:
+                j = i + 1
+                while j < len(args) and not args[j].startswith("--"):
+                    if a == "--selector":
+                        k, _, v = args[j].partition("=")
+                        self.selector[k] = v
+                    j += 1
+                i = j
+                continue
+            flags.append(a)
+            i += 1
+        assert self.selector, "the rendered router has no --selector"
+        self.discovery = tmp / "smg-discovery.json"
+        self._write = write_discovery_file
+        self._write(self.discovery, [])
+        self.selected: list[str] = []
+        self.smg = SmgRouter([*flags, "--discovery-provider", "file", "--discovery-file", str(self.discovery),
+                              "--discovery-check-interval-secs", "1"], ready_timeout_s=60)
+        self.url = self.smg.url
+        self.queue: subprocess.Popen | None = None
+        fq = containers.get("front-queue")
+        if fq is not None:
+            (port,) = free_ports(1)
+            cmd = list(fq["command"])
+            script = Path(front_queue.__file__)
+            argv = [sys.executable if a == "python3" else str(script) if a.endswith("/" + script.name) else a
+                    for a in cmd]
+            for flag, value in (("--port", str(port)), ("--upstream", self.smg.url),
+                                ("--ready-url", f"http://127.0.0.1:{self.smg.probe_port}/readiness")):
+                argv[argv.index(flag) + 1] = value
+            argv += ["--host", "127.0.0.1"]
+            self.queue = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          env={"PATH": "/usr/bin:/bin"})
+            self.url = f"http://127.0.0.1:{port}"
+            self.held_url = self.url + front_queue.HELD_PATH
+            deadline = time.monotonic() + 30
+            while True:
                 try:
-                    conn.request("POST", self.path, body=body, headers={"Content-Type": "application/json"})
-                    r = conn.getresponse()
-                    data = r.read()
-                    self.send_response(r.status)
-                    self.send_header("Content-Type", r.getheader("Content-Type") or "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.held()
+                    break
                 except OSError:
-                    self.send_response(502)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                finally:
-                    conn.close()
+                    if time.monotonic() > deadline or self.queue.poll() is not None:
+                        self.stop()
+                        raise RuntimeError("the front queue did not start") from None
+                    time.sleep(0.1)
 
-        self._serve(Handler)
+    def held(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.held_url, timeout=5) as r:  # noqa: S310
+            return json.loads(r.read())
+
+    def select(self, urls: list[str]) -> None:
+        """The pods the pod watch would hand SMG, written when they change."""
+        urls = sorted(urls)
+        if urls != self.selected:
+            self._write(self.discovery, urls)
+            self.selected = urls
+
+    def stop(self) -> None:
+        if self.queue is not None and self.queue.poll() is None:
+            self.queue.terminate()
+            try:
+                self.queue.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.queue.kill()
+        self.smg.__exit__()
 
 
 class ClusterModel:
     """Drives `api`'s objects. `model`: the ModelPlan whose Deployment it runs."""
 
     def __init__(self, api: KubeApi, m: Any, namespace: str, timing: Timing, *, gpus_per_node: int,
-                 nodes: int, spare_nodes: int = 0, standby_count: int = 0, target_waiting: float = 5.0) -> None:
+                 nodes: int, router: dict[str, Any], spare_nodes: int = 0, standby_count: int = 0,
+                 target_waiting: float = 5.0, scaled_object: dict[str, Any] | None = None) -> None:
         self.api, self.m, self.ns, self.t = api, m, namespace, timing
         self.gpus_per_node = gpus_per_node
         self.running: dict[str, Running] = {}
         self.engines: dict[str, str] = {}  # pod -> engine URL
-        self.rr = 0
         self.lock = threading.Lock()
         self.stop_ev = threading.Event()
         self.tmp = Path(tempfile.mkdtemp(prefix="cluster-model-"))
         self.labels_file = self.tmp / "labels.json"
-        self.service = ServiceProxy(self._pick)
+        self.router_deployment = router
+        # The engines answer to the rendered --served-model-name, as vLLM does (SMG routes by it).
+        self.served = m.name
+        self.router: Router | None = None
+        # KEDA's metrics-api trigger on the front queue (a model scaled to zero pods): the JSON
+        # field it reads and the value above which it activates one replica.
+        trig = next((t["metadata"] for t in (scaled_object or {}).get("spec", {}).get("triggers", [])
+                     if t["type"] == "metrics-api"), None)
+        self.activation = (trig["valueLocation"], float(trig.get("activationTargetValue") or 0)) if trig else None
         self.target_waiting = target_waiting
         self.standby_count = standby_count
         self.launching: list[float] = []
@@ -151,7 +213,7 @@ class ClusterModel:
     # -- the loop
 
     def __enter__(self) -> "ClusterModel":
-        self.service.__enter__()
+        self.router = Router(self.router_deployment, self.tmp)
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
         return self
@@ -167,7 +229,8 @@ class ClusterModel:
                 self.actuator.kill()
         for name in list(self.running):
             self._end(name)
-        self.service.__exit__()
+        if self.router is not None:
+            self.router.stop()
 
     def _loop(self) -> None:
         next_hpa = time.monotonic() + self.t.hpa_period_s
@@ -178,6 +241,7 @@ class ClusterModel:
                 self._schedule()
                 self._kubelet()
                 self._labels()
+                self._discover()
                 if time.monotonic() >= next_hpa:
                     self._autoscale()
                     next_hpa = time.monotonic() + self.t.hpa_period_s
@@ -341,7 +405,8 @@ class ClusterModel:
             return
         gib = self.m.weights_bytes / 2**30
         engine = FakeVllm(name, delay_ms=self.t.delay_ms, dev_mode=self.standby_count > 0, asleep=sleeper,
-                          weights_gib=gib, wake_s_per_gib=self.t.wake_s_per_gib, max_num_seqs=self.t.max_num_seqs)
+                          weights_gib=gib, wake_s_per_gib=self.t.wake_s_per_gib, max_num_seqs=self.t.max_num_seqs,
+                          served_model=self.served)
         r.engine = engine
         if r.stop.is_set():
             engine.stop()
@@ -352,7 +417,7 @@ class ClusterModel:
         state = self.tmp / name
         state.mkdir(exist_ok=True)
         fenv = {"PATH": "/usr/bin:/bin", "WARMSTART_HEALTH_URL": f"{engine.url}/health",
-                "WARMSTART_COMPLETIONS_URL": f"{engine.url}/v1/completions", "WARMSTART_SERVED_MODEL": "fake-model",
+                "WARMSTART_COMPLETIONS_URL": f"{engine.url}/v1/completions", "WARMSTART_SERVED_MODEL": self.served,
                 "WARMSTART_STATE_DIR": str(state), "WARMSTART_WEIGHTS_CHOICE_FILE": str(state / "none.json"),
                 "POD_NAME": name, "POD_NAMESPACE": self.ns, "WARMSTART_REQUEST_TIMEOUT_S": "60"}
         if sleeper:
@@ -371,7 +436,7 @@ class ClusterModel:
         c = p["spec"]["containers"][0]
         argv = [sys.executable if a == "python3" else a for a in [*c.get("command", []), *c.get("args", [])]]
         host = f"{self.m.name}.{self.ns}.svc:{serving.HTTP_PORT}"
-        argv = [a.replace(f"http://{host}", self.service.base_url) for a in argv]
+        argv = [a.replace(f"http://{host}", self.router.url) for a in argv]  # type: ignore[union-attr]
         env = {"PATH": "/usr/bin:/bin", **{e["name"]: e.get("value", "") for e in c.get("env") or []},
                **self.extra_env.get(c["name"], {})}
         rc = self._pipe(p, c["name"], argv, env, r)
@@ -380,17 +445,21 @@ class ClusterModel:
 
     # -- the Service, the autoscaler, the actuator
 
-    def _pick(self) -> str | None:
+    def _discover(self) -> None:
+        """SMG's pod watch: the pods its rendered selector matches that are Ready."""
+        sel = self.router.selector  # type: ignore[union-attr]
         with self.lock:
-            ready = []
-            for name, url in sorted(self.engines.items()):
-                p = self.api.get("pods", self.ns, name)
-                if p is not None and (p["metadata"].get("labels") or {}).get(serving.ENGINE_LABEL) == serving.ENGINE_AWAKE:
-                    ready.append(url)
-            if not ready:
-                return None
-            self.rr += 1
-            return ready[self.rr % len(ready)]
+            engines = dict(self.engines)
+        urls = []
+        for name, url in engines.items():
+            p = self.api.get("pods", self.ns, name)
+            if p is None or p["status"].get("phase") != "Running":
+                continue
+            labels = p["metadata"].get("labels") or {}
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+            if ready and all(labels.get(k) == v for k, v in sel.items()):
+                urls.append(url)
+        self.router.select(urls)  # type: ignore[union-attr]
 
     def _waiting(self) -> float:
         total = 0.0
@@ -412,6 +481,16 @@ class ClusterModel:
         if d is None:
             return
         cur = int(d["spec"]["replicas"])
+        if cur == 0 and self.activation is not None:
+            key, above = self.activation
+            try:
+                value = float(self.router.held()[key])  # type: ignore[union-attr]
+            except (OSError, KeyError, ValueError):
+                value = 0.0
+            if value > above:
+                d["spec"]["replicas"] = 1
+                self.api.put("deployments", d)
+            return
         want = math.ceil(self._waiting() / self.target_waiting)
         hi = a.max_replicas + self.standby_count
         new = max(cur, min(hi, max(a.min_replicas + self.standby_count, cur + (1 if want > cur else 0))))
@@ -433,7 +512,7 @@ class ClusterModel:
             "spec": {"nodeName": "cpu-node", "containers": [{"name": "actuator", "image": "x"}]},
             "status": {"phase": "Running"}})
         self.actuator = subprocess.Popen(
-            [sys.executable, "-I", "-S", standby.__file__, "--model", "fake-model", "--engines", ",".join(sorted(urls.values())),
+            [sys.executable, "-I", "-S", standby.__file__, "--model", self.served, "--engines", ",".join(sorted(urls.values())),
              "--labels-file", str(self.labels_file), "--period", "1", "--probe-timeout", "2", "--standby",
              str(self.standby_count), "--min-awake", str(self.m.autoscaling.min_replicas), "--target-waiting",
              f"{self.target_waiting:g}", "--awake-idle-seconds", "600"],
