@@ -26,7 +26,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ..coldstart.report import SLOW_FACTOR, SLOW_MIN_EXTRA_S
-from ..decisions import phases
+from ..decisions import autoscaling as scaling
+from ..decisions import capacity, phases
 from ..manifests.serving import ENGINE_LABEL, HTTP_PORT
 
 # Paths a new replica can take, fastest first (docs/drill.md).
@@ -177,6 +178,66 @@ class Change:
     undo: str
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What the drill's own replicas can cost at most, at the price `warmstart render` uses (the
+    pool's first-choice capacity, `capacity.price_of`): the GPUs of every pod the drill can add
+    (an autoscaled model up to `maxReplicas` from `minReplicas`, or the one replica it adds
+    itself; the bypassed pod; with --lose-prepared-node the evicted pods' replacements) for the
+    run and, for an autoscaled model, the HPA's scale-down hold after it
+    (decisions/autoscaling.py `scale_down_hold_seconds`); and the whole nodes a launch for them
+    bills (pods never span nodes)."""
+
+    pods: int
+    gpus: int
+    hours: float
+    nodes: int
+    node_hour_usd: float | None
+    price_key: str
+    gpus_per_node: int
+    where: str = "the stack file"
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.hours
+
+    @property
+    def gpu_usd(self) -> float | None:
+        return None if self.node_hour_usd is None else self.gpu_hours * self.node_hour_usd / self.gpus_per_node
+
+    @property
+    def nodes_usd(self) -> float | None:
+        return None if self.node_hour_usd is None else self.nodes * self.hours * self.node_hour_usd
+
+    def text(self) -> str:
+        held = (f"at most {self.gpus} GPU(s) ({self.pods} pod(s)) for up to {self.hours:.2f} h: "
+                f"{self.gpu_hours:.1f} GPU-hours")
+        if self.node_hour_usd is None:
+            return (f"{held}; price unknown: set gpuPools[].{self.price_key} in {self.where} "
+                    "(warmstart render prices nodes with it)")
+        return (f"{held} x {capacity.usd(self.node_hour_usd)}/node-hour ({self.price_key}) / {self.gpus_per_node} GPUs "
+                f"= {capacity.usd(self.gpu_usd)}; {capacity.usd(self.nodes_usd)} if each needs a node of its own "
+                f"({self.nodes} node(s) launched)")
+
+
+def cost(m: Any, pool: Any, bounds: Bounds, *, fallback: bool, lose_node: bool) -> Cost:
+    per_node = max(1, m.instance.gpu_count // m.tensor_parallel_size)
+    hold = 0
+    if m.autoscaling is not None:
+        added = m.autoscaling.max_replicas - m.autoscaling.min_replicas
+        hold = scaling.scale_down_hold_seconds(m.startup_budget_seconds)
+    else:
+        added = 1
+    evicted = per_node if lose_node else 0
+    pods = added + (1 if fallback else 0) + evicted
+    nodes = math.ceil((added + (1 if fallback else 0)) / per_node) + (1 if lose_node else 0)
+    ctype = pool.capacity.types[0] if pool is not None else "onDemand"
+    price = capacity.price_of(ctype, pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd) if pool else None
+    key = "capacity.spotHourlyPriceUsd" if ctype == "spot" else "hourlyPriceUsd"
+    return Cost(pods, pods * m.tensor_parallel_size, (bounds.deadline_s + hold) / 3600, nodes, price, key,
+                m.instance.gpu_count, "the stack file" if pool is not None else "the platform stack's file")
+
+
 @dataclass
 class DrillPlan:
     stack: str
@@ -191,6 +252,7 @@ class DrillPlan:
     fallback: bool
     lose_node: bool
     changes: list[Change] = field(default_factory=list)
+    cost: Cost | None = None
 
     @property
     def expires_at(self) -> datetime:
@@ -203,13 +265,15 @@ def new_run_id(now: datetime) -> str:
 
 
 def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *, fallback: bool = True,
-         lose_node: bool = False, now: datetime | None = None, run_id: str | None = None) -> DrillPlan:
-    """What a run of the drill on model `m` does, change by change."""
+         lose_node: bool = False, now: datetime | None = None, run_id: str | None = None,
+         pool: Any = None) -> DrillPlan:
+    """What a run of the drill on model `m` does, change by change. `pool`: the model's GPU pool
+    plan (its price), None when the stack has none (then the price is unknown)."""
     now = now or datetime.now(timezone.utc)
     rid = run_id or new_run_id(now)
     scale_to = None if m.autoscaling is not None else m.replicas + 1
     p = DrillPlan(stack, m.name, namespace, rid, now, bounds, predictions(m, warm_nodes), scale_to, fallback,
-                  lose_node)
+                  lose_node, cost=cost(m, pool, bounds, fallback=fallback, lose_node=lose_node))
     exp = p.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     p.changes.append(Change(
         "create", f"Job {namespace}/{load_job_name(rid)}",
@@ -255,6 +319,12 @@ def describe(p: DrillPlan) -> str:
              "", "changes:"]
     for c in p.changes:
         lines.append(f"  {c.verb:6s} {c.target}\n         {c.detail}\n         restore: {c.undo}")
+    b = p.bounds
+    lines += ["", "bounds:", f"  load      {b.rate:g} requests/s for {b.duration_s} s, at most {b.request_cap} requests, "
+              f"{b.concurrency} in flight; then up to {b.settle_s} s for the replicas it started (run deadline "
+              f"{b.deadline_s} s)"]
+    if p.cost is not None:
+        lines.append(f"  cost      {p.cost.text()}")
     lines += ["", "predicted (request -> first successful inference), pass when measured is within the tolerance:"]
     for path, pr in p.predictions.items():
         lines.append(f"  {path:10s} {pr.seconds:7.1f} s  {pr.tolerance()}  [{pr.basis}]")
