@@ -76,7 +76,8 @@ def left_behind(api: KubeApi, run_id: str) -> list[str]:
     for (res, ns, name), obj in list(api.store.items()):
         meta = obj["metadata"]
         if (meta.get("labels") or {}).get(dp.RUN_LABEL) == run_id or dp.REPLICAS_ANNOTATION in (meta.get("annotations") or {}) \
-                or dp.CORDON_ANNOTATION in (meta.get("annotations") or {}) or obj.get("spec", {}).get("unschedulable"):
+                or dp.CORDON_ANNOTATION in (meta.get("annotations") or {}) or obj.get("spec", {}).get("unschedulable") \
+                or dp.PROTECT_ANNOTATION in (meta.get("annotations") or {}):
             out.append(f"{res} {ns}/{name}")
     return out
 
@@ -216,3 +217,85 @@ def test_a_drill_from_zero_pods_is_held_by_the_front_queue_and_measured(zero, tm
         sent_at, ttft, status = out.load["samples"][0]
         assert status == 200 and sent_at + ttft >= line.times["ready"], (out.load["samples"][:3], line.as_json())
         assert all(l.passed for l in out.lines), [l.as_json() for l in out.lines if not l.passed]
+
+
+@pytest.fixture(scope="module")
+def staged():
+    """staging-llama-3-1-8b: weights staged on its g6e nodes' NVMe (the weights picker in its
+    pods), one GPU a node, a PodDisruptionBudget of maxUnavailable 1."""
+    r = render.run_program(ROOT / "stacks", "staging-llama-3-1-8b")
+    (m,) = r.stack_plan.models
+    assert m.staged
+    by = {(o["kind"], o["metadata"]["name"]): o for o in r.kubernetes_objects}
+    return r.stack_plan.contract.namespace, m, by[("Deployment", m.name)], by[("Deployment", f"{m.name}-router")], \
+        by[("PodDisruptionBudget", m.name)]
+
+
+@contextmanager
+def staged_cluster(staged, tmp_path, prepared, pdb_patch=None, node_annotations=None):
+    ns, m, dep, router, pdb = staged
+    api = KubeApi({DRILL: manifests.DRILL_NAMESPACE_RULES + manifests.DRILL_CLUSTER_RULES}, "1.33")
+    with api, ClusterModel(api, m, ns, Timing(), gpus_per_node=1, nodes=2, spare_nodes=1, router=router,
+                           prepared=prepared) as cm:
+        api.put("poddisruptionbudgets", {**copy.deepcopy(pdb), "spec": {**pdb["spec"], **(pdb_patch or {})}})
+        for name, ann in (node_annotations or {}).items():
+            api.get("nodes", "", name)["metadata"]["annotations"].update(ann)
+        cm.deploy(dep, 2)
+        assert wait_for(lambda: len(cm.engines) == 2, 60), "the model's pods never came up"
+        call = run.kube_call(reader.connect(api.kubeconfig(str(tmp_path / "kubeconfig"), DRILL)).api_client)
+        yield api, cm, call, m, ns
+
+
+def _lose_node_run(api, call, m, ns, retry_s=30.0):
+    p = dp.plan("staging-llama-3-1-8b", m, ns, 1, dp.Bounds(rate=2, duration_s=10, concurrency=8, prefix_groups=2,
+                                                             settle_s=45), fallback=False, lose_node=True)
+    held = []
+
+    def say(s):
+        if "cordoned" in s:  # the node as the drill left it while holding it
+            node = api.get("nodes", "", "gpu-node-0")
+            held.append((dict(node["metadata"]["annotations"]), node["spec"].get("unschedulable")))
+
+    return p, run.execute(p, m, call, poll_s=1.0, say=say, eviction_retry_s=retry_s), held
+
+
+@pytest.mark.parametrize("prepared, path, weights", [
+    (("gpu-node-0", "gpu-node-1", "gpu-node-2"), dp.WARM_SPARE, "weights from the node cache"),
+    (("gpu-node-0", "gpu-node-1"), dp.S3_FALLBACK, "weights streamed from S3 (degraded: not staged on this node)"),
+])
+def test_a_lost_prepared_node_is_replaced_on_another_prepared_node_or_from_s3(staged, tmp_path, prepared, path,
+                                                                              weights):
+    """--lose-prepared-node: the node serving a pod is cordoned and protected from Karpenter's
+    consolidation while the drill holds it, its pod evicted (the budget allows one); the
+    ReplicaSet's replacement lands on the spare node, prepared (node cache hit) or not (S3, its
+    degraded start judged against the S3 prediction); everything restored."""
+    with staged_cluster(staged, tmp_path, prepared) as (api, cm, call, m, ns):
+        p, out, held = _lose_node_run(api, call, m, ns)
+        assert_clean_requests(api)
+        assert held and held[0][1] is True, held
+        assert held[0][0].get("karpenter.sh/do-not-disrupt") == "true", held
+        assert out.lost == {"node": "gpu-node-0", "evicted": [api.evicted[0][1]], "refused": [], "retry_s": 30.0}
+        (line,) = [l for l in out.lines if l.path in dp.PATHS]
+        assert line.path == path and weights in line.detail and "on gpu-node-2" in line.detail, line.as_json()
+        assert line.predicted == p.predictions[path].seconds and line.passed, line.as_json()
+        node = api.get("nodes", "", "gpu-node-0")
+        assert "karpenter.sh/do-not-disrupt" not in node["metadata"]["annotations"]
+        assert left_behind(api, p.run_id) == []
+
+
+def test_an_eviction_the_budget_refuses_is_reported_not_forced(staged, tmp_path):
+    """A budget that allows no disruption now: the API answers 429, the drill retries for its
+    bound, then says so in a failing line; the pod is never deleted around the budget; the node is
+    uncordoned and a do-not-disrupt annotation the user set is left in place."""
+    with staged_cluster(staged, tmp_path, ("gpu-node-0", "gpu-node-1"), pdb_patch={"maxUnavailable": 0},
+                        node_annotations={"gpu-node-0": {"karpenter.sh/do-not-disrupt": "true"}}) as (api, cm, call, m, ns):
+        before = {p["metadata"]["name"] for p in api.items("pods", ns) if p["spec"].get("nodeName") == "gpu-node-0"}
+        p, out, held = _lose_node_run(api, call, m, ns, retry_s=3.0)
+        assert_clean_requests(api)
+        assert api.evicted == [] and out.lost["refused"] == sorted(before), out.lost
+        assert before <= {p["metadata"]["name"] for p in api.items("pods", ns)}
+        (lost,) = [l for l in out.lines if l.path == "lost node"]
+        assert not lost.passed and "429" in lost.detail, lost.as_json()
+        assert api.get("nodes", "", "gpu-node-0")["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+        assert dp.PROTECT_ANNOTATION not in held[0][0]
+        assert left_behind(api, p.run_id) == []

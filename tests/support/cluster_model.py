@@ -11,6 +11,11 @@ apart from the drill's code, so the drill is tested against a cluster that acts,
   GPUs it requests free; CPU pods to the CPU node. `PodScheduled` with its transition time.
 - Node autoscaler (Karpenter's part): a GPU pod no node fits launches one node, which registers
   `node_launch_s` later (a new Node object, created then).
+- Node cache: the nodes named in `prepared` carry the model's staged-weights label
+  (`weights.warmstart.io/<model>`, manifests/node_cache.py); a pod whose template has the weights
+  picker (`weights-select`) gets its `warmstart.weights` line in that container's log, `hit` on a
+  prepared node and `miss` (streams from S3, `cold_load_s`) elsewhere, as weights_select.py
+  decides from the node's copy; new nodes are never prepared.
 - Kubelet: pulls the image unless the node has it (`pull_s`), then runs the containers: a vLLM
   container is tests/routing/fake_vllm.py, started after `load_s` (weights, compile; `cold_load_s`
   for a pod whose caches are bypassed), Ready when its /health answers, and the real first-token
@@ -51,7 +56,7 @@ from typing import Any
 
 from tests.routing.fake_vllm import FakeVllm
 from tests.support.kube_api import KubeApi, now_rfc3339
-from warmstart.manifests import serving
+from warmstart.manifests import node_cache, serving
 from warmstart.manifests import standby as standby_manifests
 from warmstart.podside import first_token, standby
 
@@ -170,7 +175,8 @@ class ClusterModel:
 
     def __init__(self, api: KubeApi, m: Any, namespace: str, timing: Timing, *, gpus_per_node: int,
                  nodes: int, router: dict[str, Any], spare_nodes: int = 0, standby_count: int = 0,
-                 target_waiting: float = 5.0, scaled_object: dict[str, Any] | None = None) -> None:
+                 target_waiting: float = 5.0, scaled_object: dict[str, Any] | None = None,
+                 prepared: tuple[str, ...] = ()) -> None:
         self.api, self.m, self.ns, self.t = api, m, namespace, timing
         self.gpus_per_node = gpus_per_node
         self.running: dict[str, Running] = {}
@@ -195,7 +201,10 @@ class ClusterModel:
         self.extra_env: dict[str, dict[str, str]] = {}
         api.put("nodes", self._node("cpu-node", 0))
         for i in range(nodes + spare_nodes):
-            api.put("nodes", self._node(f"gpu-node-{i}", gpus_per_node, image=True))
+            node = self._node(f"gpu-node-{i}", gpus_per_node, image=True)
+            if node["metadata"]["name"] in prepared:
+                node["metadata"]["labels"][node_cache.label_key(m.name)] = "sha256-staged"
+            api.put("nodes", node)
 
     # -- objects
 
@@ -400,6 +409,14 @@ class ClusterModel:
         name = p["metadata"]["name"]
         env = {e["name"]: e.get("value", "") for c in p["spec"]["containers"] for e in c.get("env") or []}
         cold = env.get("WARMSTART_CACHE_BYPASS") == "1"
+        if any(c["name"] == node_cache.SELECT_CONTAINER for c in p["spec"].get("initContainers") or []):
+            node = self.api.get("nodes", "", p["spec"]["nodeName"]) or {"metadata": {}}
+            hit = node_cache.label_key(self.m.name) in (node["metadata"].get("labels") or {}) and not cold
+            line = {"event": "warmstart.weights", "choice": "local" if hit else "s3", "result": "hit" if hit else "miss",
+                    "source": "node-cache" if hit else "s3",
+                    "reason": "complete copy of this digest on the node" if hit else "not staged on this node"}
+            self.api.append_log(self.ns, name, node_cache.SELECT_CONTAINER, json.dumps(line))
+            cold = cold or not hit
         sleeper = (p["metadata"].get("annotations") or {}).get("model/standby") == "asleep"
         if r.stop.wait(self.t.cold_load_s if cold else self.t.load_s):
             return

@@ -10,7 +10,12 @@ Behaviour, from the API reference (https://kubernetes.io/docs/reference/using-ap
 - `metadata.uid`, `resourceVersion` (one counter), `creationTimestamp` (RFC 3339, whole seconds);
 - `deployments/NAME/scale`: an `autoscaling/v1` Scale read from and written to the Deployment's
   `spec.replicas`;
-- `pods/NAME/eviction`: a `policy/v1` Eviction deletes the pod (no PodDisruptionBudget here);
+- `pods/NAME/eviction`: a `policy/v1` Eviction deletes the pod unless a PodDisruptionBudget
+  (`policy/v1`, put in the store by the test) whose selector matches the pod allows no disruption
+  now: then `429 Too Many Requests` and the pod stays, as the Eviction API documents
+  (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/). Allowed disruptions:
+  healthy (Ready) matching pods minus `minAvailable`, or minus (matching pods - `maxUnavailable`)
+  (https://kubernetes.io/docs/tasks/run-application/configure-pdb/), integers only here;
 - `pods/NAME/log?container=C&timestamps=true`: the container's lines, each prefixed by its
   RFC 3339 time with nanoseconds, as the kubelet serves them;
 - 404 for a missing object, 409 for a name taken, 403 for a request outside the caller's rules,
@@ -49,7 +54,8 @@ _PATH = re.compile(r"^/(?:api/(?P<core>v1)|apis/(?P<group>[^/]+)/(?P<version>[^/
                    r"(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
 KINDS = {"pods": "Pod", "nodes": "Node", "events": "Event", "serviceaccounts": "ServiceAccount",
          "deployments": "Deployment", "jobs": "Job", "networkpolicies": "NetworkPolicy", "roles": "Role",
-         "rolebindings": "RoleBinding", "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding"}
+         "rolebindings": "RoleBinding", "clusterroles": "ClusterRole", "clusterrolebindings": "ClusterRoleBinding",
+         "poddisruptionbudgets": "PodDisruptionBudget"}
 
 
 def now_rfc3339() -> str:
@@ -93,6 +99,7 @@ class KubeApi(LoopbackServer):
         self.requests: list[tuple[str, str, str, str]] = []
         self.denied: list[tuple[str, str, str, str]] = []
         self.invalid: list[tuple[str, str]] = []
+        self.evicted: list[tuple[str, str]] = []
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -231,6 +238,15 @@ class KubeApi(LoopbackServer):
             err = self._validate(body, "create pods/eviction")
             if err:
                 return self._status(422, err)
+            blocking = self._budget_refuses(ns, obj)
+            if blocking:
+                return 429, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+                             "reason": "TooManyRequests",
+                             "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                             "details": {"causes": [{"reason": "DisruptionBudget",
+                                                     "message": f"The disruption budget {blocking} is exhausted"}]}
+                             }, "application/json"
+            self.evicted.append((ns, name or ""))
             self.remove("pods", ns, name or "")
             return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}, "application/json"
         if sub == "scale":
@@ -275,6 +291,26 @@ class KubeApi(LoopbackServer):
                         self.remove("pods", ns, p["metadata"]["name"])
             return 200, copy.deepcopy(gone), "application/json"
         return self._status(405, f"{verb} not served here")
+
+    def _budget_refuses(self, ns: str, pod: dict[str, Any]) -> str | None:
+        """The name of a PodDisruptionBudget that allows no disruption of `pod` now, if any."""
+        labels = pod["metadata"].get("labels") or {}
+        for pdb in self.items("poddisruptionbudgets", ns):
+            want = (pdb["spec"].get("selector") or {}).get("matchLabels") or {}
+            if not want or any(labels.get(k) != v for k, v in want.items()):
+                continue
+            matching = [p for p in self.items("pods", ns)
+                        if all((p["metadata"].get("labels") or {}).get(k) == v for k, v in want.items())]
+            healthy = sum(1 for p in matching if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                                     for c in (p.get("status") or {}).get("conditions") or []))
+            spec = pdb["spec"]
+            if "minAvailable" in spec:
+                allowed = healthy - int(spec["minAvailable"])
+            else:
+                allowed = healthy - (len(matching) - int(spec.get("maxUnavailable", 1)))
+            if allowed < 1:
+                return pdb["metadata"]["name"]
+        return None
 
     def kubeconfig(self, path: str, token: str) -> str:
         """A kubeconfig file for the Kubernetes client pointing here, with `token`."""

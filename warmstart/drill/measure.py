@@ -20,6 +20,7 @@ from . import plan as dp
 
 FIRST_TOKEN_EVENT = "warmstart.first_token"
 WAKE_EVENT = "warmstart.wake"
+WEIGHTS_EVENT = "warmstart.weights"
 
 
 def ts(value: str | None) -> datetime | None:
@@ -69,6 +70,13 @@ def first_inference(log_text: str) -> datetime | None:
         if doc.get("result") == "ok":
             return when
     return None
+
+
+def weights_choice(log_text: str) -> dict[str, Any] | None:
+    """The weights picker's `warmstart.weights` line (warmstart/podside/weights_select.py): its
+    choice, `result` hit or miss, and the reason; None for a pod without the picker."""
+    found = log_lines(log_text, WEIGHTS_EVENT)
+    return found[-1][1] if found else None
 
 
 @dataclass

@@ -29,16 +29,24 @@ from ..coldstart.report import SLOW_FACTOR, SLOW_MIN_EXTRA_S
 from ..decisions import autoscaling as scaling
 from ..decisions import capacity, phases
 from ..manifests.serving import ENGINE_LABEL, HTTP_PORT
+from . import restore as _restore
 
-# Paths a new replica can take, fastest first (docs/drill.md).
+# Paths a new replica can take, fastest first (docs/drill.md). `s3 fallback`: a pod of a model
+# whose weights are staged on its nodes that landed on a node without them (the weights picker's
+# miss, warmstart/podside/weights_select.py) and streamed from S3, its degraded start.
 WAKE, WARM_SPARE, NEW_NODE, COLD = "wake", "warm spare", "new node", "cold"
-PATHS = (WAKE, WARM_SPARE, NEW_NODE, COLD)
+S3_FALLBACK = "s3 fallback"
+PATHS = (WAKE, WARM_SPARE, S3_FALLBACK, NEW_NODE, COLD)
 
 # Where a run is recorded on the objects it changed (restore.py reads them).
 RUN_LABEL = "warmstart.io/drill-run"
 EXPIRES_ANNOTATION = "warmstart.io/drill-expires"
 REPLICAS_ANNOTATION = "warmstart.io/drill-replicas"
 CORDON_ANNOTATION = "warmstart.io/drill-cordoned"
+DO_NOT_DISRUPT, PROTECT_ANNOTATION = _restore.DO_NOT_DISRUPT, _restore.PROTECT_ANNOTATION
+# How long the drill retries an eviction the PodDisruptionBudget refuses (429, "retry later",
+# https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/) before it says so.
+EVICTION_RETRY_S = 120
 
 # Bounds no flag can lift: the drill must stay a drill on a shared cluster.
 MAX_DURATION_S = 3600
@@ -129,6 +137,10 @@ def predictions(m: Any, warm_nodes: int) -> dict[str, Prediction]:
         w = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=False, compile_cached=m.compile_cache,
                                       image_present=True, weights_source="node-cache" if staged else "s3")
         out[WARM_SPARE] = Prediction(w.total_seconds, phases.EKS_GUIDE)
+    if staged:
+        f = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=False, compile_cached=m.compile_cache,
+                                      image_present=True, weights_source="s3")
+        out[S3_FALLBACK] = Prediction(f.total_seconds, phases.EKS_GUIDE)
     n = phases.predict_cold_start(m.weights_bytes, m.instance, new_node=True, compile_cached=m.compile_cache,
                                   image_present=False, parallel_pull=True)
     out[NEW_NODE] = Prediction(n.total_seconds, phases.EKS_GUIDE)
@@ -303,8 +315,10 @@ def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *,
     if lose_node:
         p.changes.append(Change(
             "patch", "Node <a node holding staged weights of the model, chosen at run time>",
-            f"cordoned (spec.unschedulable true, annotation {CORDON_ANNOTATION}={rid}); its pods of the model "
-            "evicted (policy/v1 Eviction, which honours the PodDisruptionBudget)", "uncordoned, the annotation removed"))
+            f"cordoned (spec.unschedulable true, annotation {CORDON_ANNOTATION}={rid}) and kept from Karpenter's "
+            f"consolidation ({DO_NOT_DISRUPT}=true unless already set); its pods of the model evicted (policy/v1 "
+            f"Eviction, which honours the PodDisruptionBudget: a 429 is retried for {EVICTION_RETRY_S} s, then reported)",
+            f"uncordoned, the annotations removed ({DO_NOT_DISRUPT} only if the drill set it)"))
     p.changes.append(Change(
         "create", f"ServiceAccount, Role, RoleBinding and Job {namespace}/{restore_name(rid)}"
         + (" (and a ClusterRole/ClusterRoleBinding to uncordon)" if lose_node else ""),

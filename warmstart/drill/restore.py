@@ -34,6 +34,12 @@ from typing import Any, Callable
 RUN_LABEL = "warmstart.io/drill-run"
 REPLICAS_ANNOTATION = "warmstart.io/drill-replicas"
 CORDON_ANNOTATION = "warmstart.io/drill-cordoned"
+# Karpenter's node-level opt-out of voluntary disruption (consolidation, drift), on Pod, Node and
+# NodeClaim since v1 (https://karpenter.sh/docs/concepts/disruption/#node-level-controls): set on
+# the cordoned node while the drill holds it, so the emptied node is not consolidated away
+# mid-run; `PROTECT_ANNOTATION: added` records that the drill set it (a user's own is kept).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+PROTECT_ANNOTATION = "warmstart.io/drill-do-not-disrupt"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 MERGE = "application/merge-patch+json"
 
@@ -87,8 +93,12 @@ def restore(call: Call, namespace: str, run: str | None = None, *, in_cluster: b
             if CORDON_ANNOTATION not in ann or (run and ann[CORDON_ANNOTATION] != run):
                 continue
             name = n["metadata"]["name"]
-            act(f"Node {name}: uncordoned", "PATCH", f"/api/v1/nodes/{name}",
-                {"spec": {"unschedulable": None}, "metadata": {"annotations": {CORDON_ANNOTATION: None}}}, MERGE)
+            undo: dict[str, Any] = {CORDON_ANNOTATION: None}
+            if ann.get(PROTECT_ANNOTATION) == "added":  # only what the drill added itself
+                undo.update({DO_NOT_DISRUPT: None, PROTECT_ANNOTATION: None})
+            act(f"Node {name}: uncordoned" + (f", {DO_NOT_DISRUPT} removed" if DO_NOT_DISRUPT in undo else ""),
+                "PATCH", f"/api/v1/nodes/{name}",
+                {"spec": {"unschedulable": None}, "metadata": {"annotations": undo}}, MERGE)
     sel = {"labelSelector": _selector(run)}
     seen: set[str] = set()
     own = os.environ.get("WARMSTART_DRILL_JOB", "")

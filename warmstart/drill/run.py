@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..manifests import serving
+from ..manifests import node_cache, serving
 from ..manifests import standby as standby_manifests
 from . import manifests, measure, restore
 from . import plan as dp
@@ -27,6 +27,7 @@ POLL_S = 2.0
 LOG_LIMIT_BYTES = 2 * 1024 * 1024
 FIRST_TOKEN_CONTAINER = "first-token"
 ACTUATOR_CONTAINER = "actuator"
+WEIGHTS_CONTAINER = node_cache.SELECT_CONTAINER  # the weights picker's init container
 
 
 class DrillError(RuntimeError):
@@ -113,6 +114,8 @@ class Outcome:
     load: dict[str, Any] | None = None
     restored: list[str] = field(default_factory=list)
     cancelled: bool = False
+    lost: dict[str, Any] | None = None
+    """--lose-prepared-node: the node, the pods evicted and those the budget kept."""
 
 
 def _ready(pod: dict[str, Any]) -> bool:
@@ -121,7 +124,7 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] = print, poll_s: float = POLL_S,
             clock: Callable[[], float] = time.monotonic, reference_hit_rate: float | None = None,
-            cancel: Callable[[], bool] = lambda: False) -> Outcome:
+            cancel: Callable[[], bool] = lambda: False, eviction_retry_s: float = dp.EVICTION_RETRY_S) -> Outcome:
     """The run. Whatever happens after the first change, the finally block restores."""
     api, ns, out = Api(call), p.namespace, Outcome()
     apps = f"/apis/apps/v1/namespaces/{ns}/deployments/{m.name}"
@@ -159,7 +162,7 @@ def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] =
             api.create(_path_of(pod), pod)
             say(f"cache-bypassed pod {ns}/{pod['metadata']['name']} created")
         if p.lose_node:
-            _lose_node(api, p, m, before, say)
+            out.lost = _lose_node(api, p, m, before, say, eviction_retry_s, clock)
         load_name = manifests.load_job_name(p.run_id)
         t_end = clock() + p.bounds.deadline_s
         load_done_at: float | None = None
@@ -180,7 +183,7 @@ def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] =
             if load_done_at is not None and (not waiting or clock() - load_done_at >= p.bounds.settle_s):
                 break
             time.sleep(poll_s)
-        out.lines, out.load = _measure(api, p, m, before, step_at, reference_hit_rate)
+        out.lines, out.load = _measure(api, p, m, before, step_at, reference_hit_rate, out.lost)
     except KeyboardInterrupt:
         out.cancelled = True
         say("cancelled: restoring")
@@ -192,32 +195,52 @@ def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] =
     return out
 
 
-def _lose_node(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Cordon a node that holds the model's staged weights and serves one of its pods, then evict
-    its pods of the model (policy/v1 Eviction, which the PodDisruptionBudget can refuse: 429)."""
+def _lose_node(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], say: Callable[[str], None],
+               retry_s: float, clock: Callable[[], float]) -> dict[str, Any]:
+    """Cordon a node that holds the model's staged weights and serves one of its pods, keep
+    Karpenter from consolidating it while the drill holds it, then evict its pods of the model
+    (policy/v1 Eviction: the API answers 429 while the PodDisruptionBudget allows no disruption,
+    "retry later"; retried for `retry_s`, then reported, never forced with a delete)."""
     from ..manifests.node_cache import label_key
 
     label = label_key(m.name)
     nodes = api.get("/api/v1/nodes", labelSelector=label).get("items") or []
     serving_nodes = {(x.get("spec") or {}).get("nodeName") for x in before.values()}
-    candidates = sorted(n["metadata"]["name"] for n in nodes
-                        if n["metadata"]["name"] in serving_nodes and not (n.get("spec") or {}).get("unschedulable"))
+    candidates = sorted((n for n in nodes if n["metadata"]["name"] in serving_nodes
+                         and not (n.get("spec") or {}).get("unschedulable")), key=lambda n: n["metadata"]["name"])
     if not candidates:
         raise DrillError(f"--lose-prepared-node: no schedulable node labelled {label} serves {m.name}")
-    node = candidates[0]
-    api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True},
-                                        "metadata": {"annotations": {dp.CORDON_ANNOTATION: p.run_id}}})
-    say(f"node {node} cordoned")
-    for name, pod in sorted(before.items()):
-        if (pod.get("spec") or {}).get("nodeName") != node:
-            continue
-        ev = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": p.namespace}}
-        api._do("POST", f"/api/v1/namespaces/{p.namespace}/pods/{name}/eviction", None, ev, ok=(200, 201, 429))
-        say(f"pod {name} evicted from {node}")
+    node = candidates[0]["metadata"]["name"]
+    ann: dict[str, Any] = {dp.CORDON_ANNOTATION: p.run_id}
+    if dp.DO_NOT_DISRUPT not in (candidates[0]["metadata"].get("annotations") or {}):
+        ann.update({dp.DO_NOT_DISRUPT: "true", dp.PROTECT_ANNOTATION: "added"})
+    api.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}, "metadata": {"annotations": ann}})
+    say(f"node {node} cordoned ({dp.DO_NOT_DISRUPT} while the drill holds it)")
+    pending = sorted(name for name, pod in before.items() if (pod.get("spec") or {}).get("nodeName") == node)
+    evicted: list[str] = []
+    deadline = clock() + retry_s
+    while pending:
+        for name in list(pending):
+            ev = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": p.namespace}}
+            status, _ = api.call("POST", f"/api/v1/namespaces/{p.namespace}/pods/{name}/eviction", None, ev,
+                                 "application/json")
+            if status in (200, 201, 404):  # 404: already gone
+                pending.remove(name)
+                evicted.append(name)
+                say(f"pod {name} evicted from {node}")
+            elif status != 429:
+                raise DrillError(f"evicting {p.namespace}/{name}: HTTP {status}")
+        if not pending or clock() >= deadline:
+            break
+        time.sleep(min(5.0, max(0.5, retry_s / 10)))
+    for name in pending:
+        say(f"pod {name}: eviction refused by its PodDisruptionBudget (429) for {retry_s:g} s; left running")
+    return {"node": node, "evicted": evicted, "refused": pending, "retry_s": retry_s}
 
 
 def _measure(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], step_at: datetime,
-             reference_hit_rate: float | None) -> tuple[list[measure.Line], dict[str, Any] | None]:
+             reference_hit_rate: float | None, lost: dict[str, Any] | None = None
+             ) -> tuple[list[measure.Line], dict[str, Any] | None]:
     ns = p.namespace
     pods_path = f"/api/v1/namespaces/{ns}/pods"
     load = None
@@ -239,12 +262,28 @@ def _measure(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], step_at:
             continue
         path = measure.classify(pod, nodes)
         first = measure.first_inference(api.log(ns, pod["metadata"]["name"], FIRST_TOKEN_CONTAINER))
-        lines.append(measure.pod_line(pod, path, p.predictions.get(path), t0, first,
-                                      f"on {pod['spec'].get('nodeName') or 'no node'}"))
+        detail = f"on {pod['spec'].get('nodeName') or 'no node'}"
+        weights = measure.weights_choice(api.log(ns, pod["metadata"]["name"], WEIGHTS_CONTAINER))
+        if weights is not None:
+            # The weights picker's verdict: a staged model's pod on a node without the copy streamed
+            # from S3 (its degraded start, which the picker's line says and the record keeps).
+            if weights.get("result") == "hit":
+                detail += ", weights from the node cache (a prepared node)"
+            else:
+                detail += f", weights streamed from S3 (degraded: {weights.get('reason') or 'node cache miss'})"
+                if path == dp.WARM_SPARE and dp.S3_FALLBACK in p.predictions:
+                    path = dp.S3_FALLBACK
+        lines.append(measure.pod_line(pod, path, p.predictions.get(path), t0, first, detail))
     for pod in api.get(pods_path, labelSelector=f"{dp.RUN_LABEL}={p.run_id},app.kubernetes.io/component=drill-cold").get("items") or []:
         first = measure.first_inference(api.log(ns, pod["metadata"]["name"], FIRST_TOKEN_CONTAINER))
         lines.append(measure.pod_line(pod, dp.COLD, p.predictions.get(dp.COLD), t0, first,
                                       f"caches bypassed, on {pod['spec'].get('nodeName') or 'no node'}"))
+    if lost and lost["refused"]:
+        lines.append(measure.Line(f"node {lost['node']} lost", "lost node", None, None, None,
+                                  "its pods evicted and replaced",
+                                  detail=f"the PodDisruptionBudget refused the eviction of {', '.join(lost['refused'])} "
+                                         f"(HTTP 429) for {lost['retry_s']:g} s: the path was not exercised; rerun "
+                                         "when the model has a disruption to spare (more replicas than the budget keeps)"))
     if not any(l.path != dp.COLD for l in lines):
         lines.append(measure.Line("scale-out", "any", None, None, None, "a replica added within the run",
                                   detail="no replica was added or woken: the load did not reach the autoscaler's "
