@@ -104,8 +104,10 @@ def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path):
                 assert t["first_inference"] is not None and t["requested"] <= t["first_inference"], line.as_json()
                 assert line.predicted == p.predictions[line.path].seconds
         assert out.load and out.load["ok"] > 0 and out.load["failed"] == 0, out.load
-        # Every answered request went through the real SMG, routed by the rendered policy.
-        assert cm.router.smg.metric_sum("smg_prefix_hash_policy_branch_total") >= out.load["ok"]
+        # Every answered request went through the real SMG (its requests for the served model),
+        # routed by the rendered prefix_hash policy.
+        assert cm.router.smg.metric_sum("smg_router_requests_total", model=m.name) >= out.load["ok"]
+        assert cm.router.smg.metric_sum("smg_prefix_hash_policy_branch_total") > 0
         assert all(line.passed for line in out.lines), [l.as_json() for l in out.lines if not l.passed]
 
 
