@@ -117,12 +117,10 @@ def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
 
 
 def _platform(stack_plan: Any, key: str) -> Any:
-    """A platform fact: an environment stack's own, or a model stack's from its platform's
-    outputs (its `contract`, docs/model-stacks.md), which has no `namespace` etc. of its own."""
-    contract = getattr(stack_plan, "contract", None)
-    if contract is not None:
-        return getattr(contract, key)
-    return stack_plan.aws.compile_cache_bucket if key == "compile_cache_bucket" else getattr(stack_plan.config, key)
+    """A platform fact (coldstart.command.platform_fact): a model stack's from its contract."""
+    from ..coldstart.command import platform_fact
+
+    return platform_fact(stack_plan, key)
 
 
 def _file_record(stack_plan: Any, m: Any, p: Any, rec: dict[str, Any]) -> str:
