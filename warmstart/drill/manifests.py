@@ -147,6 +147,8 @@ DRILL_NAMESPACE_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("networking.k8s.io", "networkpolicies", ("create", "delete", "list")),
     ("rbac.authorization.k8s.io", "roles", ("create", "delete")),
     ("rbac.authorization.k8s.io", "rolebindings", ("create", "delete")),
+    # The model's ScaledObject: the metrics endpoint the prefix-cache line queries (prefix.py).
+    ("keda.sh", "scaledobjects", ("get",)),
 )
 DRILL_CLUSTER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "nodes", ("get", "list", "patch")),

@@ -93,15 +93,25 @@ class Line:
     """requested, scheduled, ready, first inference: seconds after the load step started."""
     detail: str = ""
     basis: str = ""
+    judged: bool = True
+    """False: reported beside its reference, never failing the drill (the routing line)."""
 
     @property
     def passed(self) -> bool:
+        if not self.judged:
+            return True
         return self.measured is not None and (self.limit is None or self.measured <= self.limit)
+
+    @property
+    def result(self) -> str:
+        if not self.judged:
+            return "info" if self.measured is not None else "skipped"
+        return "pass" if self.passed else "FAIL"
 
     def as_json(self) -> dict[str, Any]:
         return {"what": self.what, "path": self.path, "measured_s": self.measured, "predicted_s": self.predicted,
                 "limit_s": self.limit, "tolerance": self.tolerance, "times": self.times, "detail": self.detail,
-                "basis": self.basis, "pass": self.passed}
+                "basis": self.basis, "pass": self.passed, "judged": self.judged}
 
 
 def _rel(t: datetime | None, t0: datetime) -> float | None:
@@ -165,21 +175,6 @@ def load_lines(result: Mapping[str, Any] | None) -> list[Line]:
                  detail=f"{sent} sent, {result.get('ok')} ok, {failed} failed, {skipped} not sent (all slots busy)"
                         + (f"; {errors}" if errors else "")
                         + f"; TTFT p50 {f('ttft_p50')}, p90 {f('ttft_p90')}, p99 {f('ttft_p99')}")]
-
-
-def prefix_line(before: Mapping[str, tuple[float, float]], after: Mapping[str, tuple[float, float]],
-                reference: float | None) -> Line | None:
-    """The prefix-cache hit rate the engines report (vLLM's `prefix_cache_hits_total` over
-    `prefix_cache_queries_total`) over the drill's traffic, beside the routing bench's figure;
-    reported, not judged (another tenant's traffic shares the engines)."""
-    hits = sum(after[k][0] - before.get(k, (0.0, 0.0))[0] for k in after)
-    queries = sum(after[k][1] - before.get(k, (0.0, 0.0))[1] for k in after)
-    if queries <= 0:
-        return None
-    rate = hits / queries
-    ref = f"; routing bench {reference:.0%}" if reference is not None else ""
-    return Line("prefix-cache hit rate", "routing", round(rate, 3), reference, None, "reported, not judged",
-                detail=f"{hits:.0f} of {queries:.0f} prompt tokens hit, over {len(after)} engine(s){ref}")
 
 
 def verdict(lines: Iterable[Line]) -> bool:

@@ -28,7 +28,7 @@ def table(lines: Sequence[Line]) -> str:
             measured, predicted = _s(l.measured), _s(l.predicted)
         rows.append((l.what, l.path, _s(t.get("requested")), _s(t.get("scheduled")), _s(t.get("ready")),
                      _s(t.get("first_inference")), measured, predicted, l.tolerance,
-                     "pass" if l.passed else "FAIL"))
+                     l.result))
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     out = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths)).rstrip(),
            "  ".join("-" * w for w in widths)]

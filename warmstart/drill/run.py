@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from ..manifests import node_cache, serving
 from ..manifests import standby as standby_manifests
-from . import manifests, measure, restore
+from ..decisions.autoscaling import SCRAPE_INTERVAL_SECONDS
+from . import manifests, measure, prefix, restore
 from . import plan as dp
 from .restore import MERGE, Call
 
@@ -123,7 +124,8 @@ def _ready(pod: dict[str, Any]) -> bool:
 
 
 def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] = print, poll_s: float = POLL_S,
-            clock: Callable[[], float] = time.monotonic, reference_hit_rate: float | None = None,
+            clock: Callable[[], float] = time.monotonic, scrape_interval_s: float = SCRAPE_INTERVAL_SECONDS,
+            aws_credentials: Any = None,
             cancel: Callable[[], bool] = lambda: False, eviction_retry_s: float = dp.EVICTION_RETRY_S) -> Outcome:
     """The run. Whatever happens after the first change, the finally block restores."""
     api, ns, out = Api(call), p.namespace, Outcome()
@@ -183,7 +185,8 @@ def execute(p: dp.DrillPlan, m: Any, call: Call, *, say: Callable[[str], None] =
             if load_done_at is not None and (not waiting or clock() - load_done_at >= p.bounds.settle_s):
                 break
             time.sleep(poll_s)
-        out.lines, out.load = _measure(api, p, m, before, step_at, reference_hit_rate, out.lost)
+        out.lines, out.load = _measure(api, p, m, before, step_at, out.lost)
+        out.lines.append(_routing_line(api, p, m, out.load, scrape_interval_s, aws_credentials))
     except KeyboardInterrupt:
         out.cancelled = True
         say("cancelled: restoring")
@@ -239,7 +242,7 @@ def _lose_node(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], say: C
 
 
 def _measure(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], step_at: datetime,
-             reference_hit_rate: float | None, lost: dict[str, Any] | None = None
+             lost: dict[str, Any] | None = None
              ) -> tuple[list[measure.Line], dict[str, Any] | None]:
     ns = p.namespace
     pods_path = f"/api/v1/namespaces/{ns}/pods"
@@ -290,6 +293,23 @@ def _measure(api: Api, p: dp.DrillPlan, m: Any, before: dict[str, Any], step_at:
                                          "target (raise --rate or --duration), or the pool had no capacity"))
     lines += measure.load_lines(load)
     return lines, load
+
+
+def _routing_line(api: Api, p: dp.DrillPlan, m: Any, load: dict[str, Any] | None, scrape_s: float,
+                  credentials: Any) -> measure.Line:
+    """The prefix-cache hit rate over the load's window, from the metrics endpoint the model's
+    ScaledObject names (prefix.py)."""
+    def get(path: str) -> Any:
+        status, doc = api.call("GET", path, None, None, "application/json")
+        if status == 404:
+            return None
+        if status != 200:
+            return f"reading {path}: HTTP {status}" + (" (docs/drill.md lists the permissions)" if status == 403 else "")
+        return doc
+
+    found = get(prefix.KEDA_SCALEDOBJECTS.format(ns=p.namespace, name=m.name))
+    ep = found if isinstance(found, str) else prefix.endpoint(lambda _: found, p.namespace, m.name)
+    return prefix.line(ep, m.name, p.namespace, load, scrape_s, credentials=credentials)
 
 
 def expires_at_ok(p: dp.DrillPlan) -> bool:
