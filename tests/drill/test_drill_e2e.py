@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 
 from tests.support.cluster_model import ClusterModel, Timing
 from tests.support.kube_api import KubeApi, wait_for
+from tests.support.prometheus import StandInPrometheus
 from tests.support.stacks import load_stack_doc, render_doc
 from warmstart import render
 from warmstart.coldstart import reader
@@ -40,12 +42,13 @@ def prod():
     m = next(x for x in r.stack_plan.models if x.name == "qwen-67b")
     dep = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == m.name)
     router = next(o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == f"{m.name}-router")
-    return r.stack_plan, m, dep, router
+    so = next(o for o in r.kubernetes_objects if o["kind"] == "ScaledObject" and o["metadata"]["name"] == m.name)
+    return r.stack_plan, m, dep, router, so
 
 
 @contextmanager
 def cluster(prod, tmp_path, timing: Timing):
-    stack_plan, m, dep, router = prod
+    stack_plan, m, dep, router, _ = prod
     ns = stack_plan.config.namespace
     api = KubeApi({DRILL: manifests.DRILL_NAMESPACE_RULES + manifests.DRILL_CLUSTER_RULES,
                    RESTORE: manifests.RESTORE_NAMESPACE_RULES + manifests.RESTORE_CLUSTER_RULES},
@@ -88,10 +91,49 @@ def assert_clean_requests(api: KubeApi) -> None:
     assert any(t == DRILL for t, *_ in api.requests)
 
 
-def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path):
+def _stats(engines: dict[str, str]) -> dict[str, dict]:
+    out = {}
+    for name, url in engines.items():
+        try:
+            out[name] = json.loads(urllib.request.urlopen(url + "/fake/stats", timeout=10).read())
+        except OSError:
+            pass
+    return out
+
+
+def test_a_drill_measures_every_new_replica_and_restores(prod, tmp_path, monkeypatch):
+    *_, so = prod
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDSTANDIN")  # the user's credentials, from the default chain
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "standin-secret")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
-        p = dp.plan("prod", m, ns, 1, bounds(), fallback=True)
-        out = run.execute(p, m, call, poll_s=1.0, say=lambda s: None)
+        def engines():
+            with cm.lock:
+                return dict(cm.engines)
+        region = next(t["metadata"]["awsRegion"] for t in so["spec"]["triggers"] if t["type"] == "prometheus")
+        with StandInPrometheus(engines, ns, interval_s=2.0, region=region, access_key="AKIDSTANDIN",
+                               secret_key="standin-secret") as prom:
+            # The rendered ScaledObject, its serverAddress the stand-in workspace's.
+            obj = copy.deepcopy(so)
+            for t in obj["spec"]["triggers"]:
+                if t["type"] == "prometheus":
+                    t["metadata"]["serverAddress"] = prom.url
+            api.put("scaledobjects", obj)
+            before = _stats(engines())
+            p = dp.plan("prod", m, ns, 1, bounds(), fallback=True)
+            out = run.execute(p, m, call, poll_s=1.0, say=lambda s: None, scrape_interval_s=2.0)
+            after = _stats(engines())  # the restore has stopped the bypassed pod's engine (no traffic)
+        assert prom.refused == [] and len(prom.queries) == 2, (prom.refused, prom.queries)
+        (routing,) = [l for l in out.lines if l.path == "routing"]
+        hits = sum(a["hit_tokens"] - before.get(n, {}).get("hit_tokens", 0) for n, a in after.items())
+        looked = sum(a["prompt_tokens"] - before.get(n, {}).get("prompt_tokens", 0) for n, a in after.items())
+        # The engines' own counters over the load, through scrapes and increase(): within the
+        # extrapolation's weighting of engines that started mid-window.
+        assert routing.measured is not None and abs(routing.measured - hits / looked) < 0.1, \
+            (routing.as_json(), hits, looked)
         assert_clean_requests(api)
         assert left_behind(api, p.run_id) == []
         paths = {line.path for line in out.lines}
@@ -139,7 +181,7 @@ def test_a_cancelled_run_restores_everything(prod, tmp_path):
 def test_the_restore_job_undoes_a_run_whose_client_was_lost(prod, tmp_path):
     """What the in-cluster expiry runs: the restore Job's own container command, with its own
     identity (the Role it is given), after a client that made its changes and vanished."""
-    stack_plan, m, dep, _ = prod
+    stack_plan, m, dep, _, _ = prod
     with cluster(prod, tmp_path, Timing()) as (api, cm, call, m, ns):
         m2 = dataclasses.replace(m, autoscaling=None)
         p = dp.plan("prod", m2, ns, 1, bounds(), fallback=True, lose_node=False)
