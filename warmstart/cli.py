@@ -95,6 +95,9 @@ def parser() -> argparse.ArgumentParser:
     add_parsers(sub, _engine)
     add_env_arguments(sub)  # `--env ENV` or `--stack NAME` on preview, up, refresh, destroy
     add_coldstart_parsers(sub, project_dir)
+    from .drill.command import add_parser as add_drill_parser
+
+    add_drill_parser(sub, project_dir)
     return p
 
 

@@ -873,6 +873,10 @@ class StackConfig(_Strict):
     """Hugging Face token for `models[].import.huggingFace` of gated repositories. Set it as a
     secret (`pulumi config set --secret warmstart:huggingFaceToken hf_...`); it reaches only the
     import Jobs, through a Kubernetes Secret."""
+    production: bool = False
+    """This stack serves production traffic. `warmstart drill --apply` (docs/drill.md), which adds
+    load and replicas to the cluster, refuses such a stack unless also given
+    `--confirm-production`; nothing else reads it."""
 
 
 STACK_NAME = r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,99}$"

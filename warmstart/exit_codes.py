@@ -13,3 +13,7 @@ EXIT_POLICY = 5  # the policy pack blocked the preview or update (a mandatory vi
 # A model's weights are not ready to stream (missing files, a size unlike weightsGiB, a bucket
 # the stack would create empty or cannot read): found by preflight.py before any engine call.
 EXIT_PREFLIGHT = 6
+# `warmstart drill`: the run finished and restored, and a line of its report failed (measured past
+# its prediction's tolerance, a failed request, no replica added): distinct from EXIT_FAILED, a run
+# that could not be made.
+EXIT_DRILL_FAILED = 7

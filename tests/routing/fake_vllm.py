@@ -119,8 +119,9 @@ def prompt_text(body: dict[str, Any]) -> str:
 class State:
     def __init__(self, name: str, cache_blocks: int, delay_s: float, prefill_s_per_token: float = 0.0, *,
                  dev_mode: bool = False, asleep: bool = False, weights_gib: float = 0.0,
-                 wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0) -> None:
+                 wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0, served_model: str = MODEL) -> None:
         self.name, self.delay_s, self.prefill_s_per_token = name, delay_s, prefill_s_per_token
+        self.served_model = served_model
         self.dev_mode, self.sleeping, self.sleep_level = dev_mode, dev_mode and asleep, 1
         self.weights_dropped = False
         self.wake_s = weights_gib * wake_s_per_gib
@@ -174,7 +175,7 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                 return self._send(200 if state.healthy else 503, b"", "text/plain")
             if path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [
-                    {"id": MODEL, "object": "model", "owned_by": "vllm", "max_model_len": 32768}]})
+                    {"id": state.served_model, "object": "model", "owned_by": "vllm", "max_model_len": 32768}]})
             if path == "/version":
                 return self._send(200, {"version": "0.33.0"})
             if path in DEV_GET_ROUTES:
@@ -188,7 +189,7 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
                     queries, hits = state.prompt_tokens, state.hit_tokens
                     running = state.running if state.slots is not None else state.inflight
                     waiting = state.inflight - running
-                label = f'{{model_name="{MODEL}"}}'
+                label = f'{{model_name="{state.served_model}"}}'
                 text = (f"vllm:num_requests_running{label} {running}\n"
                         f"vllm:num_requests_waiting{label} {waiting}\n"
                         f"vllm:kv_cache_usage_perc{label} 0.1\n"
@@ -269,8 +270,13 @@ def handler(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 choice = {"index": 0, "text": state.name, "finish_reason": "stop"}
                 obj = "text_completion"
-            return self._send(200, {"id": f"{state.name}-{state.requests}", "object": obj, "model": MODEL,
-                                    "choices": [choice], "usage": usage})
+            doc = {"id": f"{state.name}-{state.requests}", "object": obj, "model": state.served_model, "choices": [choice],
+                   "usage": usage}
+            if body.get("stream"):
+                # vLLM's streaming answer: server-sent events, one `data:` chunk per delta, then
+                # `data: [DONE]` (https://platform.openai.com/docs/api-reference/completions/create).
+                return self._send(200, f"data: {json.dumps(doc)}\n\ndata: [DONE]\n\n".encode(), "text/event-stream")
+            return self._send(200, doc)
 
         def _dev(self, path: str, body: dict[str, Any]) -> None:
             """vLLM's dev routes (`vllm/entrypoints/serve/dev/*/api_router.py` at v0.33.0)."""
@@ -319,12 +325,13 @@ class FakeVllm:
 
     def __init__(self, name: str, cache_blocks: int = 4096, delay_ms: float = 0.0, prefill_us_per_token: float = 0.0,
                  start_timeout_s: float = 15.0, *, dev_mode: bool = False, asleep: bool = False,
-                 weights_gib: float = 0.0, wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0):
+                 weights_gib: float = 0.0, wake_s_per_gib: float = WAKE_S_PER_GIB, max_num_seqs: int = 0,
+                 served_model: str = MODEL):
         self.name = name
         env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
         sleep_flags = [*(["--dev-mode"] if dev_mode else []), *(["--start-asleep"] if asleep else []),
                        "--weights-gib", str(weights_gib), "--wake-s-per-gib", str(wake_s_per_gib),
-                       "--max-num-seqs", str(max_num_seqs)]
+                       "--max-num-seqs", str(max_num_seqs), "--served-model-name", served_model]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.routing.fake_vllm", "--name", name, "--cache-blocks", str(cache_blocks),
              "--delay-ms", str(delay_ms), "--prefill-us-per-token", str(prefill_us_per_token), *sleep_flags],
@@ -421,9 +428,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--weights-gib", type=float, default=0.0, help="weights the wake copies back")
     p.add_argument("--wake-s-per-gib", type=float, default=WAKE_S_PER_GIB)
     p.add_argument("--max-num-seqs", type=int, default=0, help="requests run at once (0: no limit)")
+    p.add_argument("--served-model-name", default=MODEL, help="the name /v1/models lists (vLLM's flag)")
     a = p.parse_args(argv)
     serve(a.name, a.cache_blocks, a.delay_ms, a.prefill_us_per_token, dev_mode=a.dev_mode, asleep=a.start_asleep,
-          weights_gib=a.weights_gib, wake_s_per_gib=a.wake_s_per_gib, max_num_seqs=a.max_num_seqs)
+          weights_gib=a.weights_gib, wake_s_per_gib=a.wake_s_per_gib, max_num_seqs=a.max_num_seqs,
+          served_model=a.served_model_name)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,16 @@ def _plan(args: argparse.Namespace, root: Path) -> tuple[Any, Any]:
                       "pass --model with one of them", args.model)
 
 
+def platform_fact(stack_plan: Any, key: str) -> Any:
+    """`namespace`, `region` or `compile_cache_bucket`: an environment stack's own, or a model
+    stack's from its platform's contract (docs/model-stacks.md), since a model stack's config
+    (ModelStackConfig) has none of them."""
+    contract = getattr(stack_plan, "contract", None)
+    if contract is not None:
+        return getattr(contract, key)
+    return stack_plan.aws.compile_cache_bucket if key == "compile_cache_bucket" else getattr(stack_plan.config, key)
+
+
 def model_facts(stack_plan: Any, m: Any) -> Any:
     from .report import ModelFacts
 
@@ -86,7 +96,7 @@ def coldstart(args: argparse.Namespace, root: Path) -> int:
     from . import reader, report
     from ..manifests.serving import selector
 
-    namespace = stack_plan.config.namespace
+    namespace = platform_fact(stack_plan, "namespace")
     try:
         cluster = reader.connect(args.kubeconfig, args.context)
         names = [args.pod] if args.pod else [p["metadata"]["name"] for p in
@@ -116,7 +126,7 @@ def _history(stack_plan: Any, m: Any, args: argparse.Namespace) -> int:
     from . import history
     from ..manifests.first_token import record_prefix
 
-    bucket = stack_plan.aws.compile_cache_bucket
+    bucket = platform_fact(stack_plan, "compile_cache_bucket")
     if bucket is None:
         return _fail(f"model {m.name}: the stack has no compile-cache bucket, where the records are kept", EXIT_FAILED)
     try:
@@ -124,7 +134,7 @@ def _history(stack_plan: Any, m: Any, args: argparse.Namespace) -> int:
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ClientError
 
-        s3 = boto3.client("s3", region_name=stack_plan.config.region,
+        s3 = boto3.client("s3", region_name=platform_fact(stack_plan, "region"),
                           config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
         records = history.read_records(s3, bucket, record_prefix(m.name))
     except (BotoCoreError, ClientError) as err:
@@ -193,7 +203,7 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
     from . import reader
     from ..manifests.serving import selector
 
-    namespace = stack_plan.config.namespace
+    namespace = platform_fact(stack_plan, "namespace")
     try:
         cluster = reader.connect(args.kubeconfig, args.context)
         pod = args.pod or _pick_sleeper(reader.model_pods(cluster, namespace, m.name, selector(m.name)))
@@ -235,7 +245,7 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
 
 
 def _upload_wake(stack_plan: Any, m: Any, record: dict[str, Any], s3: Any = None) -> int:
-    bucket = stack_plan.aws.compile_cache_bucket
+    bucket = platform_fact(stack_plan, "compile_cache_bucket")
     if bucket is None:
         return _fail(f"model {m.name}: the stack has no compile-cache bucket, where the records are kept "
                      "(--no-record prints it)", EXIT_FAILED)
@@ -245,7 +255,7 @@ def _upload_wake(stack_plan: Any, m: Any, record: dict[str, Any], s3: Any = None
             import boto3
             from botocore.config import Config
 
-            s3 = boto3.client("s3", region_name=stack_plan.config.region,
+            s3 = boto3.client("s3", region_name=platform_fact(stack_plan, "region"),
                               config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -266,7 +276,7 @@ def bench_loader(args: argparse.Namespace, root: Path) -> int:
     from ..manifests import bench_loader as bl
     from ..manifests import pod_scripts
 
-    namespace, region = stack_plan.config.namespace, stack_plan.config.region
+    namespace, region = platform_fact(stack_plan, "namespace"), platform_fact(stack_plan, "region")
     job = bl.bench_loader_job(m, namespace, region, max_bytes=int(args.max_gib * 2**30))
     cm = pod_scripts.config_map_spec(bl.CONFIGMAP_NAME, namespace, bl.SCRIPT_KEY)
     try:

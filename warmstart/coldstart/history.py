@@ -31,6 +31,8 @@ def split_key(record: Mapping[str, Any]) -> tuple[str, str, str]:
     f = record.get("flags") or {}
     if record.get("kind") == "wake":
         return "standby wake", f"sleep level {f.get('sleep_level', '?')}", "-"
+    if record.get("kind") == "drill":  # warmstart drill's run: each path's request -> first inference
+        return "drill", "every path", "-"
     node = "new node" if f.get("new_node") else "warm node" if f.get("new_node") is False else "node ?"
     restore, compiled = f.get("compile_restore"), f.get("compile_cache")
     compile_ = (f"compile {compiled}" if compiled else
