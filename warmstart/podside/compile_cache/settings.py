@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path, PurePosixPath
-from typing import Any, Mapping
+from typing import Mapping
+
+from ..common.env import EnvReader
 
 
 #: Bump when the archive layout changes, or when a factor keeps its name but changes meaning:
@@ -117,26 +119,10 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
-        problems: list[str] = []
+        read = EnvReader(env)
+        problems = read.problems
+        text, number = read.text, read.number
 
-        def text(name: str, default: str = "", required: bool = False) -> str:
-            value = env.get(name, "").strip() or default
-            if required and not value:
-                problems.append(f"{name} is not set")
-            return value
-
-        def number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> Any:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return int(default) if integer else float(default)
-            try:
-                value = int(raw) if integer else float(raw)
-            except ValueError:
-                problems.append(f"{name}={raw!r} is not {'an integer' if integer else 'a number'}")
-                return int(default) if integer else float(default)
-            if value < minimum:
-                problems.append(f"{name}={raw!r} must be >= {minimum}")
-            return value
 
         prefix = text("WARMSTART_CACHE_PREFIX", required=True)
         if prefix.startswith("/"):

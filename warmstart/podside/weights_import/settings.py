@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..common.env import EnvReader
 from ..common.shared import emit_line, json_line
 
 EVENT = "warmstart.weights_import"
@@ -127,26 +128,10 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
-        problems: list[str] = []
+        read = EnvReader(env)
+        problems = read.problems
+        text, number = read.text, read.number
 
-        def text(name: str, required: bool = False) -> str:
-            value = env.get(name, "").strip()
-            if required and not value:
-                problems.append(f"{name} is not set")
-            return value
-
-        def number(name: str, default: float, *, integer: bool = False, minimum: float = 0) -> Any:
-            raw = env.get(name, "").strip()
-            if not raw:
-                return default
-            try:
-                value = int(raw) if integer else float(raw)
-            except ValueError:
-                problems.append(f"{name}={raw!r} is not {'an integer' if integer else 'a number'}")
-                return default
-            if value < minimum:
-                problems.append(f"{name}={raw!r} must be >= {minimum}")
-            return value
 
         prefix = text("WARMSTART_DEST_PREFIX", required=True).strip("/")
         weights_gib = number("WARMSTART_WEIGHTS_GIB", 0.0)

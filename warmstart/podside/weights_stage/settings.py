@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..common.env import EnvReader
 from ..common.shared import emit_line
 
 EVENT = "warmstart.weights_stage"
@@ -83,6 +84,8 @@ class Settings:
         def get(name: str, default: str = "") -> str:
             return env.get(name, "").strip() or default
 
+        read = EnvReader(env)
+
         source = get("WARMSTART_WEIGHTS_SOURCE").rstrip("/")
         digest = get("WARMSTART_WEIGHTS_DIGEST")
         if not source.startswith("s3://") or not digest or "/" in digest or digest.startswith("."):
@@ -91,21 +94,24 @@ class Settings:
         if get("WARMSTART_CONTENT_CHECK", "auto").lower() not in CONTENT_CHECKS:
             raise StageRefused(f"WARMSTART_CONTENT_CHECK={get('WARMSTART_CONTENT_CHECK')!r} is not one of "
                                f"{', '.join(CONTENT_CHECKS)} (models[].nodeCacheContentCheck)")
-        return cls(
+        settings = cls(
             source=source, digest=digest, root=Path(get("WARMSTART_WEIGHTS_ROOT", "/weights")),
             s5cmd=get("WARMSTART_S5CMD", "/opt/s5cmd/s5cmd"),
-            deadline_s=float(get("WARMSTART_STAGE_DEADLINE_S", "3600")),
-            workers=int(get("WARMSTART_STAGE_WORKERS", "64")),
-            min_free_share=float(get("WARMSTART_MIN_FREE_SHARE", "0.15")),
-            poll_s=max(0.05, float(get("WARMSTART_POLL_S", "1"))),
-            retry_s=max(1.0, float(get("WARMSTART_RETRY_S", "300"))),
+            deadline_s=read.number("WARMSTART_STAGE_DEADLINE_S", 3600),
+            workers=read.number("WARMSTART_STAGE_WORKERS", 64, integer=True, minimum=1),
+            min_free_share=read.number("WARMSTART_MIN_FREE_SHARE", 0.15),
+            poll_s=max(0.05, read.number("WARMSTART_POLL_S", 1)),
+            retry_s=max(1.0, read.number("WARMSTART_RETRY_S", 300)),
             label=get("WARMSTART_LABEL"),
-            max_pause_s=max(0.0, float(get("WARMSTART_MAX_PAUSE_S", "1200"))),
+            max_pause_s=max(0.0, read.number("WARMSTART_MAX_PAUSE_S", 1200)),
             content_check=get("WARMSTART_CONTENT_CHECK", "auto").lower(),
             kube_api=get("WARMSTART_KUBE_API", f"https://{host}:{port}" if host else ""),
             sa_dir=Path(get("WARMSTART_SA_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")),
             node=get("NODE_NAME"), pod=get("POD_NAME"), pod_uid=get("POD_UID"),
             namespace=get("POD_NAMESPACE"), endpoint=get("AWS_ENDPOINT_URL"), child_env=dict(env))
+        if read.problems:
+            raise StageRefused("; ".join(read.problems))
+        return settings
 
     @property
     def final(self) -> Path:
