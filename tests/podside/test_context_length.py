@@ -1,5 +1,5 @@
 """vLLM's `--max-model-len` rule on public config.json shapes (warmstart/podside/weights_import/
-context_length.py), each against the figure vLLM 0.33.0's `_get_and_verify_max_len` gives.
+context_length.py), each against the figure vLLM's `_get_and_verify_max_len` (vllm/config/model.py) gives.
 
 The configs keep the keys the rule reads, as the models publish them (their config.json on the
 Hugging Face Hub, linked per model)."""

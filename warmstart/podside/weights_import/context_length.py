@@ -3,7 +3,9 @@
 vLLM refuses a `--max-model-len` above the length it derives from the model's config when the
 engine starts, after the pod was scheduled, the image pulled and the weights streamed. The
 import checks the same rule on the config.json it copies, so a model that cannot start never
-gets a manifest. The rule, as vLLM 0.33.0 has it (`_get_and_verify_max_len` in
+gets a manifest. The rule, as vLLM's main branch has it (read for the pinned v0.33.0 image; the
+same steps as 0.11's, with the length keys moved to the architecture config:
+`_get_and_verify_max_len` in
 https://github.com/vllm-project/vllm/blob/main/vllm/config/model.py and
 `derive_max_model_len_and_key` in vllm/transformers_utils/model_arch_config_convertor.py):
 
