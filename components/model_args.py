@@ -139,8 +139,9 @@ class ModelEntryArgs(TypedDict):
     `vllm/vllm-openai:v0.33.0`."""
     max_model_len: NotRequired[int]
     """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's. At most
-    16,777,216 (2^24); vLLM also refuses one above the model's own `max_position_embeddings`
-    (times its RoPE scaling factor) when the engine starts."""
+    16,777,216 (2^24). vLLM refuses one above the model's own `max_position_embeddings` (times
+    its RoPE scaling factor, `--hf-overrides` included) when the engine starts; a model with
+    `import` is checked against its `config.json` by the import Job, before any copy."""
     gpu_memory_utilization: NotRequired[float]
     """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule. Default: `0.9`."""
     eager: NotRequired[bool]

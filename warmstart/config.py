@@ -457,8 +457,9 @@ class ModelSpec(_Strict):
     """vLLM container image (>= 0.11.1 for distributed loading); pin by `@sha256:` digest."""
     max_model_len: Annotated[int, Field(ge=1, le=MAX_MODEL_LEN_CEILING)] | None = None
     """`--max-model-len`; bounds KV memory and start-up profiling. Default: the model's. At most
-    16,777,216 (2^24); vLLM also refuses one above the model's own `max_position_embeddings`
-    (times its RoPE scaling factor) when the engine starts."""
+    16,777,216 (2^24). vLLM refuses one above the model's own `max_position_embeddings` (times
+    its RoPE scaling factor, `--hf-overrides` included) when the engine starts; a model with
+    `import` is checked against its `config.json` by the import Job, before any copy."""
     gpu_memory_utilization: Annotated[float, Field(gt=0.3, le=0.98)] = tuning.DEFAULT_GPU_MEMORY_UTILIZATION
     """`--gpu-memory-utilization`; also the basis of the tensor-parallel rule."""
     eager: bool = False

@@ -346,6 +346,9 @@ def test_with_an_index_only_its_shards_are_weights():
      "exactly one of"),
     ({"WARMSTART_SOURCE_S3": "s3://models/org"}, "overlaps the destination"),
     ({"WARMSTART_SOURCE_S3": "s3://bb/x", "WARMSTART_PART_BYTES": "1024"}, "must be >= 5242880"),
+    ({"WARMSTART_SOURCE_S3": "s3://bb/x", "WARMSTART_MAX_MODEL_LEN": "0"}, "WARMSTART_MAX_MODEL_LEN='0' must be >= 1"),
+    ({"WARMSTART_SOURCE_S3": "s3://bb/x", "WARMSTART_HF_OVERRIDES": "[1]"},
+     r"models\[\]\.extraArgs: the value of --hf-overrides is not a JSON object"),
 ])
 def test_settings_name_what_is_wrong(env, problem):
     base = {"WARMSTART_MODEL": "m", "WARMSTART_DEST_BUCKET": "models", "WARMSTART_DEST_PREFIX": "org/model",

@@ -355,3 +355,23 @@ def test_a_model_alone_with_an_import_but_no_import_role_names_the_arg():
 def test_the_render_table_warns_of_a_hub_import_without_a_token(prod_imports):
     assert "no warmstart:huggingFaceToken is set" in render.table(render_stack("dev").stack_plan)
     assert "huggingFaceToken" not in render.table(prod_imports.stack_plan)
+
+
+def test_the_job_carries_max_model_len_and_hf_overrides_for_the_config_json_check(stack_doc):
+    """The import checks maxModelLen against the model's config.json as vLLM does at start-up,
+    with the --hf-overrides the engine gets (podside/weights_import/context_length.py)."""
+    def env_after(edit) -> dict:
+        doc = stack_doc("dev")
+        edit(doc["config"]["warmstart:models"][0])
+        m = plan_stack(config.parse_config(_values(doc)), "dev").models[0]
+        (c,) = import_job.job_spec(m, "warmstart", "us-east-1")["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in c["env"]}
+
+    unset = env_after(lambda m: m.pop("maxModelLen", None))
+    assert "WARMSTART_MAX_MODEL_LEN" not in unset and "WARMSTART_HF_OVERRIDES" not in unset
+    yarn = '{"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}'
+    env = env_after(lambda m: m.update(maxModelLen=131072, extraArgs=["--enable-prefix-caching",
+                                                                       "--hf-overrides", yarn]))
+    assert (env["WARMSTART_MAX_MODEL_LEN"], env["WARMSTART_HF_OVERRIDES"]) == ("131072", yarn)
+    assert env_after(lambda m: m.update(maxModelLen=8192, extraArgs=[f"--hf-overrides={yarn}"]))[
+        "WARMSTART_HF_OVERRIDES"] == yarn

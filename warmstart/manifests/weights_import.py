@@ -24,6 +24,7 @@ from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
 from ..decisions.placement import DO_NOT_DISRUPT
 from ..plan.records import ServingPlan
+from ..podside.weights_import import context_length
 from ..podside.weights_import import s3 as script_s3
 from .serving import (
     ANNOTATION_DOMAIN,
@@ -124,6 +125,13 @@ def _env(m: ServingPlan, imp: imports.ImportPlan, region: str, token_secret: str
         "HOME": TMP_MOUNT,
         "TMPDIR": TMP_MOUNT,
     }
+    # The import checks maxModelLen against the model's config.json as vLLM does at start-up
+    # (podside/weights_import/context_length.py), with the --hf-overrides the engine gets.
+    if m.max_model_len is not None:
+        values["WARMSTART_MAX_MODEL_LEN"] = str(m.max_model_len)
+        overrides = context_length.hf_overrides(m.extra_args)
+        if overrides is not None:
+            values["WARMSTART_HF_OVERRIDES"] = overrides
     if imp.kind == "s3":
         values["WARMSTART_SOURCE_S3"] = imp.source
     else:

@@ -28,8 +28,8 @@ Order, so that a half-done import is never taken for a whole one:
     check     the destination's manifest: if it names this source and revision and every key it
               lists is there with its size, nothing is copied (and the source is not contacted);
     plan      list the source, pick the files, and verify them BEFORE copying anything:
-              config.json, at least one shard, every shard the index names, and the total
-              against WARMSTART_WEIGHTS_GIB;
+              config.json, at least one shard, every shard the index names, the total
+              against WARMSTART_WEIGHTS_GIB, and maxModelLen against config.json;
     copy      only what is missing or differs in size at the destination (an interrupted run
               is completed by the next), each file retried WARMSTART_RETRIES times. Sizes
               cannot tell two revisions apart, so over another import everything is copied,
@@ -55,6 +55,10 @@ Environment (read once, in Settings.from_env):
     WARMSTART_MAX_CONCURRENCY   transfer threads (parts and files). Default 16.
     WARMSTART_PART_BYTES        multipart threshold and part size. Default 64 MiB (S3's minimum is 5 MiB).
     WARMSTART_RETRIES           attempts per file (and per Hub listing or download). Default 3.
+    WARMSTART_MAX_MODEL_LEN     the model's maxModelLen: checked against its config.json as vLLM does
+                                at start-up (context_length.py). Unset: not checked.
+    WARMSTART_HF_OVERRIDES      the JSON object of `--hf-overrides` in the model's extraArgs, applied
+                                to config.json first (vLLM applies it too).
     WARMSTART_SMALL_READ_S      the most one small JSON read (manifest, index, config) may take,
                                 all its attempts together. Default 60.
     WARMSTART_TERMINATION_LOG   where the failure reason is written for `kubectl describe` and
@@ -65,7 +69,9 @@ Environment (read once, in Settings.from_env):
 Exit codes (the Job's podFailurePolicy fails the Job at once on 2, 3 and 4: a retry cannot help):
 
     0  imported and verified, or already complete (nothing copied)
-    2  the environment is not a usable configuration, or a Hub file is larger than the scratch
+    2  the environment is not a usable configuration, a Hub file is larger than the scratch, or
+       maxModelLen is above what the model's config.json allows (vLLM would refuse to start;
+       checked in `plan` before any copy, and on a complete import's own config.json)
     3  the source or destination cannot be read or written: not found, access denied, a gated
        or private Hub repository without a token that may read it, an unknown revision
     4  verification failed: no config.json, no shard, a shard the index names is missing, the
@@ -112,6 +118,7 @@ from .settings import (
     WEIGHTS_TOLERANCE,
 )
 from .sources import HubSource, prove_by_hash, S3Source, SourceFile
+from . import context_length
 
 # --------------------------------------------------------------------------------------------
 # The checks
@@ -160,6 +167,24 @@ def check_files(settings: Settings, present: Mapping[str, int], index: Any | Non
                           f"there: {', '.join(missing[:8])}; fix: import a complete copy of the model")
     check_weights_total(settings, sum(present[w] for w in weights), where)
     return weights, others
+
+
+def check_max_model_len(settings: Settings, config: Any, where: str) -> float | None:
+    """vLLM's start-up rule for `--max-model-len` (context_length.py) on the model's config.json:
+    a ConfigError (exit 2) when vLLM would refuse maxModelLen, so the manifest that lets the
+    stager and the Deployment go ahead is never written for a model that cannot start. Returns
+    the model's limit (None: unchecked, or the config names no length)."""
+    if settings.max_model_len is None:
+        return None
+    if not isinstance(config, dict) or UNREADABLE in config:
+        why = config[UNREADABLE] if isinstance(config, dict) else "not a JSON object"
+        raise VerifyError(f"{settings.model}: config.json at {where} is not a model config vLLM reads ({why}); "
+                          "fix: import a Hugging Face-format model")
+    length = context_length.derive(config, settings.hf_overrides)
+    line = context_length.refusal(settings.model, settings.max_model_len, length, bool(settings.hf_overrides))
+    if line is not None:
+        raise ConfigError(line)
+    return length.limit
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,7 +266,13 @@ def run(settings: Settings, client: Any = None) -> int:
         index = manifest.get("index_shards")
         try:
             check_weights_total(s, sum(int(dest[w]["bytes"]) for w in (index or weights)), f"at {s.destination}")
-        except VerifyError as exc:
+            # maxModelLen may have changed since the import: the copy's own config.json says
+            # whether vLLM would start with it (an S3 read; the source is not contacted).
+            if s.max_model_len is not None:
+                check_max_model_len(s, read_json(client, s.dest_bucket, s.dest_key("config.json"),
+                                                 int(dest["config.json"]["bytes"]) if "config.json" in dest else None,
+                                                 s.retries, s.small_read_s), s.destination)
+        except Exception as exc:  # noqa: BLE001
             return _fail(s, phase, exc)
         phase.result, phase.files = "complete", len(manifest["files"])
         phase.bytes = sum(int(f["bytes"]) for f in manifest["files"])
@@ -264,6 +295,9 @@ def run(settings: Settings, client: Any = None) -> int:
         picked = {n: f for n, f in listing.items() if wanted(n)}
         index = source.read_json(INDEX_NAME, picked[INDEX_NAME].bytes) if INDEX_NAME in picked else None
         weights, skipped = check_files(s, {n: f.bytes for n, f in picked.items()}, index, f"the source {s.source}")
+        # Before anything is copied: would vLLM start this model with its maxModelLen?
+        limit = check_max_model_len(s, source.read_json("config.json", picked["config.json"].bytes)
+                                    if s.max_model_len is not None else None, s.source)
         files = {n: f for n, f in picked.items() if n not in skipped}
         # Sizes say whether a file is there already only for a copy of this same source (its
         # manifest, "incomplete" over another import's files, says so), and then only for a file
@@ -320,6 +354,8 @@ def run(settings: Settings, client: Any = None) -> int:
     phase.extra = {"to_copy": len(todo), "to_copy_bytes": sum(f.bytes for f in todo),
                    "weights_bytes": sum(files[w].bytes for w in weights), "skipped": sorted(skipped) or None,
                    "strays": strays or None}
+    if s.max_model_len is not None:  # what the check compared (None: the config names no length)
+        phase.extra |= {"max_model_len": s.max_model_len, "model_max_len": None if limit is None else int(limit)}
     emit(phase)
 
     # copy: only what is missing or differs.

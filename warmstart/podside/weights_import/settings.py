@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from ..common.env import EnvReader
 from ..common.shared import emit_line, json_line
+from .context_length import parse_overrides
 
 EVENT = "warmstart.weights_import"
 
@@ -124,6 +125,10 @@ class Settings:
     (0: the disk's free space when the copy starts)."""
     file_parallelism: int = 8
     """WARMSTART_FILE_PARALLELISM: the most Hub files downloaded and uploaded at once."""
+    max_model_len: int | None = None
+    """WARMSTART_MAX_MODEL_LEN: the model's `maxModelLen` (None: vLLM's default, nothing to check)."""
+    hf_overrides: dict[str, Any] | None = None
+    """WARMSTART_HF_OVERRIDES: the JSON object of `--hf-overrides` in the model's extraArgs."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -153,6 +158,13 @@ class Settings:
                 problems.append("WARMSTART_HF_REVISION applies only to a Hugging Face import")
         if repo and not HF_COMMIT.match(revision):
             problems.append(f"WARMSTART_HF_REVISION={revision!r} must be a 40-hex commit (a branch or tag can move)")
+        max_model_len = number("WARMSTART_MAX_MODEL_LEN", 0, integer=True, minimum=1) or None
+        overrides = None
+        if text("WARMSTART_HF_OVERRIDES"):
+            overrides = parse_overrides(text("WARMSTART_HF_OVERRIDES"))
+            if overrides is None:
+                problems.append("models[].extraArgs: the value of --hf-overrides is not a JSON object (vLLM "
+                                "refuses it too); fix: write it as one, e.g. '{\"rope_scaling\": {...}}'")
         part = number("WARMSTART_PART_BYTES", 64 * MIB, integer=True, minimum=5 * MIB)
         term = termination_log(env)
         settings = cls(
@@ -173,6 +185,8 @@ class Settings:
             small_read_s=number("WARMSTART_SMALL_READ_S", SMALL_READ_S, minimum=1),
             scratch_bytes=number("WARMSTART_SCRATCH_BYTES", 0, integer=True, minimum=0),
             file_parallelism=number("WARMSTART_FILE_PARALLELISM", 8, integer=True, minimum=1),
+            max_model_len=max_model_len,
+            hf_overrides=overrides,
         )
         if (s3_bucket is not None and settings.dest_bucket == s3_bucket
                 and (f"{s3_prefix}/".startswith(f"{prefix}/") or f"{prefix}/".startswith(f"{s3_prefix}/"))):
