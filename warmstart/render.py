@@ -252,7 +252,7 @@ def node_price(pool: Any) -> str:
     return " / ".join(f"{capacity.usd(p)} {t}" for t, p in prices)
 
 
-def _model_stack_price(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> tuple[float | None, str]:
+def model_stack_price(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> tuple[float | None, str]:
     """A model stack's node-hour: its platform pool's on-demand list price in the platform's
     region (the platform's own hourlyPriceUsd is not in the contract), unknown where the pool
     takes spot first (the engines try reserved, then spot, then on-demand)."""
@@ -275,7 +275,7 @@ def model_cost(stack_plan: AnyPlan, m: plan_mod.ModelPlan) -> str:
     price ("unknown" without a price)."""
     pool = _pool_of(stack_plan, m)
     if pool is None and isinstance(stack_plan, platform_mod.ModelStackPlan):
-        price, spares = _model_stack_price(stack_plan, m)[0], 0
+        price, spares = model_stack_price(stack_plan, m)[0], 0
     elif pool is None:
         return "-"
     else:
@@ -525,7 +525,7 @@ def table(stack_plan: AnyPlan) -> str:
                      f"{m.load.s3_seconds:.0f}s / {m.load.nvme_seconds:.0f}s" if m.load else "-",
                      ("staged" if m.staged else "off") + (f" ({m.load.mode})" if m.load else ""),
                      node_price(pool) if (pool := _pool_of(stack_plan, m)) is not None else
-                     capacity.usd(_model_stack_price(stack_plan, m)[0])
+                     capacity.usd(model_stack_price(stack_plan, m)[0])
                      if isinstance(stack_plan, platform_mod.ModelStackPlan) else "-",
                      model_cost(stack_plan, m)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
@@ -540,7 +540,7 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(line)
         if m.autoscaling is not None:
             lines.append(scale_out_line(m))
-        price, source = _model_stack_price(stack_plan, m)
+        price, source = model_stack_price(stack_plan, m)
         lines.append(f"price {m.pool}: " + (f"${price:,.2f}/node-hour ({source}; the platform's hourlyPriceUsd, "
                                             "if it sets one, is not in its contract)" if price is not None else
                                             f"{source}"))

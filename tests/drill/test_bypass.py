@@ -12,7 +12,7 @@ import pytest
 from warmstart import render
 from warmstart.drill import manifests
 from warmstart.drill import plan as dp
-from warmstart.podside import compile_cache
+from warmstart.podside.compile_cache import main as compile_cache
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from warmstart import cli, render
-from warmstart.decisions import autoscaling
+from warmstart.decisions import autoscaling, capacity, prices
 from warmstart.exit_codes import EXIT_CONFIG, EXIT_OK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,11 +79,25 @@ def test_the_dry_run_prices_the_drills_own_replicas_beside_the_bounds(tmp_path, 
     assert "(2 node(s) launched)" in capsys.readouterr().out
 
 
-def test_the_dry_run_says_when_the_price_is_unknown(capsys, monkeypatch):
+def test_the_dry_run_prices_like_the_render_and_says_why_a_price_is_unknown(tmp_path, capsys, monkeypatch):
+    """With no hourlyPriceUsd the drill's node-hour is the render's (the shipped list price, named
+    as such); in a region the table does not cover it is unknown and says why and what to set."""
     monkeypatch.chdir(ROOT)
     assert cli.main(["drill", "--stack", "prod", "--model", "qwen-67b"]) == EXIT_OK
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("cost")]
-    assert "price unknown: set gpuPools[].hourlyPriceUsd" in line and "$" not in line, line
-    # A model stack's pool is its platform's.
+    listed = prices.on_demand("us-east-1", "p5.48xlarge")
+    assert f"{capacity.usd(listed.usd_per_hour)}/node-hour (on-demand list price, {listed.as_of})" in line, line
+    # A model stack's pool is its platform's, priced as the render prices it.
     assert cli.main(["drill", "--stack", "staging-llama-3-1-8b"]) == EXIT_OK
-    assert "the platform stack's file" in capsys.readouterr().out
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("cost")]
+    assert "(on-demand list price," in line, line
+    stacks = _stack_copy(tmp_path, monkeypatch)
+    f = stacks / "Pulumi.prod.yaml"
+    doc = yaml.safe_load(f.read_text())
+    doc["config"]["warmstart:region"] = "ap-southeast-3"
+    assert prices.on_demand("ap-southeast-3", "p5.48xlarge") is None
+    f.write_text(yaml.safe_dump(doc))
+    assert cli.main(["drill", "--stack", "prod", "--model", "qwen-67b"]) == EXIT_OK
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("cost")]
+    assert "price unknown (ap-southeast-3 is not in warmstart's price table" in line and "$" not in line, line
+    assert "set gpuPools[].hourlyPriceUsd" in line, line

@@ -58,7 +58,7 @@ BAD = [
     (PLATFORM | {"pod_scripts": "false"}, "podScripts", "expected true or false"),
     (PLATFORM | {"compile_cache": {"enabled": "false"}}, "compileCache.enabled", "expected true or false"),
     # A namespace Kubernetes refuses.
-    (PLATFORM | {"namespace": "Inference_NS"}, "namespace", "pattern"),
+    (PLATFORM | {"namespace": "Inference_NS"}, "namespace", "must be a DNS label"),
     (PLATFORM | {"namespace": "x" * 64}, "namespace", "at most 63"),
     # Numbers are numbers: no string, no boolean, no NaN.
     (PLATFORM | {"pools": _pool(max_gpus="32")}, "pools[0].maxGpus", "expected an integer"),
@@ -74,8 +74,8 @@ BAD = [
     (PLATFORM | {"oidc_provider_arn": "ABC"}, "oidcProviderArn", "OIDC provider ARN"),
     (PLATFORM | {"oidc_provider_arn": 12}, "oidcProviderArn", "a string, or a Pulumi Output"),
     (PLATFORM | {"model_bucket": "s3://research-models"}, "modelBucket", "bucket name"),
-    (PLATFORM | {"region": "us-east-\u0661"}, "region", "pattern"),
-    (PLATFORM | {"image_cache_account": "12345678901\u0662"}, "imageCacheAccount", "pattern"),
+    (PLATFORM | {"region": "us-east-\u0661"}, "region", "must be an AWS region code"),
+    (PLATFORM | {"image_cache_account": "12345678901\u0662"}, "imageCacheAccount", "12-digit AWS account ID"),
     (PLATFORM | {"monitoring": {"server_address": "prometheus:9090"}}, "monitoring.serverAddress", "http(s) URL"),
     (PLATFORM | {"monitoring": {"server_address": "https://p", "scraper_pods": [
         {"namespace": "monitoring", "pod_labels": {"app name": "prometheus"}}]}},
@@ -165,7 +165,7 @@ CAMEL = {"stack": "research", "region": "us-east-1", "clusterName": "research", 
 @pytest.mark.parametrize(("change", "key", "words"), [
     ({"vpcCidrs": "10.40.0.0/16"}, "vpcCidrs", "expected a list"),
     ({"nodeCache": "false"}, "nodeCache", "expected true or false"),
-    ({"namespace": "Inference"}, "namespace", "pattern"),
+    ({"namespace": "Inference"}, "namespace", "must be a DNS label"),
     ({"pools": [{"name": "h100", "instanceTypes": ["p5.48xlarge"], "maxGpus": 2.5}]}, "pools[0].maxGpus",
      "expected an integer"),
     ({"loader": {"chunkBytes": "4294967296"}}, "loader.chunkBytes", "expected an integer"),

@@ -527,6 +527,8 @@ NO_REACH: dict[str, str] = {
     "gpuPools[0].capacity.capacityBlock.endsAt": "the render's note of when the block's nodes are drained; the "
                                                  "engine handles a block's end itself, from EC2's own record of it "
                                                  "(https://karpenter.sh/docs/tasks/odcrs/)",
+    "production": "read only by `warmstart drill`, which refuses `--apply` on a stack marked production "
+                  "without `--confirm-production` (warmstart/drill/command.py); it deploys nothing",
     "network.allowS3ViaNat": "only lifts the config rule that refuses `s3GatewayEndpoint: false` "
                              "(warmstart/plan/aws.py); the endpoint's own key decides what is created",
 }

@@ -51,6 +51,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
+    from .. import render
     from ..coldstart.command import _plan
     from . import plan as dp
 
@@ -63,8 +64,11 @@ def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
         raise ConfigErrors([ConfigError(flag, rule, fix, value) for flag, rule, fix, value in bad])
     cluster = getattr(stack_plan, "cluster", None)
     pool = next((x for x in cluster.pools if x.name == m.pool), None) if cluster else None
+    # A model stack has no pool plan of its own: its node-hour is the one `warmstart render` shows
+    # for it (its platform pool's list price), with the same source.
+    listed = None if cluster else render.model_stack_price(stack_plan, m)
     p = dp.plan(args.stack, m, _platform(stack_plan, "namespace"), pool.warm_nodes if pool else 0, bounds,
-                fallback=not args.no_fallback, lose_node=args.lose_prepared_node, pool=pool)
+                fallback=not args.no_fallback, lose_node=args.lose_prepared_node, pool=pool, listed=listed)
     production = bool(getattr(stack_plan.config, "production", False))
     if production and (args.apply or args.restore) is False:
         print(f"note: stack {args.stack} is marked production (production: true); --apply also needs --confirm-production")

@@ -208,6 +208,9 @@ class Cost:
     price_key: str
     gpus_per_node: int
     where: str = "the stack file"
+    source: str = ""
+    """Where the node-hour comes from, as the render's price line says it (hourlyPriceUsd, the
+    shipped on-demand list price and its date), or why it is unknown."""
 
     @property
     def gpu_hours(self) -> float:
@@ -225,14 +228,17 @@ class Cost:
         held = (f"at most {self.gpus} GPU(s) ({self.pods} pod(s)) for up to {self.hours:.2f} h: "
                 f"{self.gpu_hours:.1f} GPU-hours")
         if self.node_hour_usd is None:
-            return (f"{held}; price unknown: set gpuPools[].{self.price_key} in {self.where} "
+            why = f" ({self.source.removeprefix('unknown: ')})" if self.source.startswith("unknown: ") else ""
+            return (f"{held}; price unknown{why}: set gpuPools[].{self.price_key} in {self.where} "
                     "(warmstart render prices nodes with it)")
-        return (f"{held} x {capacity.usd(self.node_hour_usd)}/node-hour ({self.price_key}) / {self.gpus_per_node} GPUs "
+        return (f"{held} x {capacity.usd(self.node_hour_usd)}/node-hour ({self.source or self.price_key}) / "
+                f"{self.gpus_per_node} GPUs "
                 f"= {capacity.usd(self.gpu_usd)}; {capacity.usd(self.nodes_usd)} if each needs a node of its own "
                 f"({self.nodes} node(s) launched)")
 
 
-def cost(m: Any, pool: Any, bounds: Bounds, *, fallback: bool, lose_node: bool) -> Cost:
+def cost(m: Any, pool: Any, bounds: Bounds, *, fallback: bool, lose_node: bool,
+         listed: tuple[float | None, str] | None = None) -> Cost:
     per_node = max(1, m.instance.gpu_count // m.tensor_parallel_size)
     hold = 0
     if m.autoscaling is not None:
@@ -244,10 +250,17 @@ def cost(m: Any, pool: Any, bounds: Bounds, *, fallback: bool, lose_node: bool) 
     pods = added + (1 if fallback else 0) + evicted
     nodes = math.ceil((added + (1 if fallback else 0)) / per_node) + (1 if lose_node else 0)
     ctype = pool.capacity.types[0] if pool is not None else "onDemand"
-    price = capacity.price_of(ctype, pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd) if pool else None
+    if pool is not None:
+        price = capacity.price_of(ctype, pool.hourly_price_usd, pool.capacity.spot_hourly_price_usd)
+        # The pool plan's price is the stack's own hourlyPriceUsd or the shipped list price
+        # (plan/cluster.py `price_source` says which), as the render's table shows it.
+        source = "capacity.spotHourlyPriceUsd" if ctype == "spot" else pool.price_source
+    else:
+        price, source = listed if listed is not None else (None, "unknown")
     key = "capacity.spotHourlyPriceUsd" if ctype == "spot" else "hourlyPriceUsd"
     return Cost(pods, pods * m.tensor_parallel_size, (bounds.deadline_s + hold) / 3600, nodes, price, key,
-                m.instance.gpu_count, "the stack file" if pool is not None else "the platform stack's file")
+                m.instance.gpu_count, "the stack file" if pool is not None else "the platform stack's file",
+                source)
 
 
 @dataclass
@@ -278,14 +291,15 @@ def new_run_id(now: datetime) -> str:
 
 def plan(stack: str, m: Any, namespace: str, warm_nodes: int, bounds: Bounds, *, fallback: bool = True,
          lose_node: bool = False, now: datetime | None = None, run_id: str | None = None,
-         pool: Any = None) -> DrillPlan:
+         pool: Any = None, listed: tuple[float | None, str] | None = None) -> DrillPlan:
     """What a run of the drill on model `m` does, change by change. `pool`: the model's GPU pool
-    plan (its price), None when the stack has none (then the price is unknown)."""
+    plan (its price), None in a model stack, whose node-hour and its source are `listed` (the
+    render's `model_stack_price`)."""
     now = now or datetime.now(timezone.utc)
     rid = run_id or new_run_id(now)
     scale_to = None if m.autoscaling is not None else m.replicas + 1
     p = DrillPlan(stack, m.name, namespace, rid, now, bounds, predictions(m, warm_nodes), scale_to, fallback,
-                  lose_node, cost=cost(m, pool, bounds, fallback=fallback, lose_node=lose_node))
+                  lose_node, cost=cost(m, pool, bounds, fallback=fallback, lose_node=lose_node, listed=listed))
     exp = p.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     p.changes.append(Change(
         "create", f"Job {namespace}/{load_job_name(rid)}",
