@@ -58,3 +58,22 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     if idle and waiting <= policy.target_waiting * (len(awake) - 1):
         out.sleep = [max(idle, key=lambda e: (not e.served, idle_for(e), e.url)).url]
     return out
+
+
+def pods_figure(engines: list[Engine], policy: Policy, held: int = 0, woken: int = 0, target_requests: float = 0.0) -> int:
+    """The pods the model needs now, the figure the actuator serves to KEDA's metrics-api scaler
+    (an `AverageValue` target of 1 pod, so the HPA's recommendation is the figure itself):
+    `standby` sleepers beside the most of
+
+    - `min_awake`;
+    - the engines the load needs, ceil((running + waiting + held) / `target_requests`), as the
+      Prometheus engine-demand query (decisions/autoscaling.py `demand_query`) computes it, read
+      here every period instead of every 30 s scrape (0 without `target_requests`);
+    - `woken`: the engines awake or waking right after the latest wake, while it is recent
+      (main.py holds it for `--wake-hold-seconds`). A wake takes a sleeper out of the standby at
+      once; counting the woken engine at once is what starts its replacement at the HPA's next
+      sync instead of a scrape later, and the HPA's scale-down window then keeps the highest
+      recommendation it saw."""
+    load = sum(e.waiting + e.running for e in engines if e.ready) + held
+    demand = math.ceil(load / target_requests) if target_requests > 0 else 0
+    return policy.standby + max(policy.min_awake, demand, woken)
