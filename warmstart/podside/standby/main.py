@@ -192,10 +192,6 @@ def act(args: argparse.Namespace, source: "Static | Kubernetes", state: State, p
         with state.lock:
             for ev in state.draining.values():
                 ev.set()
-    if wakes:
-        with state.lock:
-            awake = sum(1 for e in state.known.values() if e.ready and not e.sleeping) + len(state.waking | set(wakes))
-            state.woken = (time.monotonic(), awake)
     for url in wakes:
         e = state.known[url]
         with state.lock:
@@ -273,12 +269,16 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
-    act(args, source, state, pool, actions.wake, actions.sleep, routers, started)
-    # After the wakes started: the figure counts the woken engines at once, and the replacement
-    # sleepers start now rather than a scrape and a sync later.
+    if actions.wake:
+        # The figure counts the engines being woken at once, and their replacement sleepers start
+        # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.
+        with state.lock:
+            state.woken = (time.monotonic(), sum(1 for e in engines if e.ready and (not e.sleeping or e.url in waking))
+                           + len(set(actions.wake) - waking))
     pods = update_figure(args, state, policy, engines, held)
     if actions.wake:
         pool.submit(raise_replicas, args, source, pods)
+    act(args, source, state, pool, actions.wake, actions.sleep, routers, started)
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
