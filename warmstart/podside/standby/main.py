@@ -46,6 +46,14 @@ scale-down stabilization window, at least the model's start-up budget
 (warmstart/decisions/autoscaling.py), within which the startup probe has either seen it load or
 restarted it. The cost 100 written on a loading pod ranks it last among the not-Ready ones.
 
+With `--figure-port` it serves the model's pods figure on `GET /warmstart/pods` (decide.py
+`pods_figure`: the sleepers plus the most of `--min-awake`, the engines the load needs at
+`--target-requests` each, and the engines awake right after a wake for `--wake-hold-seconds`),
+which KEDA's metrics-api scaler hands to the HPA (warmstart/decisions/autoscaling.py
+`StandbyTrigger`); 503 until the first tick has read the engines. With `--deployment`, a wake
+raises that Deployment's replicas to the figure through its scale subresource (never down, never
+past `--max-pods`), so the woken sleeper's replacement starts at once.
+
 Each wake is one JSON line on stdout (`warmstart.wake`: signal, wake and first-token seconds),
 each sleep `warmstart.sleep`. Engines come from the Kubernetes API (pods of `--selector` in the
 namespace; the ServiceAccount may list and patch pods there, nothing else) or from
