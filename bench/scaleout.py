@@ -33,7 +33,12 @@ scheduler that runs `--max-num-seqs` requests at once and queues the rest
    predicted warm-spare cold start (compressed) before its /health answers. A load step wakes the
    sleeper; the load then holds (a plateau longer than the rendered scale-down window) and steps
    again: S2, W2 are the second step's. Then the load falls to nothing and the bench waits for
-   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up.
+   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up, awake
+   meaning serving (not asleep and labelled awake: in the routers); a freshly loaded replacement
+   that the actuator is taking out of the routers to sleep (its `--unlist-seconds` wait) is a
+   sleeper in the making, and is counted apart on the same line. The actuator runs as the render
+   runs it: KEDA's third figure is its own (`GET /warmstart/pods`, read at each HPA sync), and a
+   wake raises the replicas (`--scale-file` standing in for the scale subresource).
 
 The last line is
 `scale-out: woken serves S s after the load step (wake modelled W s); failed F of N; from zero: held H, dropped D;
@@ -322,7 +327,11 @@ class Cluster(threading.Thread):
         self.replicas = initial
         self._write_scale(initial)
         self.sample: tuple[float, float] | None = None
-        self.log: list[tuple[float, int, int, int]] = []  # (model s, pods, awake, asleep)
+        # (model s, pods, awake, asleep, serving): `awake` is every engine not asleep (a
+        # replacement the actuator is putting to sleep included), `serving` those also labelled
+        # awake, so in the routers.
+        self.log: list[tuple[float, int, int, int, int]] = []
+        self.labels: Path | None = None
         self.deleted: list[str] = []
         self.created: list[str] = []
 
@@ -424,8 +433,13 @@ class Cluster(threading.Thread):
                     self._write_scale(new)
                 next_sync = now + sync
             states = self.states()
+            try:
+                labels = json.loads(self.labels.read_text()) if self.labels else {}
+            except (OSError, ValueError):
+                labels = {}
+            serving = sum(v == "awake" and labels.get(u) == standby.AWAKE for u, v in states.items())
             self.log.append((self.model_now(), len(self.pods), sum(v == "awake" for v in states.values()),
-                             sum(v == "sleeping" for v in states.values())))
+                             sum(v == "sleeping" for v in states.values()), serving))
             self.stop.wait(0.2)
 
 
@@ -489,6 +503,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         scale_file = tmp / "sustained-scale.json"
         cluster = Cluster(slots, initial, plan, t_requests, a.target_waiting, count, a.load_seconds / a.compress,
                           a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file)
+        cluster.labels = labels
         ready.start()
         stack.callback(ready.stop.set)
         r = stack.enter_context(SmgRouter(router_flags(manifest), wait_for_workers=min_awake, ready_timeout_s=60))
@@ -508,13 +523,15 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         load = Load(r.url, t0)
         stack.callback(load.stop)
         deficits: list[tuple[float, int]] = []
+        unslept: list[tuple[float, int]] = []
 
         def hold(seconds: float, up: bool) -> None:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 if up and cluster.log:
-                    m, pods, awake, _ = cluster.log[-1]
-                    deficits.append((m, pods - (awake + count)))
+                    m, pods, awake, _, serving = cluster.log[-1]
+                    deficits.append((m, pods - (serving + count)))
+                    unslept.append((m, pods - (awake + count)))
                 time.sleep(0.25)
 
         step1 = a.clients_step1
@@ -543,18 +560,25 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         # While the load is up, pods one short of awake + count: the longest such stretch, in
         # model seconds (before the actuator raised the replicas on a wake, a scrape and an HPA
         # sync long after each wake).
-        worst, short_since, longest = 0, None, 0.0
-        for m, d in deficits:
-            worst = min(worst, d)
-            if d < 0 and short_since is None:
-                short_since = m
-            elif d >= 0 and short_since is not None:
-                longest, short_since = max(longest, m - short_since), None
+        def shortest(samples: list[tuple[float, int]]) -> tuple[int, float]:
+            worst, short_since, longest = 0, None, 0.0
+            for m, d in samples:
+                worst = min(worst, d)
+                if d < 0 and short_since is None:
+                    short_since = m
+                elif d >= 0 and short_since is not None:
+                    longest, short_since = max(longest, m - short_since), None
+            return worst, longest
+
+        worst, longest = shortest(deficits)
+        worst_unslept, longest_unslept = shortest(unslept)
         print(f"sustained: {step1} clients, then {a.clients_step2} from {t2:.1f} s; pods created {cluster.created}, "
               f"deleted {cluster.deleted}; {len(load.replies)} replies, {failed} failed")
         unread = sum(f is None for f in cluster.figures)
-        print(f"  pods - (awake + count) while the load was up: lowest {worst}, longest short {longest:.0f} model s; "
-              f"pods the actuator's wakes raised at once: {cluster.raised}; its figure unread at {unread} of "
+        print(f"  pods - (awake + count) while the load was up: lowest {worst}, longest short {longest:.0f} model s "
+              f"(awake: serving, in the routers); counting a loaded replacement the actuator is taking out of "
+              f"the routers to sleep as awake: lowest {worst_unslept}, longest {longest_unslept:.0f} model s")
+        print(f"  pods the actuator's wakes raised at once: {cluster.raised}; its figure unread at {unread} of "
               f"{len(cluster.figures)} HPA syncs")
         if returned is not None:
             back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
