@@ -71,8 +71,9 @@ class Api(LoopbackServer):
     Deployment `m`'s scale subresource (`replicas`, resourceVersion "7"), answering its GET with
     `scale_status`. Records every call as (method, path, content type, body)."""
 
-    def __init__(self, replicas: int, scale_status: int = 200) -> None:
+    def __init__(self, replicas: int, scale_status: int = 200, pod_lists: int | None = None) -> None:
         self.calls: list[tuple[str, str, str, object]] = []
+        self.pod_lists = pod_lists  # answer this many pod lists, then 500
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -94,6 +95,11 @@ class Api(LoopbackServer):
 
             def do_GET(self) -> None:
                 self._record()
+                if self.path.startswith("/api/v1/namespaces/ns/pods") and api.pod_lists is not None:
+                    api.pod_lists -= 1
+                    if api.pod_lists < 0:
+                        self._send(500, {})
+                        return
                 if self.path.startswith("/api/v1/namespaces/ns/pods"):
                     self._send(200, {"items": [{"metadata": {"name": "m-0"}, "status": {"podIP": "127.0.0.1"}}]})
                 elif self.path == SCALE:
@@ -109,9 +115,9 @@ class Api(LoopbackServer):
         self._serve(Handler)
 
 
-def _run(tmp_path: Path, engine: SleepingEngine, api: Api, *extra: str) -> tuple[list[int], list[dict], str]:
+def _run(tmp_path: Path, engine: SleepingEngine, api: Api, *extra: str) -> tuple[list[int | None], list[dict], str]:
     """Run the actuator (standby 1, min-awake 0) and read its figure while it runs: (the figures
-    read in order, its log lines, its stderr)."""
+    read in order, None for a 503 after the first figure, its log lines, its stderr)."""
     sa = tmp_path / "sa"
     sa.mkdir(exist_ok=True)
     (sa / "token").write_text("t0ken\n")
@@ -132,7 +138,9 @@ def _run(tmp_path: Path, engine: SleepingEngine, api: Api, *extra: str) -> tuple
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/warmstart/pods", timeout=5) as r:
                     figures.append(json.loads(r.read())["pods"])
             except urllib.error.HTTPError as exc:
-                assert exc.code == 503, exc.code  # before the first tick: an error, never a low figure
+                assert exc.code == 503, exc.code  # an error, never a low figure
+                if figures:
+                    figures.append(None)
             except OSError:
                 pass  # not listening yet, or already closed
             time.sleep(0.05)
@@ -164,7 +172,7 @@ def test_a_wake_raises_the_replicas_and_the_figure_at_once(tmp_path: Path):
     assert any(e["event"] == "warmstart.standby_scale" and e["replicas"] == 2 for e in lines), lines
     # The figure counts the woken engine at once (nothing else asks for an awake engine here:
     # min-awake 0, no --target-requests), then lets it go once the hold has passed.
-    assert figures and 2 in figures, figures
+    assert figures and 2 in figures and None not in figures, figures
     first_two = figures.index(2)
     assert set(figures[:first_two]) <= {1}, figures
     assert figures[-1] == 1, figures
@@ -178,6 +186,16 @@ def test_the_figure_counts_the_load_beside_the_sleepers(tmp_path: Path):
         figures, _, err = _run(tmp_path, engine, api, "--target-requests", "1")
     assert "Traceback" not in err, err
     assert figures and max(figures) == 4, figures
+
+
+def test_a_figure_the_actuator_no_longer_reads_is_an_error(tmp_path: Path):
+    """The pod list fails after a few ticks (the heartbeat still turns, by design): past
+    --figure-max-age the figure answers 503, which the HPA holds on, not the last count."""
+    with SleepingEngine() as engine, Api(replicas=1, pod_lists=5) as api:
+        figures, lines, err = _run(tmp_path, engine, api, "--figure-max-age", "1")
+    assert "Traceback" not in err, err
+    assert any(e["event"] == "warmstart.standby_discovery_failed" for e in lines), lines
+    assert figures and figures[0] is not None and figures[-1] is None, figures
 
 
 def test_a_refused_scale_read_is_logged_and_the_wake_goes_on(tmp_path: Path):

@@ -49,6 +49,15 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
         return out
     if waking or draining or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
         return out
+    # A sleeper is missing and a freshly loaded engine that never slept is there: it is the pod
+    # the figure asked for as the sleeper (a wake's replacement), so it sleeps now, whatever it
+    # serves. The routers may have sent it requests in the second between its readiness and this
+    # tick; the drain takes it out of them and lets those finish. Left to the idle rule below it
+    # would stay awake while the load holds, and the model would have no sleeper for the next step.
+    fresh = [e for e in awake if e.fresh_until > now]
+    if fresh:
+        out.sleep = [min(fresh, key=lambda e: e.url).url]
+        return out
 
     def idle_for(e: Engine) -> float:
         return now - e.idle_since

@@ -100,15 +100,19 @@ class State:
     figure: dict | None = None
     """What `GET /warmstart/pods` answers: the pods figure and its parts; None before the first
     tick that read the engines (the endpoint then answers 503, an error the HPA holds on)."""
+    figure_at: float = 0.0
+    """When `figure` was computed (monotonic): past `--figure-max-age` (the pod list failing, say)
+    the endpoint answers 503 rather than a count it no longer reads."""
 
 
 FIGURE_PATH = "/warmstart/pods"
 
 
-def serve_figure(state: State, address: str, port: int) -> http.server.ThreadingHTTPServer:
+def serve_figure(state: State, address: str, port: int, max_age: float) -> http.server.ThreadingHTTPServer:
     """`GET /warmstart/pods` -> `{"pods": N, ...}` (KEDA's metrics-api scaler reads `pods`, its
-    `valueLocation`); 503 until a tick has read the engines, 404 for any other path. Nothing
-    else is served: no route acts on anything."""
+    `valueLocation`); 503 until a tick has read the engines or when the last reading is older
+    than `max_age` seconds, 404 for any other path. Nothing else is served: no route acts on
+    anything."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -117,10 +121,13 @@ def serve_figure(state: State, address: str, port: int) -> http.server.Threading
         def do_GET(self) -> None:
             with state.lock:
                 figure = dict(state.figure) if state.figure is not None else None
+                age = time.monotonic() - state.figure_at
             if self.path.split("?", 1)[0] != FIGURE_PATH:
                 code, body = 404, b'{"error": "not found"}'
             elif figure is None:
                 code, body = 503, b'{"error": "no engines read yet"}'
+            elif age > max_age:
+                code, body = 503, b'{"error": "the engines have not been read lately"}'
             else:
                 code, body = 200, json.dumps(figure, sort_keys=True).encode()
             self.send_response(code)
@@ -169,11 +176,19 @@ def observe(args: argparse.Namespace, source: "Static | Kubernetes", state: Stat
     return readable, held
 
 
-def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float) -> None:
+def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
+              fresh_seconds: float = 0.0) -> None:
     """Each readable engine's pod: its deletion cost, and its routing label (except while a wake
     or a drain of this actuator owns it: a wake whose warm-up failed, an actuator restarted
     mid-drain are put right here)."""
     for e in engines:
+        if e.ready and not e.seen_ready:
+            e.seen_ready = True
+            # A pod that comes up awake is new (a scale-up, a rollout, a restart): the sleeper to be,
+            # while one is missing, for as long as a drain may take.
+            e.fresh_until = now + fresh_seconds if not e.sleeping else 0.0
+        if e.sleeping:
+            e.fresh_until = 0.0
         if e.ready and not e.sleeping and (e.waiting or e.running):
             e.served, e.idle_since = True, now
         state = "loading" if not e.ready else "sleeping" if e.sleeping else "awake"
@@ -243,6 +258,7 @@ def update_figure(args: argparse.Namespace, state: State, policy: Policy, engine
     if args.max_pods:
         pods = min(pods, args.max_pods)
     with state.lock:
+        state.figure_at = time.monotonic()
         state.figure = {"pods": pods, "woken": woken, "standby": policy.standby, "min_awake": policy.min_awake,
                         "awake": sum(1 for e in engines if e.ready and not e.sleeping),
                         "asleep": sum(1 for e in engines if e.ready and e.sleeping)}
@@ -273,7 +289,7 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     with state.lock:
         busy = set(state.waking) | set(state.draining)
     now = time.time()
-    reconcile(engines, source, busy, now)
+    reconcile(engines, source, busy, now, args.drain_timeout)
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
@@ -281,7 +297,9 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
         # The figure counts the engines being woken at once, and their replacement sleepers start
         # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.
         with state.lock:
-            state.woken = (time.monotonic(), sum(1 for e in engines if e.ready and (not e.sleeping or e.url in waking))
+            # (an engine being drained to sleep is a sleeper in the making, not an awake one)
+            state.woken = (time.monotonic(), sum(1 for e in engines if e.ready and e.url not in draining
+                                                 and (not e.sleeping or e.url in waking))
                            + len(set(actions.wake) - waking))
     pods = update_figure(args, state, policy, engines, held)
     if actions.wake:
@@ -298,7 +316,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
     ticks = 0
-    server = serve_figure(state, args.figure_address, args.figure_port) if args.figure_port >= 0 else None
+    server = serve_figure(state, args.figure_address, args.figure_port, args.figure_max_age) if args.figure_port >= 0 else None
     log("warmstart.standby_start", standby=args.standby, min_awake=args.min_awake, period_s=args.period,
         level=args.sleep_level, figure_port=server.server_address[1] if server else None)
     while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
@@ -353,6 +371,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--figure-port", type=int, default=-1,
                    help="serve the pods figure on GET /warmstart/pods at this port (0: any free one; -1: off)")
     p.add_argument("--figure-address", default="0.0.0.0", help="the figure's listening address")
+    p.add_argument("--figure-max-age", type=float, default=30.0,
+                   help="answer 503 when the engines were last read longer ago than this (the pod list failing)")
     p.add_argument("--wake-hold-seconds", type=float, default=60.0,
                    help="how long the figure counts the engines awake right after a wake: past the HPA's "
                    "next sync (15 s) and the next scrape of the engines' gauges (30 s)")

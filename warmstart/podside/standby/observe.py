@@ -66,6 +66,11 @@ class Engine:
     """The deletion cost last written to its pod."""
     label: str | None = None
     """The ENGINE_LABEL value last written to its pod."""
+    seen_ready: bool = False
+    fresh_until: float = 0.0
+    """Until when (time.time()) it is a freshly loaded engine that has never slept: the pod a
+    scale-up started, which `decide` puts to sleep first while sleepers are missing, even if the
+    routers already sent it requests (main.py `reconcile` sets it)."""
 
 
 def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
