@@ -250,6 +250,12 @@ def test_a_freshly_loaded_engine_is_the_missing_sleeper_whatever_it_serves():
     assert decision.decide(_served_replacement(fresh_until=10.0), policy, now=5.0).sleep == ["new"]
     # Past its freshness it is an awake engine like the others: the idle rule holds it.
     assert decision.decide(_served_replacement(fresh_until=10.0), policy, now=11.0).sleep == []
+    # A queue the others could not hold without it (over 5 waiting per engine): it serves, rather
+    # than sleep and be woken the next second.
+    crowded = _served_replacement(fresh_until=10.0)
+    for e in crowded[:3]:
+        e.waiting = 6
+    assert decision.decide(crowded, policy, now=5.0).sleep == []
     # With the sleepers all there, a fresh engine is capacity the load asked for: it stays awake.
     es = _served_replacement(fresh_until=10.0) + [observe.Engine("s", ready=True, sleeping=True)]
     assert decision.decide(es, policy, now=5.0).sleep == []

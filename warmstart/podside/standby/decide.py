@@ -54,8 +54,10 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     # serves. The routers may have sent it requests in the second between its readiness and this
     # tick; the drain takes it out of them and lets those finish. Left to the idle rule below it
     # would stay awake while the load holds, and the model would have no sleeper for the next step.
+    # Not when the others' queue would wake a sleeper at once without it (it then serves, and the
+    # figure's demand asks for the next pod, fresh in its turn).
     fresh = [e for e in awake if e.fresh_until > now]
-    if fresh:
+    if fresh and waiting <= policy.target_waiting * (len(awake) - 1):
         out.sleep = [min(fresh, key=lambda e: e.url).url]
         return out
 
