@@ -267,6 +267,11 @@ def test_reconcile_marks_an_engine_that_comes_up_awake_fresh_and_a_sleeper_never
     new, sleeper = observe.Engine("new", ready=True), observe.Engine("s", ready=True, sleeping=True)
     main.reconcile([new, sleeper], observe.Static(["new", "s"]), set(), now=100.0, fresh_seconds=30.0)
     assert (new.fresh_until, sleeper.fresh_until) == (130.0, 0.0)
+    # At the actuator's first reading (fresh_seconds 0: a restart beside busy engines) none is fresh.
+    old = observe.Engine("old", ready=True, running=3)
+    main.reconcile([old], observe.Static(["old"]), set(), now=100.0, fresh_seconds=0.0)
+    assert old.fresh_until <= 100.0
+    assert decision.decide([old, observe.Engine("b", ready=True)], decision.Policy(1, 1, 5, 300), now=100.0).sleep != ["old"]
     # Woken later, the sleeper is not fresh; seen again, the new one keeps its first mark.
     sleeper.sleeping = False
     main.reconcile([new, sleeper], observe.Static(["new", "s"]), set(), now=110.0, fresh_seconds=30.0)

@@ -58,7 +58,7 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     # figure's demand asks for the next pod, fresh in its turn).
     fresh = [e for e in awake if e.fresh_until > now]
     if fresh and waiting <= policy.target_waiting * (len(awake) - 1):
-        out.sleep = [min(fresh, key=lambda e: e.url).url]
+        out.sleep = [min(fresh, key=lambda e: (e.waiting + e.running, e.url)).url]
         return out
 
     def idle_for(e: Engine) -> float:

@@ -95,6 +95,8 @@ class State:
     waking: set[str] = field(default_factory=set)
     draining: dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ticked: bool = False
+    """A tick has read the engines (`reconcile` marks only engines Ready after it fresh)."""
     woken: tuple[float, int] = (0.0, 0)
     """(monotonic time, engines awake or waking) at the latest wake: `pods_figure`'s `woken`."""
     figure: dict | None = None
@@ -289,7 +291,10 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     with state.lock:
         busy = set(state.waking) | set(state.draining)
     now = time.time()
-    reconcile(engines, source, busy, now, args.drain_timeout)
+    # Engines already up at the actuator's first reading are of unknown age (it may have been
+    # restarted beside busy engines): only one that turns Ready later is fresh.
+    reconcile(engines, source, busy, now, args.drain_timeout if state.ticked else 0.0)
+    state.ticked = True
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
