@@ -33,7 +33,12 @@ scheduler that runs `--max-num-seqs` requests at once and queues the rest
    predicted warm-spare cold start (compressed) before its /health answers. A load step wakes the
    sleeper; the load then holds (a plateau longer than the rendered scale-down window) and steps
    again: S2, W2 are the second step's. Then the load falls to nothing and the bench waits for
-   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up.
+   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up, awake
+   meaning serving (not asleep and labelled awake: in the routers); a freshly loaded replacement
+   that the actuator is taking out of the routers to sleep (its `--unlist-seconds` wait) is a
+   sleeper in the making, and is counted apart on the same line. The actuator runs as the render
+   runs it: KEDA's third figure is its own (`GET /warmstart/pods`, read at each HPA sync), and a
+   wake raises the replicas (`--scale-file` standing in for the scale subresource).
 
 The last line is
 `scale-out: woken serves S s after the load step (wake modelled W s); failed F of N; from zero: held H, dropped D;
@@ -65,9 +70,11 @@ from tests.routing.fake_vllm import MODEL, WAKE_S_PER_GIB, FakeVllm  # noqa: E40
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
 from warmstart.decisions import autoscaling as scaling  # noqa: E402
 from warmstart.decisions import hpa, routing  # noqa: E402
+from warmstart.decisions import standby as standby_plan  # noqa: E402
 from warmstart.manifests import serving  # noqa: E402
-from warmstart.podside import front_queue
+from warmstart.podside import front_queue  # noqa: E402
 from warmstart.podside.standby import observe as standby  # noqa: E402
+from warmstart.podside.standby.act import COST  # noqa: E402
 
 BOUND_S = 120.0  # the most any wait here takes
 
@@ -300,8 +307,12 @@ class Cluster(threading.Thread):
     the engines run at wall-clock speed."""
 
     def __init__(self, slots: list[FakeVllm], initial: int, plan: scaling.ScalingPlan, target_requests: float,
-                 target_waiting: float, standby_count: int, load_s: float, compress: float) -> None:
+                 target_waiting: float, standby_count: int, load_s: float, compress: float, figure_url: str,
+                 scale_file: Path) -> None:
         super().__init__(daemon=True)
+        self.figure_url, self.scale_file = figure_url, scale_file
+        self.figures: list[int | None] = []
+        self.raised = 0
         self.slots, self.plan, self.compress = slots, plan, compress
         self.t_requests, self.t_waiting, self.count, self.load_s = target_requests, target_waiting, standby_count, load_s
         self.hpa = hpa.Hpa(hpa.Behavior.from_spec(scaling.hpa_behavior(plan)), plan.min_replicas, plan.max_replicas)
@@ -314,10 +325,39 @@ class Cluster(threading.Thread):
         for e in slots[initial:]:
             e.set_healthy(False)
         self.replicas = initial
+        self._write_scale(initial)
         self.sample: tuple[float, float] | None = None
-        self.log: list[tuple[float, int, int, int]] = []  # (model s, pods, awake, asleep)
+        # (model s, pods, awake, asleep, serving): `awake` is every engine not asleep (a
+        # replacement the actuator is putting to sleep included), `serving` those also labelled
+        # awake, so in the routers.
+        self.log: list[tuple[float, int, int, int, int]] = []
+        self.labels: Path | None = None
         self.deleted: list[str] = []
         self.created: list[str] = []
+
+    def _write_scale(self, n: int) -> None:
+        tmp = self.scale_file.with_suffix(".cluster.tmp")
+        tmp.write_text(json.dumps({"replicas": n}))
+        tmp.replace(self.scale_file)
+
+    def _apply_scale(self) -> None:
+        """The Deployment's controller: the replicas the actuator raised (its scale write) become pods."""
+        try:
+            want = int(json.loads(self.scale_file.read_text())["replicas"])
+        except (OSError, ValueError, KeyError):
+            return
+        if want > len(self.pods):
+            self.raised += want - len(self.pods)
+            self._create(want - len(self.pods))
+
+    def figure(self) -> int | None:
+        """The actuator's figure, as KEDA's metrics-api scaler reads it when the HPA asks; None
+        when it cannot be read (the HPA then holds a scale-down)."""
+        try:
+            with urllib.request.urlopen(self.figure_url, timeout=2) as r:
+                return int(json.loads(r.read())["pods"])
+        except (OSError, ValueError, KeyError):
+            return None
 
     def model_now(self) -> float:
         return (time.monotonic() - self.t0) * self.compress
@@ -343,7 +383,7 @@ class Cluster(threading.Thread):
     def _remove(self, n: int, states: dict[str, str]) -> None:
         # ActivePodsWithRanks over the pods as the ReplicaSet sees them: a loading pod is not
         # Ready; Ready ones carry the deletion cost the actuator writes (COST in standby.py).
-        pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=int(standby.COST[states[url]]),
+        pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=int(COST[states[url]]),
                         ready_since=p["ready_at"], created=p["created"]) for url, p in self.pods.items()]
         for victim in hpa.deletion_order(pods)[:n]:
             self.deleted.append(f"{self.pods[victim.name]['name']} ({states[victim.name]})")
@@ -365,25 +405,41 @@ class Cluster(threading.Thread):
                 rw = [_metrics(u) for u, p in self.pods.items() if p.get("healthy") is not False]
                 self.sample = (sum(r for r, _ in rw), sum(w for _, w in rw))
                 next_scrape = now + scrape
+            self._apply_scale()
             if now >= next_sync and self.sample is not None:
                 running, waiting = self.sample
                 current = len(self.pods)
-                # computeReplicasForMetrics: the largest of the triggers' answers.
                 by_waiting = hpa.external_per_pod_replicas(current, waiting + self.count * self.t_waiting,
                                                            self.t_waiting, tolerance_up=0, tolerance_down=0)
                 by_demand = hpa.external_per_pod_replicas(
                     current, scaling.demand_figure(running, waiting, self.t_requests, self.count), 1,
                     tolerance_up=0, tolerance_down=0)
-                new = self.hpa.step(self.model_now(), current, max(by_waiting, by_demand))
+                # The actuator's figure, read when the HPA asks (KEDA's metrics server calls the
+                # scaler on each request unless useCachedMetrics is set).
+                figure = self.figure()
+                self.figures.append(figure)
+                by_figure = None if figure is None else hpa.external_per_pod_replicas(
+                    current, figure, 1, tolerance_up=0, tolerance_down=0)
+                # computeReplicasForMetrics: the largest of the triggers' answers, none on a
+                # scale-down while one errors.
+                new = self.hpa.step(self.model_now(), current,
+                                    hpa.replicas_for_metrics(current, [by_waiting, by_demand, by_figure]))
                 states = self.states()
                 if new > current:
                     self._create(new - current)
                 elif new < current:
                     self._remove(current - new, states)
+                if new != current:
+                    self._write_scale(new)
                 next_sync = now + sync
             states = self.states()
+            try:
+                labels = json.loads(self.labels.read_text()) if self.labels else {}
+            except (OSError, ValueError):
+                labels = {}
+            serving = sum(v == "awake" and labels.get(u) == standby.AWAKE for u, v in states.items())
             self.log.append((self.model_now(), len(self.pods), sum(v == "awake" for v in states.values()),
-                             sum(v == "sleeping" for v in states.values())))
+                             sum(v == "sleeping" for v in states.values()), serving))
             self.stop.wait(0.2)
 
 
@@ -443,14 +499,22 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         initial = min_awake + count
         manifest, labels = tmp / "sustained.json", tmp / "sustained-labels.json"
         ready = Discovery(slots, manifest, labels, asleep={slots[min_awake].url})
+        (figure_port,) = free_ports(1)
+        scale_file = tmp / "sustained-scale.json"
         cluster = Cluster(slots, initial, plan, t_requests, a.target_waiting, count, a.load_seconds / a.compress,
-                          a.compress)
+                          a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file)
+        cluster.labels = labels
         ready.start()
         stack.callback(ready.stop.set)
         r = stack.enter_context(SmgRouter(router_flags(manifest), wait_for_workers=min_awake, ready_timeout_s=60))
         act = Actuator([e.url for e in slots], labels, "--standby", str(count), "--min-awake", str(min_awake),
                        "--target-waiting", f"{a.target_waiting:g}",
-                       "--awake-idle-seconds", f"{a.awake_idle_seconds / a.compress:g}")
+                       "--awake-idle-seconds", f"{a.awake_idle_seconds / a.compress:g}",
+                       # As the render runs it (manifests/standby.py), its times compressed as the model's.
+                       "--target-requests", f"{t_requests:g}", "--figure-port", str(figure_port),
+                       "--figure-address", "127.0.0.1", "--deployment", MODEL, "--max-pods", str(plan.max_replicas),
+                       "--scale-file", str(scale_file),
+                       "--wake-hold-seconds", f"{standby_plan.WAKE_HOLD_SECONDS / a.compress:g}")
         stack.callback(act.stop)
         time.sleep(3.0)
         cluster.start()
@@ -459,13 +523,15 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         load = Load(r.url, t0)
         stack.callback(load.stop)
         deficits: list[tuple[float, int]] = []
+        unslept: list[tuple[float, int]] = []
 
         def hold(seconds: float, up: bool) -> None:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 if up and cluster.log:
-                    m, pods, awake, _ = cluster.log[-1]
-                    deficits.append((m, pods - (awake + count)))
+                    m, pods, awake, _, serving = cluster.log[-1]
+                    deficits.append((m, pods - (serving + count)))
+                    unslept.append((m, pods - (awake + count)))
                 time.sleep(0.25)
 
         step1 = a.clients_step1
@@ -491,19 +557,29 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         s2 = sorted(t - t2 for t, st, by in load.replies if st == 200 and by in woken2 and t > t2)
         w2 = max((e.stats()["wake_s"] for e in slots if e.url in before2), default=float("nan"))
         failed = sum(1 for _, st, _ in load.replies if st != 200)
-        # While the load is up, a wake leaves pods one short until the next scrape and HPA sync
-        # start the replacement: the longest such stretch, in model seconds.
-        worst, short_since, longest = 0, None, 0.0
-        for m, d in deficits:
-            worst = min(worst, d)
-            if d < 0 and short_since is None:
-                short_since = m
-            elif d >= 0 and short_since is not None:
-                longest, short_since = max(longest, m - short_since), None
+        # While the load is up, pods one short of awake + count: the longest such stretch, in
+        # model seconds (before the actuator raised the replicas on a wake, a scrape and an HPA
+        # sync long after each wake).
+        def shortest(samples: list[tuple[float, int]]) -> tuple[int, float]:
+            worst, short_since, longest = 0, None, 0.0
+            for m, d in samples:
+                worst = min(worst, d)
+                if d < 0 and short_since is None:
+                    short_since = m
+                elif d >= 0 and short_since is not None:
+                    longest, short_since = max(longest, m - short_since), None
+            return worst, longest
+
+        worst, longest = shortest(deficits)
+        worst_unslept, longest_unslept = shortest(unslept)
         print(f"sustained: {step1} clients, then {a.clients_step2} from {t2:.1f} s; pods created {cluster.created}, "
               f"deleted {cluster.deleted}; {len(load.replies)} replies, {failed} failed")
+        unread = sum(f is None for f in cluster.figures)
         print(f"  pods - (awake + count) while the load was up: lowest {worst}, longest short {longest:.0f} model s "
-              f"(scrape {scaling.SCRAPE_INTERVAL_SECONDS} + sync {scaling.HPA_SYNC_SECONDS} + the replacement's wait)")
+              f"(awake: serving, in the routers); counting a loaded replacement the actuator is taking out of "
+              f"the routers to sleep as awake: lowest {worst_unslept}, longest {longest_unslept:.0f} model s")
+        print(f"  pods the actuator's wakes raised at once: {cluster.raised}; its figure unread at {unread} of "
+              f"{len(cluster.figures)} HPA syncs")
         if returned is not None:
             back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
         else:

@@ -182,7 +182,8 @@ class ServedModel(pulumi.ComponentResource):
                 non_gpu_placement=p.non_gpu_placement.args() if p.non_gpu_placement.given else None,
                 image=image_cache.cached_image(versions.SMG_IMAGE, p.image_cache_account, p.region)
                 if p.image_cache_account else None,
-                front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts),
+                front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts,
+                keda_namespace=(p.monitoring or {}).get("keda_namespace") or None),
                 opts=child("standby", depends_on=[*after, self.model], **kube))
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name

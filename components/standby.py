@@ -2,9 +2,11 @@
 
 From its Args alone the component decides through `warmstart.decisions.standby` and registers what
 `warmstart.manifests.standby` builds: the actuator's NetworkPolicy (first, so its pod never runs
-unfenced), its ServiceAccount, a Role that may only list and patch the namespace's pods, its
-RoleBinding and a one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py
-(see docs/scale-out.md). The model's pods must run with standby (`--enable-sleep-mode` and
+unfenced), its ServiceAccount, a Role that may only list and patch the namespace's pods and read
+and raise the model Deployment's replicas (its scale subresource, by name), its RoleBinding, the
+Service KEDA's operator reads the actuator's pods figure from (the ScaledObject's `standby-pods`
+trigger, which ModelAutoscaling renders for a model with standby) and a one-pod Deployment on the
+non-GPU nodes running warmstart/podside/standby/ (see docs/scale-out.md). The model's pods must run with standby (`--enable-sleep-mode` and
 `VLLM_SERVER_DEV_MODE=1`: a VllmModel with `standby`, whose serving NetworkPolicy then admits this
 actuator to the pods' serving port) behind a router, whose worker selector requires the
 `warmstart.io/engine=awake` label this actuator moves.
@@ -67,6 +69,12 @@ class ModelStandbyArgs(TypedDict):
     ship_pod_script: NotRequired[bool]
     """Create the script's ConfigMap for this model (default true). False when the platform ships
     it to the namespace (`warmstart-standby`)."""
+    deployment_name: NotRequired[str]
+    """The model's Deployment, whose replicas a wake raises through its scale subresource (default:
+    the model's name, as VllmModel names it)."""
+    keda_namespace: NotRequired[str]
+    """Namespace of KEDA's operator, the one peer that may read the actuator's pods figure
+    (default `keda`)."""
     kubeconfig: NotRequired[pulumi.Input[str]]
     """Kubeconfig of the cluster; without it the objects use the provider of the resource
     options (or the ambient one)."""
@@ -129,7 +137,13 @@ class ModelStandby(pulumi.ComponentResource):
             model=model, namespace=args["namespace"], image=args.get("image") or objects.IMAGE, standby=plan,
             min_awake=autoscaling.min_replicas, target_waiting=autoscaling.target_waiting_per_replica,
             non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelStandbyArgs.nonGpuPlacement"),
-            api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")))
+            api_server_cidrs=args["api_server_cidrs"], front_queue=bool(args.get("front_queue")),
+            deployment=args.get("deployment_name") or model,
+            # The ScaledObject's maxReplicaCount (decisions/autoscaling.py `plan_scaling`); the
+            # deprecated flat keys carry no maxReplicas: no bound then (the HPA's own holds).
+            max_pods=autoscaling.max_replicas + standby.count if args.get("autoscaling") is not None else 0,
+            target_requests=autoscaling.target_requests_per_replica,
+            keda_namespace=args.get("keda_namespace") or "keda")
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
             provider = kubernetes_provider(name, args["kubeconfig"], child)
@@ -143,7 +157,7 @@ class ModelStandby(pulumi.ComponentResource):
             kind, meta = obj["kind"], obj["metadata"]
             after = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=list(needs)))
             suffix = {"NetworkPolicy": "netpol",
-                      "ServiceAccount": "sa", "Role": "role", "RoleBinding": "role-binding",
+                      "ServiceAccount": "sa", "Role": "role", "RoleBinding": "role-binding", "Service": "service",
                       "Deployment": "deployment"}[kind]
             if kind == "NetworkPolicy":
                 r: pulumi.Resource = k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=meta,
@@ -156,6 +170,8 @@ class ModelStandby(pulumi.ComponentResource):
             elif kind == "RoleBinding":
                 r = k8s.rbac.v1.RoleBinding(f"{name}-{suffix}", metadata=meta, role_ref=obj["roleRef"],
                                             subjects=obj["subjects"], opts=after)
+            elif kind == "Service":
+                r = k8s.core.v1.Service(f"{name}-{suffix}", metadata=meta, spec=obj["spec"], opts=after)
             else:
                 r = k8s.apps.v1.Deployment(f"{name}-{suffix}", metadata=meta, spec=obj["spec"], opts=after)
                 self.deployment_name = pulumi.Output.from_input(meta["name"])

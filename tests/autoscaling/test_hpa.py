@@ -97,6 +97,33 @@ def test_a_metric_that_errors_holds_the_count():
     assert h.step(0, 4, None) == 4
 
 
+@pytest.mark.parametrize("current, recs, expected", [
+    (4, [3, 4], 4),          # the largest answer wins
+    (4, [3, None], None),    # one errored and the other would scale down: no scaling
+    (4, [4, None], 4),       # one errored, the other keeps the count: kept
+    (4, [6, None], 6),       # one errored, the other scales up: up
+    (4, [None, None], None),  # every metric errored
+], ids=["largest", "errored-down", "errored-hold", "errored-up", "all-errored"])
+def test_metrics_combine_as_compute_replicas_for_metrics(current, recs, expected):
+    """`computeReplicasForMetrics` (horizontal.go): `invalidMetricsCount >= len(metricSpecs) ||
+    (invalidMetricsCount > 0 && replicas < specReplicas)` returns an error, no rescale."""
+    assert hpa.replicas_for_metrics(current, recs) == expected
+
+
+def test_the_standby_actuator_down_holds_the_pods_up():
+    """The standby figure (the actuator's metrics-api trigger) cannot be read while its pod restarts:
+    a Prometheus figure that fell does not take a pod away (the sleeper stays), one that rose
+    still adds one."""
+    behavior = hpa.Behavior.from_spec(scaling.hpa_behavior(scaling.ScalingPlan(
+        model="m", namespace="n", deployment="m", min_replicas=3, max_replicas=5, polling_interval_seconds=15,
+        cooldown_period_seconds=300, scale_down_stabilization_seconds=0, scale_down_period_seconds=15, triggers=())))
+    h = hpa.Hpa(behavior, 3, 5)
+    assert h.step(0, 4, hpa.replicas_for_metrics(4, [3, None])) == 4
+    assert h.step(15, 4, hpa.replicas_for_metrics(4, [5, None])) == 5
+    # With the figure back, the same fall scales down (the window is 0 here).
+    assert h.step(30, 5, hpa.replicas_for_metrics(5, [3, 3])) == 4
+
+
 def test_the_replicaset_deletes_unassigned_pending_unready_then_the_lowest_cost():
     P = hpa.Pod
     order = [p.name for p in hpa.deletion_order([

@@ -227,3 +227,62 @@ def test_no_request_reaches_an_engine_once_its_sleep_began(tmp_path):
         assert router.workers() and all(slept.url.split("//")[1] not in w["url"] for w in router.workers())
         assert statuses and set(statuses) == {200}, statuses
         assert awake.stats()["requests"] > slept.stats()["requests"]
+
+
+# --------------------------------------------------------------------------------------
+# A wake's replacement becomes the sleeper, even when the routers reached it first
+
+
+def _served_replacement(fresh_until: float):
+    # Three awake engines under load (one woken a moment ago), no sleeper, and the pod the figure
+    # asked for as the sleeper, loaded and already sent requests by a router.
+    return [observe.Engine("a", ready=True, running=2, waiting=3, served=True),
+            observe.Engine("b", ready=True, running=2, waiting=3, served=True),
+            observe.Engine("c", ready=True, running=2, waiting=3, served=True),
+            observe.Engine("new", ready=True, running=2, waiting=1, served=True, fresh_until=fresh_until)]
+
+
+def test_a_freshly_loaded_engine_is_the_missing_sleeper_whatever_it_serves():
+    """Before: the idle rule kept a replacement that a router reached before the actuator's tick
+    awake while the load held, and the next step found no sleeper (bench/scaleout.py's second
+    step, no wake)."""
+    policy = decision.Policy(1, 2, 5, 300)
+    assert decision.decide(_served_replacement(fresh_until=10.0), policy, now=5.0).sleep == ["new"]
+    # Past its freshness it is an awake engine like the others: the idle rule holds it.
+    assert decision.decide(_served_replacement(fresh_until=10.0), policy, now=11.0).sleep == []
+    # A queue the others could not hold without it (over 5 waiting per engine): it serves, rather
+    # than sleep and be woken the next second.
+    crowded = _served_replacement(fresh_until=10.0)
+    for e in crowded[:3]:
+        e.waiting = 6
+    assert decision.decide(crowded, policy, now=5.0).sleep == []
+    # With the sleepers all there, a fresh engine is capacity the load asked for: it stays awake.
+    es = _served_replacement(fresh_until=10.0) + [observe.Engine("s", ready=True, sleeping=True)]
+    assert decision.decide(es, policy, now=5.0).sleep == []
+
+
+def test_reconcile_marks_an_engine_that_comes_up_awake_fresh_and_a_sleeper_never():
+    from warmstart.podside.standby import main
+
+    new, sleeper = observe.Engine("new", ready=True), observe.Engine("s", ready=True, sleeping=True)
+    main.reconcile([new, sleeper], observe.Static(["new", "s"]), set(), now=100.0, fresh_seconds=30.0)
+    assert (new.fresh_until, sleeper.fresh_until) == (130.0, 0.0)
+    # At the actuator's first reading (fresh_seconds 0: a restart beside busy engines) none is fresh.
+    old = observe.Engine("old", ready=True, running=3)
+    main.reconcile([old], observe.Static(["old"]), set(), now=100.0, fresh_seconds=0.0)
+    assert old.fresh_until <= 100.0
+    assert decision.decide([old, observe.Engine("b", ready=True)], decision.Policy(1, 1, 5, 300), now=100.0).sleep != ["old"]
+    # Woken later, the sleeper is not fresh; seen again, the new one keeps its first mark.
+    sleeper.sleeping = False
+    main.reconcile([new, sleeper], observe.Static(["new", "s"]), set(), now=110.0, fresh_seconds=30.0)
+    assert (new.fresh_until, sleeper.fresh_until) == (130.0, 0.0)
+
+
+def test_the_pods_figure_is_the_sleepers_beside_the_most_of_floor_demand_and_the_woken():
+    policy = decision.Policy(1, 2, 5, 300)
+    es = [observe.Engine("a", ready=True, running=6, waiting=8), observe.Engine("b", ready=True, running=6),
+          observe.Engine("s", ready=True, sleeping=True), observe.Engine("loading", ready=False, waiting=99)]
+    assert decision.pods_figure(es, policy) == 1 + 2, "no demand term without a per-engine target"
+    assert decision.pods_figure(es, policy, target_requests=7) == 1 + 3, "ceil(20 / 7): a loading engine counts nothing"
+    assert decision.pods_figure(es, policy, held=2, target_requests=7) == 1 + 4, "held requests are demand"
+    assert decision.pods_figure(es, policy, woken=5, target_requests=7) == 1 + 5

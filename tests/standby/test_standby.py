@@ -199,7 +199,11 @@ def test_the_actuator_objects_are_valid_and_least_privilege(where):
     for o in objs:
         kubernetes_validate.validate(o, K8S_VERSION, strict=True)
     (role,) = [o for o in objs if o["kind"] == "Role"]
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]
+    # Pods: list and patch. The model's own Deployment, by name, and only its replicas (the scale
+    # subresource): read and raise them on a wake.
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+                             {"apiGroups": ["apps"], "resources": ["deployments/scale"], "resourceNames": ["m"],
+                              "verbs": ["get", "patch"]}]
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 1, "one writer of wake and sleep"
@@ -212,7 +216,19 @@ def test_the_actuator_objects_are_valid_and_least_privilege(where):
     assert args[args.index("--standby") + 1] == "1" and args[args.index("--min-awake") + 1] == "1"
     assert args[args.index("--selector") + 1] == "app.kubernetes.io/instance=m,app.kubernetes.io/name=vllm"
     (own,) = (o for o in objs if o["kind"] == "NetworkPolicy")
-    assert "ingress" not in own["spec"] and "Ingress" in own["spec"]["policyTypes"], "the actuator accepts nothing"
+    # KEDA's operator pods alone, on the figure's port; nothing else reaches the actuator.
+    assert "Ingress" in own["spec"]["policyTypes"]
+    assert own["spec"]["ingress"] == [{"from": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "keda"}}, "podSelector": {"matchLabels": {"app": "keda-operator"}}}],
+        "ports": [{"port": standby.FIGURE_PORT, "protocol": "TCP"}]}]
+    (svc,) = (o for o in objs if o["kind"] == "Service")
+    assert svc["spec"]["selector"] == objects.selector("m") and svc["spec"]["type"] == "ClusterIP"
+    assert [(x["port"], x["targetPort"]) for x in svc["spec"]["ports"]] == [(standby.FIGURE_PORT, "figure")]
+    assert c["ports"] == [{"name": "figure", "containerPort": standby.FIGURE_PORT, "protocol": "TCP"}]
+    # What KEDA's trigger reads is what the Service routes to.
+    assert standby.figure_url("m", "ns") == f"http://{svc['metadata']['name']}.ns.svc:{standby.FIGURE_PORT}/warmstart/pods"
+    assert args[args.index("--figure-port") + 1] == str(standby.FIGURE_PORT)
+    assert args[args.index("--deployment") + 1] == "m"
     assert own["spec"]["egress"][0]["to"] == [{"podSelector": {"matchLabels": serving.selector("m")}}]
     # The serving pods' own policy admits it beside the routers, and nothing else new.
     router = network_policy.router_selector("m")
@@ -288,9 +304,21 @@ def test_the_actuators_flat_keys_of_before_plan_what_the_sections_plan_with_a_wa
     assert warned == []
     flat, rs_flat = _standby_alone(standby=None, autoscaling=None, count=2, sleep_level=2, awake_idle_seconds=60,
                                    min_awake=0, target_waiting_per_replica=3)
-    assert flat.plan == nested.plan and (flat.plan.standby, flat.plan.min_awake, flat.plan.target_waiting) == (2, 0, 3)
-    assert [r.inputs for r in rs_flat if r.typ.startswith("kubernetes:")] == \
-        [r.inputs for r in rs_nested if r.typ.startswith("kubernetes:")]
+    # The flat Args carry no maxReplicas: the figure and a wake's raise are left unbounded there
+    # (the HPA's maxReplicaCount still bounds the pods); all else is the same.
+    assert (flat.plan.max_pods, nested.plan.max_pods) == (0, 6)
+    assert flat.plan == dataclasses.replace(nested.plan, max_pods=0)
+    assert (flat.plan.standby, flat.plan.min_awake, flat.plan.target_waiting) == (2, 0, 3)
+
+    def without_max_pods(rs):
+        out = json.loads(json.dumps([r.inputs for r in rs if r.typ.startswith("kubernetes:")]))
+        for o in out:
+            for c in o.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+                if "--max-pods" in c.get("args", []):
+                    i = c["args"].index("--max-pods")
+                    del c["args"][i:i + 2]
+        return out
+    assert without_max_pods(rs_flat) == without_max_pods(rs_nested)
     assert len(warned) == 2 and any("awakeIdleSeconds, count, sleepLevel" in w for w in warned)
     assert any("minAwake, targetWaitingPerReplica" in w for w in warned)
     # Flat, an error keeps the key it was given by; flat and nested at once is refused.

@@ -427,7 +427,10 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
         metrics = f"{op}-metrics-apiserver"
         pods.append(Endpoint(f"{autoscaling_objects.KEDA_NAMESPACE}/{metrics}", next(hosts), "foreign",
                              autoscaling_objects.KEDA_NAMESPACE, {"app": metrics, NAME: metrics}))
-    from_zero = {o["metadata"]["name"] for o in scaled if any(t["type"] == "metrics-api" for t in o["spec"]["triggers"])}
+    # (a standby model's metrics-api trigger reads its actuator's Service, not the routers)
+    from_zero = {o["metadata"]["name"] for o in scaled
+                 if any(t["type"] == "metrics-api" and t["metadata"].get("aggregateFromKubeServiceEndpoints") == "true"
+                        for t in o["spec"]["triggers"])}
     plan = getattr(rendered, "stack_plan", None)  # None: a program of components alone (examples/)
     for ns, labels in named_scrapers(plan) if prometheus is None else prometheus:
         pods.append(Endpoint(f"{ns}/prometheus", next(hosts), "scraper", ns, labels, [("web", 9090, "TCP")]))
@@ -510,7 +513,11 @@ FLOWS = (
                                                        "the sleep routes) reach a routed model's pods (load bound)"),
     ("deny", "all-but-actuators", "standby-vllm", "http", "vLLM's dev routes (sleep, wake, /collective_rpc) are "
                                                           "reached by the routers and the actuator only, no client"),
-    ("deny", "everyone", "actuators", "any", "the standby actuator accepts nothing"),
+    ("allow", "keda-operator", "actuators", "figure", "KEDA's operator reads the standby actuator's pods figure "
+                                                      "(the ScaledObject's standby-pods trigger)"),
+    ("deny", "keda-operator", "actuators", "any", "KEDA's operator reaches the actuator on the figure's port alone"),
+    ("deny", "all-but-keda-operator", "actuators", "figure", "the figure is KEDA's operator's alone to read"),
+    ("deny", "all-but-keda-operator", "actuators", "any", "the standby actuator accepts nothing else"),
     ("allow", "keda-operator", "from-zero-routers", "http", "KEDA's operator reads each router pod's front queue "
                                                              "(held requests) to scale its model from zero pods"),
     ("deny", "keda-operator", "other-routers", "http", "KEDA reaches a router only to read a front queue it "
@@ -561,6 +568,7 @@ def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Servi
                               and not (e.role == "scraper" and metrics_on_http)],
         "routed-vllm": vllm if routers else [],
         "keda-operator": [e for e in stack.sources if e.role == "keda-operator"],
+        "all-but-keda-operator": [e for e in others if e.role != "keda-operator"],
         "from-zero-routers": routers if model in stack.from_zero else [],
         # (an exposed router admits the VPC's addresses on its serving port, pods among them)
         "other-routers": routers if model not in stack.from_zero and model not in stack.exposed else [],

@@ -157,6 +157,37 @@ def front_queue_trigger(service: str, namespace: str) -> QueueTrigger:
 
 
 @dataclass(frozen=True)
+class StandbyTrigger:
+    """KEDA's `metrics-api` trigger on the standby actuator's pods figure (a model with standby).
+
+    The actuator reads every engine each second and serves `standby.count` plus the most of
+    `minReplicas`, the engines the load needs (the engine-demand query's figure, without the
+    scrape's delay) and, for a minute after a wake, the engines awake and waking
+    (warmstart/podside/standby/decide.py `pods_figure`). Its target is 1 pod (`AverageValue`), so
+    the HPA's recommendation is the figure itself (ceil(value / 1), `GetExternalPerPodMetricReplicas`).
+    KEDA's metrics server calls the scaler each time the HPA asks (every 15 s), unless
+    `useCachedMetrics` is set (https://keda.sh/docs/2.20/concepts/scaling-deployments/#caching-metrics),
+    so the figure reaches the HPA one sync after a wake, not a 30 s scrape and a sync later; the
+    actuator also raises the Deployment's replicas itself on a wake, and that sync keeps them.
+
+    While the actuator cannot be read (its pod restarting: the Service has no endpoint, the scaler
+    errors) the HPA refuses to scale down and still scales up on the other triggers
+    (`computeReplicasForMetrics`, decisions/hpa.py `replicas_for_metrics`); no KEDA `fallback`
+    is set, which would replace the figure by a fixed count."""
+
+    url: str
+    value_location: str
+    target: float = 1.0
+
+
+def standby_trigger(model: str, namespace: str) -> StandbyTrigger:
+    for what, v in (("model", model), ("namespace", namespace)):
+        if not _DNS_LABEL.match(v):
+            raise ValueError(f"{what} {v!r} is not a DNS label")
+    return StandbyTrigger(url=standby_mod.figure_url(model, namespace), value_location=standby_mod.FIGURE_VALUE_LOCATION)
+
+
+@dataclass(frozen=True)
 class ScalingPlan:
     """Everything the ScaledObject of one model carries."""
 
@@ -172,6 +203,8 @@ class ScalingPlan:
     triggers: tuple[Trigger, ...]
     queue_trigger: QueueTrigger | None = None
     """Scale from zero pods: the front queues' demand, read by KEDA's operator itself."""
+    standby_trigger: StandbyTrigger | None = None
+    """With standby: the actuator's pods figure, read by KEDA's operator itself."""
 
     def summary(self) -> dict:
         return {"minReplicas": self.min_replicas, "maxReplicas": self.max_replicas,
@@ -182,7 +215,9 @@ class ScalingPlan:
                               "metricType": t.metric_type} for t in self.triggers]} | (
             {"frontQueueTrigger": {"url": q.url, "valueLocation": q.value_location, "targetValue": q.target,
                                    "activationTargetValue": q.activation}}
-            if (q := self.queue_trigger) is not None else {})
+            if (q := self.queue_trigger) is not None else {}) | (
+            {"standbyTrigger": {"url": f.url, "valueLocation": f.value_location, "targetValue": f.target}}
+            if (f := self.standby_trigger) is not None else {})
 
 
 def _selector(model: str, namespace: str) -> str:
@@ -283,6 +318,7 @@ def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budg
         min_replicas=spec.min_replicas + spec.standby, max_replicas=spec.max_replicas + spec.standby,
         polling_interval_seconds=FROM_ZERO_POLLING_INTERVAL_SECONDS if queue else POLLING_INTERVAL_SECONDS,
         queue_trigger=queue,
+        standby_trigger=standby_trigger(model, namespace) if spec.standby else None,
         # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters at zero
         # pods only; it waits out the budget there too, counted from the last poll that found a
         # trigger active (a request held or in flight).

@@ -18,8 +18,11 @@ Nothing here is tuned to a result; each rule names its upstream function:
   (`convertDesiredReplicasWithBehaviorRate`, `calculateScaleUpLimitWithScalingRules`,
   `calculateScaleDownLimitWithBehaviors`, counting the replicas changed within each policy's
   period), then min and max;
-- a metric that errors: `computeReplicasForMetrics` keeps the current count when every metric is
-  invalid, and refuses a scale-down while any is (`Hpa.step(..., desired=None)`);
+- the metrics together: `replicas_for_metrics`, as `computeReplicasForMetrics` (`horizontal.go`)
+  combines them: the largest recommendation of the metrics that answered; when every metric
+  errored, or one errored and the others would scale down, no count at all (None: `Hpa.step`
+  then keeps the current count). So a KEDA trigger that cannot be read (the standby actuator's
+  figure while its pod restarts) can hold the pods up, never take them down;
 - `deletion_order`: `ActivePodsWithRanks.Less` (`pkg/controller/controller_utils.go`), the
   order in which a ReplicaSet deletes pods on a scale-down (`getPodsToDelete`,
   `pkg/controller/replicaset/replica_set.go`). The logarithmic bucketing of ready and creation
@@ -49,6 +52,18 @@ def external_per_pod_replicas(current: int, total: float, target_per_pod: float,
     if 1.0 - tolerance_down <= ratio <= 1.0 + tolerance_up:
         return current
     return math.ceil(total / target_per_pod)
+
+
+def replicas_for_metrics(current: int, recommendations: list[int | None]) -> int | None:
+    """The HPA's recommendation from each metric's (None: that metric errored), as
+    `computeReplicasForMetrics` combines them: the largest of those that answered, or None (no
+    scaling this sync) when every metric errored or one did and the rest would scale down."""
+    valid = [r for r in recommendations if r is not None]
+    invalid = len(recommendations) - len(valid)
+    best = max(valid, default=0)
+    if invalid >= len(recommendations) or (invalid and best < current):
+        return None
+    return best
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,19 @@ ACTUATOR_PERIOD_SECONDS = 1.0
 # What the actuator pod requests on the non-GPU nodes (a stdlib loop of a few HTTP reads a second);
 # the non-GPU nodes are sized with it (plan/cluster.py, model_non_gpu_pods).
 ACTUATOR_REQUESTS = {"cpu": "50m", "memory": "64Mi"}
+# The actuator serves its pods figure (awake engines the load needs plus the sleepers, counting
+# the engines it has just woken at once) on this port, path FIGURE_PATH, as JSON whose `pods`
+# KEDA's metrics-api scaler reads (decisions/autoscaling.py `StandbyTrigger`). Only KEDA's
+# operator may reach it (manifests/standby.py).
+FIGURE_PORT = 9400
+FIGURE_PATH = "/warmstart/pods"
+FIGURE_VALUE_LOCATION = "pods"
+# How long the figure counts the engines awake right after a wake: past the HPA's next sync
+# (15 s, kube-controller-manager's default) and the next scrape of the engines' own gauges (AMP's
+# 30 s), so the HPA records the woken engine in its scale-down window even when the load per
+# engine stays under `targetRequestsPerReplica` (the window then keeps the pods), and twice the
+# sync so one failed read of the figure does not miss it.
+WAKE_HOLD_SECONDS = 30 + 2 * 15
 
 
 @dataclass(frozen=True)
@@ -159,10 +172,22 @@ class ActuatorPlan:
     front_queue: bool = False
     """The model's routers hold requests in a front queue (minReplicas 0): held requests count as
     waiting, so one wakes a sleeper."""
+    deployment: str = ""
+    """The model's Deployment, whose replicas a wake raises (its scale subresource); default the model's name."""
+    max_pods: int = 0
+    """The ScaledObject's maxReplicaCount (maxReplicas + standby): no raise asks for more."""
+    target_requests: float = 0.0
+    """`targetRequestsPerReplica`: the figure's demand term, as the engine-demand query's."""
+    keda_namespace: str = "keda"
+    """Where KEDA's operator runs: its pods alone may read the figure."""
 
     @property
     def name(self) -> str:
-        return f"{self.model}-standby"
+        return actuator_name(self.model)
+
+    @property
+    def deployment_name(self) -> str:
+        return self.deployment or self.model
 
     def script_config_map(self, shared: str, own: bool) -> str:
         """The ConfigMap the actuator mounts its script from: the namespace's (`shared`) or, `own`,
@@ -172,7 +197,8 @@ class ActuatorPlan:
 
 def plan_actuator(*, model: str, namespace: str, image: str, standby: StandbyPlan, min_awake: int,
                   target_waiting: float, non_gpu: placement.NonGpuPlacement, api_server_cidrs: tuple[str, ...] | list[str],
-                  front_queue: bool = False) -> ActuatorPlan:
+                  front_queue: bool = False, deployment: str = "", max_pods: int = 0, target_requests: float = 0.0,
+                  keda_namespace: str = "keda") -> ActuatorPlan:
     if min_awake < 0:
         raise ValueError("min_awake must be >= 0")
     if not api_server_cidrs:
@@ -181,4 +207,15 @@ def plan_actuator(*, model: str, namespace: str, image: str, standby: StandbyPla
                         sleep_level=standby.sleep_level, target_waiting=target_waiting,
                         awake_idle_seconds=standby.awake_idle_seconds,
                         non_gpu=non_gpu, api_server_cidrs=tuple(api_server_cidrs),
-                        front_queue=front_queue)
+                        front_queue=front_queue, deployment=deployment, max_pods=max_pods,
+                        target_requests=target_requests, keda_namespace=keda_namespace)
+
+
+def actuator_name(model: str) -> str:
+    """The actuator's name (its Deployment, ServiceAccount and Service): `ActuatorPlan.name`."""
+    return f"{model}-standby"
+
+
+def figure_url(model: str, namespace: str) -> str:
+    """Where KEDA's metrics-api scaler reads the actuator's figure: its Service in the model's namespace."""
+    return f"http://{actuator_name(model)}.{namespace}.svc:{FIGURE_PORT}{FIGURE_PATH}"

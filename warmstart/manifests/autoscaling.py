@@ -126,6 +126,11 @@ def scaled_object(p: decide.ScalingPlan, server: Any, *, region: str | None, aut
             "url": q.url, "format": "json", "valueLocation": q.value_location,
             "targetValue": _number(q.target), "activationTargetValue": _number(q.activation),
             "aggregateFromKubeServiceEndpoints": "true", "aggregationType": "sum"}})
+    if (f := p.standby_trigger) is not None:
+        # With standby: the actuator's pods figure, read by KEDA's operator from the actuator's
+        # Service when the HPA asks (decisions/autoscaling.py `StandbyTrigger` says why).
+        trig.append({"type": "metrics-api", "name": "standby-pods", "metricType": "AverageValue", "metadata": {
+            "url": f.url, "format": "json", "valueLocation": f.value_location, "targetValue": _number(f.target)}})
     return {
         "apiVersion": KEDA_API_VERSION,
         "kind": "ScaledObject",

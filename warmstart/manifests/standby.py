@@ -3,10 +3,11 @@
 From an ActuatorPlan (warmstart/decisions/standby.py): a ServiceAccount, a Role that may only
 list its model's pods and patch them (the deletion-cost annotation, and the
 `warmstart.io/engine` label that takes a pod out of the routers before its engine sleeps) and
-its RoleBinding, a
-one-pod Deployment on the non-GPU nodes running warmstart/podside/standby.py from its ConfigMap,
-and the NetworkPolicy fencing the actuator (it accepts nothing; it sends only to the model's vLLM
-pods, DNS and the Kubernetes API). The serving pods' own policy (manifests/network_policy.py,
+its RoleBinding (and `get`/`patch` on the model Deployment's scale subresource, by name: a wake
+raises its replicas), a one-pod Deployment on the non-GPU nodes running
+warmstart/podside/standby/ from its ConfigMap, the Service KEDA reads the actuator's pods figure
+from, and the NetworkPolicy fencing the actuator (it accepts KEDA's operator alone, on the
+figure's port; it sends only to the model's vLLM pods, DNS and the Kubernetes API). The serving pods' own policy (manifests/network_policy.py,
 `actuator`) admits it to their serving port beside the routers, no client: vLLM's dev routes (sleep, wake, /collective_rpc, ...) that standby needs are never a
 client's to call, and SMG forwards none of them (docs/scale-out.md).
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from .. import versions
 from ..decisions import routing
-from ..decisions.standby import ACTUATOR_REQUESTS, ActuatorPlan
+from ..decisions.standby import ACTUATOR_REQUESTS, FIGURE_PORT, WAKE_HOLD_SECONDS, ActuatorPlan
 from . import network_policy, pod_scripts, serving
 
 CONFIGMAP_NAME = "warmstart-standby"
@@ -38,6 +39,7 @@ HEARTBEAT = f"{TMP_MOUNT}/heartbeat"
 SCRIPT_ANNOTATION = f"{serving.ANNOTATION_DOMAIN}/standby-sha256"
 # Restart the actuator when its loop has not turned for this long (30 periods).
 HEARTBEAT_MAX_AGE_SECONDS = 30
+FIGURE_PORT_NAME = "figure"
 _LIVENESS = (
     "import os,sys,time\n"
     "sys.exit(0 if time.time()-os.stat(sys.argv[1]).st_mtime<float(sys.argv[2]) else 1)\n"
@@ -70,9 +72,13 @@ def service_account_spec(p: ActuatorPlan) -> dict[str, Any]:
 def role_spec(p: ActuatorPlan) -> dict[str, Any]:
     """List the namespace's pods (the script filters by the model's selector: RBAC cannot scope a
     list to labels) and patch them, for the deletion cost and the routing label
-    (serving.ENGINE_LABEL); no get, watch, create or delete."""
+    (serving.ENGINE_LABEL); no get, watch, create or delete. Read and raise the replicas of the
+    model's own Deployment, by name, through its scale subresource only (a wake starts the woken
+    sleeper's replacement at once): nothing of the Deployment's spec but its replicas."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": _meta(p),
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}]}
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]},
+                      {"apiGroups": ["apps"], "resources": ["deployments/scale"],
+                       "resourceNames": [p.deployment_name], "verbs": ["get", "patch"]}]}
 
 
 def role_binding_spec(p: ActuatorPlan) -> dict[str, Any]:
@@ -87,6 +93,10 @@ def container_args(p: ActuatorPlan) -> list[str]:
             "--standby", str(p.standby), "--min-awake", str(p.min_awake), "--sleep-level", str(p.sleep_level),
             "--target-waiting", f"{p.target_waiting:g}", "--awake-idle-seconds", str(p.awake_idle_seconds),
             "--period", f"{p.period_seconds:g}", "--heartbeat", HEARTBEAT,
+            "--figure-port", str(FIGURE_PORT), "--wake-hold-seconds", str(WAKE_HOLD_SECONDS),
+            "--deployment", p.deployment_name,
+            *(["--max-pods", str(p.max_pods)] if p.max_pods else []),
+            *(["--target-requests", f"{p.target_requests:g}"] if p.target_requests else []),
             *(["--front-queue-selector", _label_selector(network_policy.router_selector(p.model)),
                "--front-queue-port", str(routing.ROUTER_PORT)] if p.front_queue else [])]
 
@@ -100,6 +110,7 @@ def deployment_spec(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) ->
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3"],
         "args": container_args(p),
+        "ports": [{"name": FIGURE_PORT_NAME, "containerPort": FIGURE_PORT, "protocol": "TCP"}],
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}, {"name": "HOME", "value": TMP_MOUNT}],
         "readinessProbe": probe | {"failureThreshold": 3, "initialDelaySeconds": 2},
         "livenessProbe": probe | {"failureThreshold": 3, "initialDelaySeconds": 10},
@@ -146,9 +157,21 @@ def _tcp(port: int) -> dict[str, Any]:
     return {"port": port, "protocol": "TCP"}
 
 
+def service_spec(p: ActuatorPlan) -> dict[str, Any]:
+    """Where KEDA's metrics-api scaler reads the figure (decisions/standby.py `figure_url`). A
+    Ready actuator only is an endpoint: while its pod restarts the read fails, and the HPA holds."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(p),
+            "spec": {"type": "ClusterIP", "selector": selector(p.model),
+                     "ports": [{"name": FIGURE_PORT_NAME, "port": FIGURE_PORT, "targetPort": FIGURE_PORT_NAME,
+                                "protocol": "TCP"}]}}
+
+
 def actuator_network_policy_spec(p: ActuatorPlan) -> dict[str, Any]:
-    """The actuator accepts nothing; it reaches the model's vLLM pods (serving port: the sleep
-    routes, /metrics, the warm-up), DNS and the Kubernetes API."""
+    """The actuator accepts KEDA's operator alone, on the figure's port (a read-only count; the
+    metrics-api scaler runs in the operator, which dials the Service: the AWS network policy agent
+    judges the ingress at the actuator's pod, after the Service's DNAT, so the operator's pod is
+    the peer); it reaches the model's vLLM pods (serving port: the sleep routes, /metrics, the
+    warm-up), DNS and the Kubernetes API."""
     egress = [
         {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(serving.HTTP_PORT)]},
         # The routers' front queues: how many requests they hold (`GET /warmstart/held`).
@@ -161,10 +184,12 @@ def actuator_network_policy_spec(p: ActuatorPlan) -> dict[str, Any]:
     ]
     return {"apiVersion": network_policy.API_VERSION, "kind": "NetworkPolicy", "metadata": _meta(p),
             "spec": {"podSelector": {"matchLabels": selector(p.model)}, "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"from": [network_policy.keda_operator_peer(p.keda_namespace)],
+                                  "ports": [_tcp(FIGURE_PORT)]}],
                      "egress": egress}}
 
 
 def objects(p: ActuatorPlan, script_config_map: str = CONFIGMAP_NAME) -> list[dict[str, Any]]:
     """Every object of the actuator, policies first (a pod started before its policy runs unfenced)."""
     return [actuator_network_policy_spec(p), service_account_spec(p), role_spec(p), role_binding_spec(p),
-            deployment_spec(p, script_config_map)]
+            service_spec(p), deployment_spec(p, script_config_map)]

@@ -49,6 +49,17 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
         return out
     if waking or draining or len(asleep) >= policy.standby or len(awake) <= policy.min_awake:
         return out
+    # A sleeper is missing and a freshly loaded engine that never slept is there: it is the pod
+    # the figure asked for as the sleeper (a wake's replacement), so it sleeps now, whatever it
+    # serves. The routers may have sent it requests in the second between its readiness and this
+    # tick; the drain takes it out of them and lets those finish. Left to the idle rule below it
+    # would stay awake while the load holds, and the model would have no sleeper for the next step.
+    # Not when the others' queue would wake a sleeper at once without it (it then serves, and the
+    # figure's demand asks for the next pod, fresh in its turn).
+    fresh = [e for e in awake if e.fresh_until > now]
+    if fresh and waiting <= policy.target_waiting * (len(awake) - 1):
+        out.sleep = [min(fresh, key=lambda e: (e.waiting + e.running, e.url)).url]
+        return out
 
     def idle_for(e: Engine) -> float:
         return now - e.idle_since
@@ -58,3 +69,22 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     if idle and waiting <= policy.target_waiting * (len(awake) - 1):
         out.sleep = [max(idle, key=lambda e: (not e.served, idle_for(e), e.url)).url]
     return out
+
+
+def pods_figure(engines: list[Engine], policy: Policy, held: int = 0, woken: int = 0, target_requests: float = 0.0) -> int:
+    """The pods the model needs now, the figure the actuator serves to KEDA's metrics-api scaler
+    (an `AverageValue` target of 1 pod, so the HPA's recommendation is the figure itself):
+    `standby` sleepers beside the most of
+
+    - `min_awake`;
+    - the engines the load needs, ceil((running + waiting + held) / `target_requests`), as the
+      Prometheus engine-demand query (decisions/autoscaling.py `demand_query`) computes it, read
+      here every period instead of every 30 s scrape (0 without `target_requests`);
+    - `woken`: the engines awake or waking right after the latest wake, while it is recent
+      (main.py holds it for `--wake-hold-seconds`). A wake takes a sleeper out of the standby at
+      once; counting the woken engine at once is what starts its replacement at the HPA's next
+      sync instead of a scrape later, and the HPA's scale-down window then keeps the highest
+      recommendation it saw."""
+    load = sum(e.waiting + e.running for e in engines if e.ready) + held
+    demand = math.ceil(load / target_requests) if target_requests > 0 else 0
+    return policy.standby + max(policy.min_awake, demand, woken)

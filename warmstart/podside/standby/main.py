@@ -46,6 +46,14 @@ scale-down stabilization window, at least the model's start-up budget
 (warmstart/decisions/autoscaling.py), within which the startup probe has either seen it load or
 restarted it. The cost 100 written on a loading pod ranks it last among the not-Ready ones.
 
+With `--figure-port` it serves the model's pods figure on `GET /warmstart/pods` (decide.py
+`pods_figure`: the sleepers plus the most of `--min-awake`, the engines the load needs at
+`--target-requests` each, and the engines awake right after a wake for `--wake-hold-seconds`),
+which KEDA's metrics-api scaler hands to the HPA (warmstart/decisions/autoscaling.py
+`StandbyTrigger`); 503 until the first tick has read the engines. With `--deployment`, a wake
+raises that Deployment's replicas to the figure through its scale subresource (never down, never
+past `--max-pods`), so the woken sleeper's replacement starts at once.
+
 Each wake is one JSON line on stdout (`warmstart.wake`: signal, wake and first-token seconds),
 each sleep `warmstart.sleep`. Engines come from the Kubernetes API (pods of `--selector` in the
 namespace; the ServiceAccount may list and patch pods there, nothing else) or from
@@ -63,6 +71,8 @@ never gets the actuator restarted.
 from __future__ import annotations
 
 import argparse
+import http.server
+import json
 import os
 import threading
 import time
@@ -70,7 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .act import COST, drain, put_to_sleep, restore, wake
-from .decide import Policy, decide
+from .decide import Policy, decide, pods_figure
 from .observe import (
     ASLEEP, AWAKE, Engine, Kubernetes, Static, held_requests, log, probe,
 )
@@ -85,6 +95,53 @@ class State:
     waking: set[str] = field(default_factory=set)
     draining: dict[str, threading.Event] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    ticked: bool = False
+    """A tick has read the engines (`reconcile` marks only engines Ready after it fresh)."""
+    woken: tuple[float, int] = (0.0, 0)
+    """(monotonic time, engines awake or waking) at the latest wake: `pods_figure`'s `woken`."""
+    figure: dict | None = None
+    """What `GET /warmstart/pods` answers: the pods figure and its parts; None before the first
+    tick that read the engines (the endpoint then answers 503, an error the HPA holds on)."""
+    figure_at: float = 0.0
+    """When `figure` was computed (monotonic): past `--figure-max-age` (the pod list failing, say)
+    the endpoint answers 503 rather than a count it no longer reads."""
+
+
+FIGURE_PATH = "/warmstart/pods"
+
+
+def serve_figure(state: State, address: str, port: int, max_age: float) -> http.server.ThreadingHTTPServer:
+    """`GET /warmstart/pods` -> `{"pods": N, ...}` (KEDA's metrics-api scaler reads `pods`, its
+    `valueLocation`); 503 until a tick has read the engines or when the last reading is older
+    than `max_age` seconds, 404 for any other path. Nothing else is served: no route acts on
+    anything."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            with state.lock:
+                figure = dict(state.figure) if state.figure is not None else None
+                age = time.monotonic() - state.figure_at
+            if self.path.split("?", 1)[0] != FIGURE_PATH:
+                code, body = 404, b'{"error": "not found"}'
+            elif figure is None:
+                code, body = 503, b'{"error": "no engines read yet"}'
+            elif age > max_age:
+                code, body = 503, b'{"error": "the engines have not been read lately"}'
+            else:
+                code, body = 200, json.dumps(figure, sort_keys=True).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    return server
 
 
 def observe(args: argparse.Namespace, source: "Static | Kubernetes", state: State,
@@ -121,11 +178,19 @@ def observe(args: argparse.Namespace, source: "Static | Kubernetes", state: Stat
     return readable, held
 
 
-def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float) -> None:
+def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
+              fresh_seconds: float = 0.0) -> None:
     """Each readable engine's pod: its deletion cost, and its routing label (except while a wake
     or a drain of this actuator owns it: a wake whose warm-up failed, an actuator restarted
     mid-drain are put right here)."""
     for e in engines:
+        if e.ready and not e.seen_ready:
+            e.seen_ready = True
+            # A pod that comes up awake is new (a scale-up, a rollout, a restart): the sleeper to be,
+            # while one is missing, for as long as a drain may take.
+            e.fresh_until = now + fresh_seconds if not e.sleeping else 0.0
+        if e.sleeping:
+            e.fresh_until = 0.0
         if e.ready and not e.sleeping and (e.waiting or e.running):
             e.served, e.idle_since = True, now
         state = "loading" if not e.ready else "sleeping" if e.sleeping else "awake"
@@ -186,6 +251,37 @@ def act(args: argparse.Namespace, source: "Static | Kubernetes", state: State, p
         pool.submit(_sleep)
 
 
+def update_figure(args: argparse.Namespace, state: State, policy: Policy, engines: list[Engine], held: int) -> int:
+    """Recompute the pods figure (`pods_figure`) into `state.figure`; returns it."""
+    with state.lock:
+        at, count = state.woken
+    woken = count if at and time.monotonic() - at < args.wake_hold_seconds else 0
+    pods = pods_figure(engines, policy, held, woken, args.target_requests)
+    if args.max_pods:
+        pods = min(pods, args.max_pods)
+    with state.lock:
+        state.figure_at = time.monotonic()
+        state.figure = {"pods": pods, "woken": woken, "standby": policy.standby, "min_awake": policy.min_awake,
+                        "awake": sum(1 for e in engines if e.ready and not e.sleeping),
+                        "asleep": sum(1 for e in engines if e.ready and e.sleeping)}
+    return pods
+
+
+def raise_replicas(args: argparse.Namespace, source: "Static | Kubernetes", want: int) -> None:
+    """Start the woken sleeper's replacement now: the Deployment's replicas up to the figure
+    (never down, never past `--max-pods`). The HPA's next sync reads the same figure, so it keeps
+    them; a failed or conflicting write is logged and left to that sync."""
+    if not args.deployment:
+        return
+    try:
+        done = source.raise_replicas(args.deployment, min(want, args.max_pods) if args.max_pods else want)
+    except (OSError, ValueError) as exc:
+        log("warmstart.standby_scale_failed", deployment=args.deployment, error=str(exc)[:300])
+        return
+    if done:
+        log("warmstart.standby_scale", deployment=args.deployment, replicas_before=done[0], replicas=done[1])
+
+
 def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, pool: ThreadPoolExecutor,
          policy: Policy, routers: list[str], started: float) -> None:
     seen = observe(args, source, state, pool)
@@ -195,24 +291,39 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     with state.lock:
         busy = set(state.waking) | set(state.draining)
     now = time.time()
-    reconcile(engines, source, busy, now)
+    # Engines already up at the actuator's first reading are of unknown age (it may have been
+    # restarted beside busy engines): only one that turns Ready later is fresh.
+    reconcile(engines, source, busy, now, args.drain_timeout if state.ticked else 0.0)
+    state.ticked = True
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
+    if actions.wake:
+        # The figure counts the engines being woken at once, and their replacement sleepers start
+        # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.
+        with state.lock:
+            # (an engine being drained to sleep is a sleeper in the making, not an awake one)
+            state.woken = (time.monotonic(), sum(1 for e in engines if e.ready and e.url not in draining
+                                                 and (not e.sleeping or e.url in waking))
+                           + len(set(actions.wake) - waking))
+    pods = update_figure(args, state, policy, engines, held)
+    if actions.wake:
+        pool.submit(raise_replicas, args, source, pods)
     act(args, source, state, pool, actions.wake, actions.sleep, routers, started)
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
-    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file) if args.engines else
-                        Kubernetes(args.namespace, args.selector, args.port))
+    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file)
+                        if args.engines else Kubernetes(args.namespace, args.selector, args.port))
     routers = [u for u in args.router.split(",") if u]
     policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
     state = State()
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
     ticks = 0
+    server = serve_figure(state, args.figure_address, args.figure_port, args.figure_max_age) if args.figure_port >= 0 else None
     log("warmstart.standby_start", standby=args.standby, min_awake=args.min_awake, period_s=args.period,
-        level=args.sleep_level)
+        level=args.sleep_level, figure_port=server.server_address[1] if server else None)
     while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
         ticks += 1
         started = time.monotonic()
@@ -228,6 +339,9 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "
                     f.write(f"{time.time():.3f}\n")
         stop.wait(max(0.0, args.period - (time.monotonic() - started)))
     pool.shutdown(wait=True)
+    if server is not None:
+        server.shutdown()
+        server.server_close()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -257,6 +371,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "watch event (smg service_discovery/kubernetes.rs), plus the watch's delivery")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="most seconds to take an engine out of the routers and see it idle; past it, no sleep")
+    p.add_argument("--target-requests", type=float, default=0.0,
+                   help="requests (running plus waiting) one engine carries: the figure's demand term (0: none)")
+    p.add_argument("--figure-port", type=int, default=-1,
+                   help="serve the pods figure on GET /warmstart/pods at this port (0: any free one; -1: off)")
+    p.add_argument("--figure-address", default="0.0.0.0", help="the figure's listening address")
+    p.add_argument("--figure-max-age", type=float, default=30.0,
+                   help="answer 503 when the engines were last read longer ago than this (the pod list failing)")
+    p.add_argument("--wake-hold-seconds", type=float, default=60.0,
+                   help="how long the figure counts the engines awake right after a wake: past the HPA's "
+                   "next sync (15 s) and the next scrape of the engines' gauges (30 s)")
+    p.add_argument("--deployment", default="", help="the model's Deployment: a wake raises its replicas "
+                   "(scale subresource) to the figure, so the woken sleeper's replacement starts at once")
+    p.add_argument("--max-pods", type=int, default=0, help="most pods (maxReplicaCount): the figure and a "
+                   "raise never ask for more (0: no bound)")
+    p.add_argument("--scale-file", default="", help="with --engines: a JSON {\"replicas\": n} standing in "
+                   "for the Deployment's scale subresource (benchmarks)")
     p.add_argument("--heartbeat", default="", help="file rewritten every period (the liveness probe reads it)")
     p.add_argument("--max-ticks", type=int, default=None, help="stop after this many periods (tests)")
     a = p.parse_args(argv)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import os
 import re
 import time
 import urllib.error
@@ -65,6 +66,11 @@ class Engine:
     """The deletion cost last written to its pod."""
     label: str | None = None
     """The ENGINE_LABEL value last written to its pod."""
+    seen_ready: bool = False
+    fresh_until: float = 0.0
+    """Until when (time.time()) it is a freshly loaded engine that has never slept: the pod a
+    scale-up started, which `decide` puts to sleep first while sleepers are missing, even if the
+    routers already sent it requests (main.py `reconcile` sets it)."""
 
 
 def parse_metrics(text: str, model: str | None = None) -> tuple[float, float]:
@@ -190,6 +196,7 @@ class Kubernetes:
 
     def __init__(self, namespace: str, selector: str, port: int, api: InCluster | None = None) -> None:
         self.api = api or InCluster.from_env(timeout=5)
+        self.namespace = namespace
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self.selector, self.port = selector, port
 
@@ -233,14 +240,37 @@ class Kubernetes:
         # The same `patch pods` the deletion cost uses; nothing broader.
         self._patch(pod, {"metadata": {"labels": {ENGINE_LABEL: value}}})
 
+    def raise_replicas(self, deployment: str, want: int) -> tuple[int, int] | None:
+        """Raise `deployment`'s replicas to `want` through its scale subresource (never lower
+        them): (before, after), or None when they were already there. The patch carries the
+        resourceVersion read, so a write of the HPA's in between fails it (409) rather than being
+        overwritten (https://kubernetes.io/docs/reference/using-api/api-concepts/#conflicts).
+        Raises OSError or ValueError when the API refused."""
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/deployments/{deployment}/scale"
+        scale = self.api.object("GET", path)
+        meta, spec = scale.get("metadata"), scale.get("spec")
+        have = spec.get("replicas", 0) if isinstance(spec, dict) else None
+        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+        if isinstance(have, bool) or not isinstance(have, int) or not isinstance(version, str):
+            raise ValueError(f"GET {path}: not a Scale with spec.replicas and a resourceVersion")
+        if have >= want:
+            return None
+        status, _ = self.api.request("PATCH", path, {"metadata": {"resourceVersion": version},
+                                                     "spec": {"replicas": want}}, MERGE_PATCH)
+        if not 200 <= status < 300:
+            raise OSError(f"PATCH {path}: HTTP {status}")
+        return have, want
+
 
 class Static:
     """Engines by URL (tests, benchmarks). With `labels_file`, the routing label of each (its URL
     standing for its pod) is written there as JSON, `{url: "awake" | "asleep"}`, replaced whole
-    on every change: what a stand-in for SMG's label-selected pod watch reads."""
+    on every change: what a stand-in for SMG's label-selected pod watch reads. With `scale_file`,
+    the Deployment's replicas stand there as JSON `{"replicas": n}` (the bench's ReplicaSet reads
+    and writes it), standing in for the scale subresource."""
 
-    def __init__(self, urls: list[str], labels_file: str = "") -> None:
-        self.urls, self.labels_file = urls, labels_file
+    def __init__(self, urls: list[str], labels_file: str = "", scale_file: str = "") -> None:
+        self.urls, self.labels_file, self.scale_file = urls, labels_file, scale_file
         self.labels = bool(labels_file)
         self._written: dict[str, str] = {}
         if labels_file and os.path.exists(labels_file):
@@ -261,3 +291,16 @@ class Static:
         with open(tmp, "w") as f:
             json.dump(self._written, f, sort_keys=True)
         os.replace(tmp, self.labels_file)
+
+    def raise_replicas(self, deployment: str, want: int) -> tuple[int, int] | None:
+        if not self.scale_file:
+            return None
+        with open(self.scale_file) as f:
+            have = int(json.load(f)["replicas"])
+        if have >= want:
+            return None
+        tmp = f"{self.scale_file}.actuator.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"replicas": want}, f)
+        os.replace(tmp, self.scale_file)
+        return have, want
