@@ -3,9 +3,9 @@
 Each run is a fresh `warmstart render` process, as a user or CI runs it. A stack's floor is a
 process that imports exactly the Pulumi SDK modules that stack's render loads, and nothing else:
 the bench first renders each stack once in a child process that reports every `pulumi` /
-`pulumi_*` module in its `sys.modules` at exit, and the floor process imports exactly those. The
-list is derived, not written by hand, because the pinned SDKs load their submodules lazily:
-`import pulumi_aws` alone costs a fraction of what a program that declares an
+`pulumi_*` module it loaded (in its `sys.modules` at exit), and the floor process imports exactly
+those. The list is derived, not written by hand, because the pinned SDKs load their submodules
+lazily: `import pulumi_aws` alone costs a fraction of what a program that declares an
 `aws.ec2.LaunchTemplate` pays, so a hand-listed `import pulumi, pulumi_aws, ...` floor sits far
 below what any program using those SDK classes pays. The ratio thus shows what warmstart itself
 adds: its own imports, the pydantic config, the decisions, the program run under mocks, the
@@ -29,13 +29,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 # Run in a child: one render, then the SDK modules it loaded, as JSON on the last stdout line.
+# A module the SDKs registered lazily but the render never touched is still a LazyLoader stub
+# (its class is not plain ModuleType) and cost nothing: it is left out.
 PROBE = """
-import json, sys
+import json, sys, types
 from warmstart import cli
 code = cli.main(sys.argv[1:])
-sdk = sorted(m for m in sys.modules if m == "pulumi" or m.startswith(("pulumi.", "pulumi_")))
-print(json.dumps(sdk))
+print(json.dumps(sorted(n for n, m in list(sys.modules.items())
+                        if (n == "pulumi" or n.startswith(("pulumi.", "pulumi_"))) and type(m) is types.ModuleType)))
 sys.exit(code)
+"""
+# Parents sort before their children; touching an attribute runs a lazily registered module now,
+# in that order, as the program's `aws.ec2.X` does (pulumi/_utils.py `_LazyModule`).
+FLOOR = """import importlib
+for name in {modules!r}:
+    getattr(importlib.import_module(name), "_warmstart_floor", None)
 """
 
 
@@ -62,7 +70,7 @@ def main() -> None:
         for s in args.stacks:
             modules = sdk_modules(s, Path(tmp) / f"{s}-probe")
             floors[s] = Path(tmp) / f"floor-{s}.py"
-            floors[s].write_text("".join(f"import {m}\n" for m in modules))
+            floors[s].write_text(FLOOR.format(modules=modules))
             print(f"floor of {s}: the {len(modules)} Pulumi SDK modules its render loads")
         samples: dict[str, dict[str, list[float]]] = {s: {"floor": [], "render": []} for s in args.stacks}
         for i in range(args.runs):  # interleaved, so drift hits every series alike
