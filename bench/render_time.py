@@ -9,7 +9,11 @@ lazily: `import pulumi_aws` alone costs a fraction of what a program that declar
 `aws.ec2.LaunchTemplate` pays, so a hand-listed `import pulumi, pulumi_aws, ...` floor sits far
 below what any program using those SDK classes pays. The ratio thus shows what warmstart itself
 adds: its own imports, the pydantic config, the decisions, the program run under mocks, the
-built pod-script zips and the YAML written. Runs are interleaved, so drift on a busy machine hits
+built pod-script zips and the YAML written. Both sides run from bytecode, as Python runs by
+default: the SDKs' was compiled when pip installed them, and the bench's children write and read
+warmstart's own under a pycache prefix in its temporary folder (the probe render writes it), so
+an environment with PYTHONDONTWRITEBYTECODE set does not charge the program a compile of its
+~110 modules on every run that it never charges the SDKs. Runs are interleaved, so drift on a busy machine hits
 every series alike; read the ratios, not the seconds.
 
 Usage: python bench/render_time.py [--runs N] [stacks...]
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -48,18 +53,23 @@ for name in {modules!r}:
 """
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
+def child_env(tmp: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"PYTHONPYCACHEPREFIX": str(Path(tmp) / "pycache")}
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + system) of one child process."""
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
     wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def sdk_modules(stack: str, out: Path) -> list[str]:
+def sdk_modules(stack: str, out: Path, env: dict[str, str]) -> list[str]:
     """The Pulumi SDK modules one render of `stack` loads."""
     done = subprocess.run([sys.executable, "-c", PROBE, "render", "--stack", stack, "--out", str(out)],
-                          cwd=ROOT, check=True, capture_output=True, text=True)
+                          cwd=ROOT, check=True, capture_output=True, text=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -69,9 +79,10 @@ def main() -> None:
     ap.add_argument("stacks", nargs="*", default=["dev", "prod"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        env = child_env(tmp)
         floors: dict[str, Path] = {}
         for s in args.stacks:
-            modules = sdk_modules(s, Path(tmp) / f"{s}-probe")
+            modules = sdk_modules(s, Path(tmp) / f"{s}-probe", env)
             floors[s] = Path(tmp) / f"floor-{s}.py"
             floors[s].write_text(FLOOR.format(modules=modules))
             print(f"floor of {s}: the {len(modules)} Pulumi SDK modules its render loads")
@@ -79,10 +90,10 @@ def main() -> None:
                                                                      for s in args.stacks}
         for i in range(args.runs):  # interleaved, so drift hits every series alike
             for s in args.stacks:
-                samples[s]["floor"].append(timed([sys.executable, str(floors[s])]))
+                samples[s]["floor"].append(timed([sys.executable, str(floors[s])], env))
                 out = Path(tmp) / f"{s}-{i}"
                 samples[s]["render"].append(timed([sys.executable, "-m", "warmstart.cli", "render", "--stack", s,
-                                                   "--out", str(out)]))
+                                                   "--out", str(out)], env))
     # Wall time is what the issue's ratio is about; CPU time is printed beside it because it
     # moves far less than wall time when other processes share the cores.
     print(f"{'stack':<10} {'floor s':>8} {'render s':>9} {'x floor':>8} {'cpu x floor':>12}  (medians, n={args.runs})")
