@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError, PydanticUndefined
 
 from . import versions
+from .docstrings import describe_models
 from .decisions import instances, tuning
 from .decisions import autoscaling as scaling_rules
 from .decisions import network as network_rules
@@ -173,7 +174,8 @@ class _Strict(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         frozen=True,
-        use_attribute_docstrings=True,
+        # Field descriptions from the attribute docstrings: describe_models below, in one pass
+        # (pydantic's use_attribute_docstrings took half of this module's import).
     )
 
 
@@ -1290,3 +1292,6 @@ def _load_stack_yaml(text: str) -> tuple[Any, dict[tuple[Any, ...], str]]:
         return loader.construct_document(node), words
     finally:
         loader.dispose()
+
+
+describe_models(__name__)

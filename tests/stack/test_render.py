@@ -114,3 +114,27 @@ def test_only_a_plain_blob_is_stood_in_for():
     for obj in cases:
         assert render.object_yaml(obj) == _plain_dump(obj)
     assert "'" + "1" * 400 + "'" in render.object_yaml(cases[0])
+
+
+def test_every_config_field_has_the_description_pydantic_would_read():
+    """warmstart.docstrings reads the attribute docstrings in one pass per module instead of
+    pydantic's use_attribute_docstrings (half of `import warmstart.config`); every field of
+    every model gets what pydantic's own extractor reads from the class that declares it."""
+    from pydantic import BaseModel
+    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
+
+    from warmstart import config
+    from warmstart.plan import platform_args
+
+    seen = 0
+    for module in (config, platform_args):
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ == module.__name__):
+                continue
+            for name, info in cls.model_fields.items():
+                owner = next(k for k in cls.__mro__ if name in vars(k).get("__annotations__", {}))
+                pydantic_doc = extract_docstrings_from_cls(owner, use_inspect=True).get(name)
+                if pydantic_doc is not None and "description" not in info._attributes_set:
+                    assert info.description == pydantic_doc, f"{cls.__name__}.{name}"
+                    seen += 1
+    assert seen > 100
