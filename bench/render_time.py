@@ -13,8 +13,8 @@ built pod-script zips and the YAML written. Both sides run from bytecode, as Pyt
 default: the SDKs' was compiled when pip installed them, and the bench's children write and read
 warmstart's own under a pycache prefix in its temporary folder (the probe render writes it), so
 an environment with PYTHONDONTWRITEBYTECODE set does not charge the program a compile of its
-~110 modules on every run that it never charges the SDKs. Runs are interleaved, so drift on a busy machine hits
-every series alike; read the ratios, not the seconds.
+~110 modules on every run that it never charges the SDKs. Runs are interleaved, so drift on a
+busy machine hits every series alike; read the ratios, not the seconds.
 
 Usage: python bench/render_time.py [--runs N] [stacks...]
 """
