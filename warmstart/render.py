@@ -8,6 +8,7 @@ are byte-identical.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,11 +146,44 @@ def _ordered(obj: Any) -> Any:
     return obj
 
 
+# A built pod script rides in a ConfigMap as one base64 line of up to ~200 kB, and PyYAML's pure
+# Python emitter walks a scalar character by character twice (Emitter.analyze_scalar, then
+# write_plain): most of a render's YAML time. Such a string has no space, break or indicator
+# character, so when it also resolves to a plain str (yaml.resolver.BaseResolver.resolve: a
+# long run of digits would be an int, and quoted) the emitter writes it verbatim as a plain
+# scalar on one line, exactly as it writes a short plain stand-in in the same place. So the
+# stand-in is dumped and swapped for the blob: the same bytes, without the walk. libyaml's
+# CSafeDumper is no way out: it folds long double-quoted scalars elsewhere than PyYAML does
+# (a node's userData), so the files would change.
+_BLOB = re.compile(r"[A-Za-z0-9+/]{256,}={0,2}")
+_STR_TAG = "tag:yaml.org,2002:str"
+_RESOLVER = yaml.resolver.Resolver()
+
+
+def _stand_in_blobs(node: Any, blobs: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _stand_in_blobs(v, blobs) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_stand_in_blobs(v, blobs) for v in node]
+    if (isinstance(node, str) and _BLOB.fullmatch(node)
+            and _RESOLVER.resolve(yaml.ScalarNode, node, (True, False)) == _STR_TAG):
+        token = f"warmstartblob{len(blobs)}z"
+        blobs[token] = node
+        return token
+    return node
+
+
 def object_yaml(obj: dict[str, Any]) -> str:
     head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
     rest = {k: v for k, v in obj.items() if k not in head}
     doc = {k: _ordered(v) for k, v in head.items()} | _ordered(rest)
-    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    blobs: dict[str, str] = {}
+    text = yaml.safe_dump(_stand_in_blobs(doc, blobs), sort_keys=False, default_flow_style=False, width=100)
+    if any(text.count(token) != 1 for token in blobs):  # a stand-in's text elsewhere in the object
+        return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+    for token, blob in blobs.items():
+        text = text.replace(token, blob)
+    return text
 
 
 def object_filename(obj: dict[str, Any]) -> str:

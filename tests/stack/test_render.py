@@ -76,3 +76,65 @@ def test_never_deletes_a_folder_it_did_not_write(tmp_path, monkeypatch, capsys):
     assert cli.main(["render", "--stack", "dev", "--out", str(precious)]) == cli.EXIT_FAILED
     assert (precious / "kubernetes" / "mine.yaml").read_text() == "keep: me\n"
     assert "not written by warmstart render" in capsys.readouterr().err
+
+
+def _plain_dump(obj: dict) -> str:
+    """What object_yaml wrote before its stand-in for long base64 lines: PyYAML walking every scalar."""
+    head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    rest = {k: v for k, v in obj.items() if k not in head}
+    doc = {k: render._ordered(v) for k, v in head.items()} | render._ordered(rest)
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=100)
+
+
+def test_a_built_scripts_line_is_written_as_pyyaml_writes_it_without_the_walk(rendered, monkeypatch):
+    """The built pod scripts ride as base64 lines of up to ~200 kB; the YAML is byte-for-byte
+    PyYAML's, but its emitter never analyses such a line character by character (most of a
+    render's YAML time before)."""
+    maps = [o for o in rendered.kind("ConfigMap") if o.get("binaryData")]
+    assert maps, "no ConfigMap carries a built script"
+    expected = [_plain_dump(o) for o in maps]
+    walked: list[int] = []
+    analyze = yaml.emitter.Emitter.analyze_scalar
+    monkeypatch.setattr(yaml.emitter.Emitter, "analyze_scalar",
+                        lambda self, scalar: (walked.append(len(scalar)), analyze(self, scalar))[1])
+    assert [render.object_yaml(o) for o in maps] == expected
+    assert max(walked) < min(len(v) for o in maps for v in o["binaryData"].values())
+
+
+def test_only_a_plain_blob_is_stood_in_for():
+    """Strings PyYAML would not write as one plain line keep PyYAML's own treatment: a long run of
+    digits resolves to an int (so it is quoted), a stand-in's text that also occurs in the object
+    falls back to the plain dump; a blob in a list and under a long key is written verbatim."""
+    blob = "UEsDB" + "Ab+/" * 200 + "=="
+    cases = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "binaryData": {"a.pyz": blob, "digits": "1" * 400}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "data": {"note": "warmstartblob0z"}, "binaryData": {"a": blob}},
+        {"apiVersion": "v1", "kind": "List", "items": [blob, {"k" * 120: blob}], "spec": {blob: "key"}},
+    ]
+    for obj in cases:
+        assert render.object_yaml(obj) == _plain_dump(obj)
+    assert "'" + "1" * 400 + "'" in render.object_yaml(cases[0])
+
+
+def test_every_config_field_has_the_description_pydantic_would_read():
+    """warmstart.docstrings reads the attribute docstrings in one pass per module instead of
+    pydantic's use_attribute_docstrings (half of `import warmstart.config`); every field of
+    every model gets what pydantic's own extractor reads from the class that declares it."""
+    from pydantic import BaseModel
+    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
+
+    from warmstart import config
+    from warmstart.plan import platform_args
+
+    seen = 0
+    for module in (config, platform_args):
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ == module.__name__):
+                continue
+            for name, info in cls.model_fields.items():
+                owner = next(k for k in cls.__mro__ if name in vars(k).get("__annotations__", {}))
+                pydantic_doc = extract_docstrings_from_cls(owner, use_inspect=True).get(name)
+                if pydantic_doc is not None and "description" not in info._attributes_set:
+                    assert info.description == pydantic_doc, f"{cls.__name__}.{name}"
+                    seen += 1
+    assert seen > 100

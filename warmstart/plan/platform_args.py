@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from .. import versions
+from ..docstrings import describe_models
 from ..config import (DNS_LABEL, DNS_SUBDOMAIN, REFERENCE, STACK_NAME, CompileCacheConfig, LoaderTuning,
                       _from_validation_error, _models_in, _rule)
 from ..errors import ConfigError, ConfigErrors
@@ -164,7 +165,7 @@ Count = Annotated[int, Field(ge=0)]
 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True,
-                              strict=True, use_attribute_docstrings=True)
+                              strict=True)  # descriptions: describe_models at the end
 
 
 class PoolArgsSpec(_Args):
@@ -364,3 +365,6 @@ def as_args(spec: PlatformArgsSpec) -> dict[str, Any]:
     """The validated PlatformArgs as a dict of snake_case keys (Python's spelling), the keys set
     and nothing else; wired values (Outputs) as given."""
     return _dumped(spec, exclude_unset=True, exclude={"contract_version", "warmstart_version"})
+
+
+describe_models(__name__)
