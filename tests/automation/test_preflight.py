@@ -482,6 +482,162 @@ def test_skip_preflight_is_documented_and_only_where_it_applies(capsys):
 
 
 # --------------------------------------------------------------------------------------
+# A model stack (docs/model-stacks.md): its one `warmstart:model`, in its platform's model
+# bucket and region (the platform's contract), and no account step of its own
+
+
+MODEL_STACK = "staging-llama-3-1-8b"
+
+
+def model_stack_doc(source: str | None = None, imports: bool = True) -> dict[str, Any]:
+    """The shipped model stack's file, its source a key prefix in the platform's bucket."""
+    doc = load_stack_doc(MODEL_STACK)
+    model = doc["config"]["warmstart:model"]
+    if source is not None:
+        model |= {"source": source, "weightsGiB": WEIGHTS_GIB}
+    if not imports:
+        del model["import"]
+    return doc
+
+
+@pytest.fixture
+def model_project(tmp_path, monkeypatch):
+    """A project in tmp_path with the shipped platform `staging` and its model stack, the
+    prerequisites faked, no AWS credentials, and an engine that records every call. Returns
+    (write_stacks(platform_changes, model_doc), calls), where calls also records every STS
+    lookup and every S3 client the preflight makes, with its region."""
+    (tmp_path / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    # The program itself: a model stack's plan renders its platform's offline (render.load_plan).
+    for name in ("__main__.py", "components"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    (tmp_path / "stacks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    calls: list[str] = []
+
+    def caller_account(region):
+        calls.append(f"caller_account {region}")
+        return None
+    real_s3_client = preflight.s3_client
+
+    def s3_client(region):
+        calls.append(f"s3_client {region}")
+        return real_s3_client(region)
+    monkeypatch.setattr(preflight, "caller_account", caller_account)
+    monkeypatch.setattr(preflight, "s3_client", s3_client)
+    monkeypatch.setattr(automation.prerequisites, "check_prerequisites", lambda request, env=None: (object(), []))
+    monkeypatch.setattr(automation.engine, "open_stack", lambda request, cmd: calls.append(
+        f"open_stack {request.operation}") or object())
+
+    def run_engine(request, stack, say, say_err):
+        calls.append(f"run_engine {request.operation}")
+        return automation.Outcome("succeeded", EXIT_OK)
+    monkeypatch.setattr(automation.engine, "run_engine", run_engine)
+
+    def write_stacks(platform: dict[str, Any] | None = None, model: dict[str, Any] | None = None) -> None:
+        doc = load_stack_doc("staging")
+        doc["config"] |= {f"warmstart:{k}": v for k, v in (platform or {}).items()}
+        (tmp_path / "stacks" / "Pulumi.staging.yaml").write_text(yaml.safe_dump(doc))
+        (tmp_path / "stacks" / f"Pulumi.{MODEL_STACK}.yaml").write_text(yaml.safe_dump(model or model_stack_doc()))
+    return write_stacks, calls
+
+
+@pytest.mark.parametrize("op", ["preview", "up"])
+def test_the_shipped_model_stack_reaches_the_engine(op, model_project, capsys):
+    """`warmstart preview|up --stack staging-llama-3-1-8b`: its model imports, so nothing is
+    checked in S3, no account is looked for (the bucket is the platform's), and the engine runs."""
+    write_stacks, calls = model_project
+    write_stacks()
+    assert cli.main([op, "--stack", MODEL_STACK]) == EXIT_OK
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    assert calls == [f"open_stack {op}", f"run_engine {op}"], "no STS, no S3: the one model imports"
+    assert "preflight passed: 0 model(s) ready in S3, 1 left to their import Jobs" in out
+
+
+def test_a_model_stack_has_no_account_step():
+    from warmstart import render
+    from warmstart.automation import account
+
+    _, sp = render.load_plan(ROOT / "stacks", MODEL_STACK)
+    request = automation.Request(operation="up", stack=MODEL_STACK, project_dir=ROOT)
+    assert not account.applies(request, sp)
+    assert account.decide(request, object(), {}, sp) == account.AccountStep(sp)
+
+
+def test_a_model_stack_that_imports_needs_no_aws():
+    from warmstart import render
+
+    _, sp = render.load_plan(ROOT / "stacks", MODEL_STACK)
+    assert not preflight.needs_aws(sp)
+    assert preflight.run_preflight(sp, s3=object(), account_id=None) == []
+
+
+def test_a_model_stack_with_a_stale_aws_profile_is_one_problem_keyed_by_its_model(model_project, monkeypatch):
+    write_stacks, _ = model_project
+    write_stacks(model=model_stack_doc(source="org/llama", imports=False))
+    (Path.cwd() / "aws-config").write_text("[profile real]\nregion = us-west-2\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(Path.cwd() / "aws-config"))
+    monkeypatch.setenv("AWS_PROFILE", "gone")
+    from warmstart import render
+
+    _, sp = render.load_plan(Path("stacks"), MODEL_STACK)
+    (problem,) = preflight.run_preflight(sp, account_id=None)
+    assert (problem.key, problem.model) == ("warmstart:model", "llama-3-1-8b")
+    assert f"could not check s3://{sp.contract.model_bucket}/org/llama/: the AWS credentials could not be loaded" \
+        in problem.problem
+
+
+def _model_stack_in(rclone_s3: RcloneS3, monkeypatch, write_stacks, bucket: str, region: str | None = None) -> None:
+    """The platform's model bucket `bucket` on rclone (and its region `region`, else the shipped
+    one); the model reads org/llama in it."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", rclone_s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", rclone_s3.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", rclone_s3.secret_key)
+    write_stacks({"modelBucket": {"name": bucket}} | ({"region": region} if region else {}),
+                 model_stack_doc(source="org/llama", imports=False))
+
+
+def test_a_model_stack_s_weights_are_checked_in_its_platform_s_bucket_and_region(model_project, rclone_s3,
+                                                                                monkeypatch, capsys):
+    write_stacks, calls = model_project
+    b = new_bucket(rclone_s3)
+    upload(rclone_s3.client(), b, "org/llama", model_files())
+    # Another region than the shipped staging's (us-west-2), to tell the platform's apart.
+    _model_stack_in(rclone_s3, monkeypatch, write_stacks, b, region="eu-west-1")
+    assert cli.main(["up", "--stack", MODEL_STACK]) == EXIT_OK
+    assert calls == ["caller_account eu-west-1", "s3_client eu-west-1", "open_stack up", "run_engine up"]
+    assert "preflight passed: 1 model(s) ready in S3" in capsys.readouterr().out
+
+
+def test_a_model_stack_s_missing_weights_fail_its_preflight(model_project, rclone_s3, monkeypatch, capsys):
+    write_stacks, calls = model_project
+    b = new_bucket(rclone_s3)
+    upload(rclone_s3.client(), b, "org/llama", model_files(config_json=False))
+    _model_stack_in(rclone_s3, monkeypatch, write_stacks, b)
+    assert cli.main(["preview", "--stack", MODEL_STACK]) == EXIT_PREFLIGHT
+    err = capsys.readouterr().err
+    assert not [c for c in calls if c.startswith(("open_stack", "run_engine"))]
+    assert f"  - warmstart:model (llama-3-1-8b): config.json is missing from s3://{b}/org/llama/" in err
+
+
+def test_a_model_stack_on_a_platform_whose_bucket_is_missing_says_to_deploy_the_platform(model_project, rclone_s3,
+                                                                                          monkeypatch, capsys):
+    write_stacks, calls = model_project
+    b = new_bucket(rclone_s3, create=False)
+    _model_stack_in(rclone_s3, monkeypatch, write_stacks, b)
+    assert cli.main(["up", "--stack", MODEL_STACK]) == EXIT_PREFLIGHT
+    err = capsys.readouterr().err
+    assert f"warmstart:model (llama-3-1-8b): bucket {b} does not exist: it is platform stack 'staging'" in err
+    assert "`warmstart up --stack staging`" in err and "modelBucket.create" not in err
+
+
+# --------------------------------------------------------------------------------------
 # Prerequisites: the AWS CLI v2, and boto3 for the preflight
 
 

@@ -32,6 +32,7 @@ from .. import config
 from ..plan import aws as plan_aws
 from ..config import NAMESPACE
 from ..errors import ConfigError
+from ..plan.platform import platform_stack
 from ..plan.stack import StackPlan, plan_stack
 # Called through their modules, so tests that replace `preflight.caller_account` or
 # `engine.deployed_resources` replace what runs here.
@@ -80,7 +81,11 @@ def _deployed_names(resources: list[dict[str, Any]]) -> set[str]:
 
 def applies(request: Request, stack_plan: StackPlan) -> bool:
     """Whether the operation looks for the account: preview or up (not a drift check) of a
-    stack config without `accountId` that derives a bucket name."""
+    stack config without `accountId` that derives a bucket name. Never for a model stack: it
+    derives no bucket name of its own (its model's relative source is in its platform's model
+    bucket, named in the platform's contract) and has no `accountId` to record."""
+    if platform_stack(stack_plan) is not None:
+        return False
     cfg = stack_plan.config
     return request.records_account and cfg.account_id is None and plan_aws.derives_bucket_name(cfg)
 

@@ -102,7 +102,7 @@ def execute(request: Request) -> int:
             error = PreflightFailed(request.operation, request.stack, problems)
             say_err(str(error))
             return finish(Outcome("preflight-failed", EXIT_PREFLIGHT, str(error), preflight_problems=problems))
-        models = stack_plan.config.models
+        models = stack_plan.models  # an environment's models, or a model stack's one
         imports = sum(m.weights_import is not None for m in models)
         say(f"warmstart: preflight passed: {len(models) - imports} model(s) ready in S3"
             + (f", {imports} left to their import Jobs" if imports else ""))

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..config import NAMESPACE
+from ..decisions import naming
+from ..plan.platform import config_models, platform_fact, platform_stack
 from .request import PreflightProblem
 
 WEIGHTS_TOLERANCE = 0.05
@@ -158,9 +160,16 @@ def bucket_state(s3: Any, bucket: str, account_id: str | None) -> tuple[str, str
     return (DENIED if bucket in own else FOREIGN), ""
 
 
-def _bucket_problems(m: _Model, state: str, detail: str, *, create: bool, region: str) -> list[tuple[str, str]]:
-    """Problems that the bucket alone decides (then its objects are not looked at)."""
+def _bucket_problems(m: _Model, state: str, detail: str, *, create: bool, region: str,
+                     platform: str | None = None) -> list[tuple[str, str]]:
+    """Problems that the bucket alone decides (then its objects are not looked at). `platform`:
+    the platform stack of a model stack, whose bucket it is (a model stack creates none)."""
     b = m.bucket
+    if state == MISSING and platform is not None:
+        return [(f"bucket {b} does not exist: it is platform stack {platform!r}'s model bucket (its contract names "
+                 "it), which that stack creates",
+                 f"deploy the platform first (`warmstart up --stack {platform}`), then upload the weights (`aws s3 "
+                 f"sync <local model folder> s3://{b}/{m.prefix}/`) or add `import:` to the model")]
     if state == MISSING and create:
         minutes = round(m.startup_budget_seconds / 60)
         return [(f"bucket {b} does not exist yet: the stack would create it empty, and the model's pods "
@@ -234,7 +243,7 @@ def _index_shards(s3: Any, bucket: str, key: str) -> set[str]:
 
 
 def _object_problems(s3: Any, m: _Model, *, partition: str, owner_unknown: bool, create: bool,
-                     region: str) -> list[tuple[str, str]]:
+                     region: str, platform: str | None = None) -> list[tuple[str, str]]:
     """What is wrong with the objects under the model's prefix."""
     errors = _aws_errors()
     b, p = m.bucket, m.prefix
@@ -249,7 +258,7 @@ def _object_problems(s3: Any, m: _Model, *, partition: str, owner_unknown: bool,
                      f"give the identity that deploys s3:ListBucket on arn:{partition}:s3:::{b} (for the "
                      f"prefix {p}/), or pass --skip-preflight{other}")]
         if _is_missing_bucket(err):
-            return _bucket_problems(m, MISSING, "", create=create, region=region)
+            return _bucket_problems(m, MISSING, "", create=create, region=region, platform=platform)
         return [(f"could not list {where} ({_describe(err)})", RETRY_FIX)]
 
     shards = {n: size for n, size in files.items() if n.endswith(WEIGHTS_SUFFIX)}
@@ -307,35 +316,43 @@ def _object_problems(s3: Any, m: _Model, *, partition: str, owner_unknown: bool,
     return found
 
 
+def unchecked_models(stack_plan: Any) -> list[_Model]:
+    """The models the preflight checks in S3 (those without `import:`), of an environment stack
+    (`warmstart:models[i]`) or a model stack (its one `warmstart:model`, whose relative source
+    is in its platform's model bucket), by their resolved bucket and prefix."""
+    return [_Model(key, plan.name, plan.bucket, plan.prefix, m.weights_gib, plan.startup_budget_seconds)
+            for key, m, plan in config_models(stack_plan) if m.weights_import is None]
+
+
 def check_models(stack_plan: Any, s3: Any | None, account_id: str | None) -> list[PreflightProblem]:
-    """Every problem of every model without `import:` in `stack_plan` (a plan.StackPlan).
+    """Every problem of every model without `import:` in `stack_plan` (a plan.StackPlan or a
+    plan.platform.ModelStackPlan).
 
     `s3`: a boto3 S3 client (None is allowed when every model imports); `account_id`: the
     deployer's account, or None to skip the ExpectedBucketOwner check.
     """
-    cfg = stack_plan.config
-    create = stack_plan.aws.buckets.create_model_bucket
-    partition = stack_plan.aws.partition
-    models = [_Model(f"{NAMESPACE}:models[{i}]", m.name, m.bucket, m.prefix, m.weights_gib,
-                     plan.startup_budget_seconds)
-              for i, (m, plan) in enumerate(zip(cfg.models, stack_plan.models)) if m.weights_import is None]
+    region = platform_fact(stack_plan, "region")
+    platform = platform_stack(stack_plan)
+    # A model stack's bucket is its platform's, which the model stack never creates.
+    create = platform is None and stack_plan.aws.buckets.create_model_bucket
+    partition = naming.partition(region)
     problems: list[PreflightProblem] = []
     states: dict[str, tuple[str, str]] = {}
-    for m in models:
+    for m in unchecked_models(stack_plan):
         if m.bucket not in states:
             states[m.bucket] = bucket_state(s3, m.bucket, account_id)
         state, detail = states[m.bucket]
-        found = _bucket_problems(m, state, detail, create=create, region=cfg.region)
+        found = _bucket_problems(m, state, detail, create=create, region=region, platform=platform)
         if not found:
             found = _object_problems(s3, m, partition=partition, owner_unknown=state == DENIED_UNKNOWN_OWNER,
-                                     create=create, region=cfg.region)
+                                     create=create, region=region, platform=platform)
         problems += [PreflightProblem(m.key, m.name, what, fix) for what, fix in found]
     return problems
 
 
 def needs_aws(stack_plan: Any) -> bool:
     """Whether any model is checked in S3 (every model that does not import)."""
-    return any(m.weights_import is None for m in stack_plan.config.models)
+    return bool(unchecked_models(stack_plan))
 
 
 def aws_client(service: str, region: str, *, attempts: int, read_timeout: int) -> Any:
@@ -386,7 +403,7 @@ def run_preflight(stack_plan: Any, *, s3: Any | None = None, account_id: Any = _
     check the owner) come from the deployer's credentials in the stack's region."""
     if not needs_aws(stack_plan):
         return []
-    region = stack_plan.config.region
+    region = platform_fact(stack_plan, "region")
     if account_id is _LOOKUP:
         account_id = caller_account(region)
     if s3 is None:
@@ -396,7 +413,6 @@ def run_preflight(stack_plan: Any, *, s3: Any | None = None, account_id: Any = _
             # A stale AWS_PROFILE (ProfileNotFound) fails here, before any request: every model
             # is unchecked, said once per model, not a traceback.
             why, fix = credentials_problem(err)
-            return [PreflightProblem(f"{NAMESPACE}:models[{i}]", m.name, f"could not check s3://{m.bucket}/{m.prefix}/: "
-                                     f"{why}", f"{fix}, or pass --skip-preflight")
-                    for i, m in enumerate(stack_plan.config.models) if m.weights_import is None]
+            return [PreflightProblem(m.key, m.name, f"could not check s3://{m.bucket}/{m.prefix}/: {why}",
+                                     f"{fix}, or pass --skip-preflight") for m in unchecked_models(stack_plan)]
     return check_models(stack_plan, s3, account_id)

@@ -50,6 +50,7 @@ from typing import Any, Callable
 from .. import config
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE
 from ..decisions import capacity, gpu_pools, node_fit
+from ..plan.platform import platform_fact
 from .preflight import credentials_problem
 
 SERVICE_CODE = "ec2"
@@ -127,8 +128,7 @@ class QuotaShortFailed(Exception):
 
 def stack_region(stack_plan: Any) -> str:
     """The region of an environment stack (its config) or of a model stack (its platform's)."""
-    contract = getattr(stack_plan, "contract", None)
-    return str(contract.region if contract is not None else stack_plan.config.region)
+    return str(platform_fact(stack_plan, "region"))
 
 
 def _types(labels: Any) -> tuple[str, ...]:
@@ -199,7 +199,7 @@ def placeholder_warnings(stack_plan: Any) -> list[str]:
                 out.append(f"{NAMESPACE}:gpuPools[{i}].capacity.reservations[{j}].id is the placeholder {rid}, not a "
                            f"reservation of yours: pool {pool.name!r} launches into no reservation, {then}; fix: put "
                            f"your reservation's id there (`aws ec2 describe-capacity-reservations --region "
-                           f"{stack_plan.config.region}`)")
+                           f"{stack_region(stack_plan)}`)")
     return out
 
 

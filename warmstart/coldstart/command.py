@@ -71,16 +71,6 @@ def _plan(args: argparse.Namespace, root: Path) -> tuple[Any, Any]:
                       "pass --model with one of them", args.model)
 
 
-def platform_fact(stack_plan: Any, key: str) -> Any:
-    """`namespace`, `region` or `compile_cache_bucket`: an environment stack's own, or a model
-    stack's from its platform's contract (docs/model-stacks.md), since a model stack's config
-    (ModelStackConfig) has none of them."""
-    contract = getattr(stack_plan, "contract", None)
-    if contract is not None:
-        return getattr(contract, key)
-    return stack_plan.aws.compile_cache_bucket if key == "compile_cache_bucket" else getattr(stack_plan.config, key)
-
-
 def model_facts(stack_plan: Any, m: Any) -> Any:
     from .report import ModelFacts
 
@@ -95,6 +85,7 @@ def coldstart(args: argparse.Namespace, root: Path) -> int:
         return _history(stack_plan, m, args)
     from . import reader, report
     from ..manifests.serving import selector
+    from ..plan.platform import platform_fact
 
     namespace = platform_fact(stack_plan, "namespace")
     try:
@@ -125,6 +116,7 @@ def coldstart(args: argparse.Namespace, root: Path) -> int:
 def _history(stack_plan: Any, m: Any, args: argparse.Namespace) -> int:
     from . import history
     from ..manifests.first_token import record_prefix
+    from ..plan.platform import platform_fact
 
     bucket = platform_fact(stack_plan, "compile_cache_bucket")
     if bucket is None:
@@ -202,6 +194,7 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
                      "models[].standby to measure a wake", EXIT_FAILED)
     from . import reader
     from ..manifests.serving import selector
+    from ..plan.platform import platform_fact
 
     namespace = platform_fact(stack_plan, "namespace")
     try:
@@ -245,6 +238,8 @@ def wake_bench(args: argparse.Namespace, root: Path) -> int:
 
 
 def _upload_wake(stack_plan: Any, m: Any, record: dict[str, Any], s3: Any = None) -> int:
+    from ..plan.platform import platform_fact
+
     bucket = platform_fact(stack_plan, "compile_cache_bucket")
     if bucket is None:
         return _fail(f"model {m.name}: the stack has no compile-cache bucket, where the records are kept "
@@ -275,6 +270,7 @@ def bench_loader(args: argparse.Namespace, root: Path) -> int:
     from . import reader
     from ..manifests import bench_loader as bl
     from ..manifests import pod_scripts
+    from ..plan.platform import platform_fact
 
     namespace, region = platform_fact(stack_plan, "namespace"), platform_fact(stack_plan, "region")
     job = bl.bench_loader_job(m, namespace, region, max_bytes=int(args.max_gib * 2**30))

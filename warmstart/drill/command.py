@@ -53,6 +53,7 @@ def _fail(message: str, code: int) -> int:
 def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
     from .. import render
     from ..coldstart.command import _plan
+    from ..plan.platform import platform_fact
     from . import plan as dp
 
     stack_plan, m = _plan(args, root)
@@ -67,7 +68,7 @@ def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
     # A model stack has no pool plan of its own: its node-hour is the one `warmstart render` shows
     # for it (its platform pool's list price), with the same source.
     listed = None if cluster else render.model_stack_price(stack_plan, m)
-    p = dp.plan(args.stack, m, _platform(stack_plan, "namespace"), pool.warm_nodes if pool else 0, bounds,
+    p = dp.plan(args.stack, m, platform_fact(stack_plan, "namespace"), pool.warm_nodes if pool else 0, bounds,
                 fallback=not args.no_fallback, lose_node=args.lose_prepared_node, pool=pool, listed=listed)
     production = bool(getattr(stack_plan.config, "production", False))
     if production and (args.apply or args.restore) is False:
@@ -120,19 +121,13 @@ def drill(args: argparse.Namespace, root: Path, call: Any = None) -> int:
     return EXIT_OK if passed else EXIT_DRILL_FAILED
 
 
-def _platform(stack_plan: Any, key: str) -> Any:
-    """A platform fact (coldstart.command.platform_fact): a model stack's from its contract."""
-    from ..coldstart.command import platform_fact
-
-    return platform_fact(stack_plan, key)
-
-
 def _file_record(stack_plan: Any, m: Any, p: Any, rec: dict[str, Any]) -> str:
     """The record beside the pods' cold-start records, which `warmstart coldstart --history`
     reports as a `drill` split; a failed upload is a line, not the drill's verdict."""
     from ..manifests.first_token import record_prefix
+    from ..plan.platform import platform_fact
 
-    bucket = _platform(stack_plan, "compile_cache_bucket")
+    bucket = platform_fact(stack_plan, "compile_cache_bucket")
     if bucket is None:
         return "not filed: the stack has no compile-cache bucket, where the records are kept"
     key = f"{record_prefix(m.name)}drill-{p.run_id}.json"
@@ -143,7 +138,7 @@ def _file_record(stack_plan: Any, m: Any, p: Any, rec: dict[str, Any]) -> str:
     except ImportError as err:
         return f"not filed: boto3 is needed ({err})"
     try:
-        s3 = boto3.client("s3", region_name=_platform(stack_plan, "region"),
+        s3 = boto3.client("s3", region_name=platform_fact(stack_plan, "region"),
                           config=Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 3}))
         s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(rec, sort_keys=True, indent=1).encode(),
                       ContentType="application/json")

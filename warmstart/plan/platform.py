@@ -262,6 +262,41 @@ class ModelStackPlan:
                 "region": self.contract.region, "models": [self.model.summary()]}
 
 
+# What a command reads of "its platform": an environment stack (a StackPlan) is its own, a model
+# stack (a ModelStackPlan) has its platform's through the contract, as its config
+# (ModelStackConfig) holds one model and no region, namespace or bucket. Every command that takes
+# either kind reads these through the three functions below, not through `stack_plan.config`.
+
+
+def platform_stack(stack_plan: Any) -> str | None:
+    """The platform stack a model stack runs on (its `warmstart:platform`); None for an
+    environment stack."""
+    return stack_plan.config.platform if getattr(stack_plan, "contract", None) is not None else None
+
+
+def platform_fact(stack_plan: Any, key: str) -> Any:
+    """`region`, `namespace`, `model_bucket` or `compile_cache_bucket` (any contract field, for
+    a model stack): an environment stack's own, or a model stack's from its platform's contract."""
+    contract = getattr(stack_plan, "contract", None)
+    if contract is not None:
+        return getattr(contract, key)
+    if key == "model_bucket":
+        return stack_plan.aws.buckets.model_bucket
+    if key == "compile_cache_bucket":
+        return stack_plan.aws.compile_cache_bucket
+    return getattr(stack_plan.config, key)
+
+
+def config_models(stack_plan: Any) -> list[tuple[str, ModelConfig, ModelPlan]]:
+    """Each model of a stack as (its config key, its config, its plan): `warmstart:models[i]` of
+    an environment stack, the one `warmstart:model` of a model stack. The plan's `bucket` and
+    `prefix` are the resolved source (a relative source in the platform's model bucket)."""
+    if getattr(stack_plan, "contract", None) is not None:
+        return [(MODEL_KEY, stack_plan.config.model, stack_plan.model)]
+    return [(f"{NAMESPACE}:models[{i}]", m, plan)
+            for i, (m, plan) in enumerate(zip(stack_plan.config.models, stack_plan.models))]
+
+
 def plan_on_platform(m: ModelConfig, contract: Contract, key: str, side: platform_rules.Side | None = None) -> ModelPlan:
     """A model on a platform, by the rules every model has (those of an inline model): its pool
     and instance type, the platform's defaults, its image through the platform's image cache,
