@@ -105,7 +105,9 @@ def pod_env(vllm: FakeVllm, s3, state: Path, prefix: str, **extra) -> dict:
             "WARMSTART_COMPLETIONS_URL": f"{vllm.base}/v1/completions", "WARMSTART_SERVED_MODEL": "llama-3-1-8b",
             "WARMSTART_CACHE_BUCKET": BUCKET, "WARMSTART_RECORD_PREFIX": prefix, "WARMSTART_STATE_DIR": str(state),
             "POD_NAME": "llama-3-1-8b-abc12", "POD_NAMESPACE": "inference", "NODE_NAME": "ip-10-0-1-2",
-            "WARMSTART_INSTANCE_TYPE": "g6e.2xlarge", "WARMSTART_HEALTH_TIMEOUT_S": "20", **extra}
+            "WARMSTART_INSTANCE_TYPE": "g6e.2xlarge", "WARMSTART_HEALTH_TIMEOUT_S": "20",
+            # The picker's choice file of this pod alone (its default is the node's /run path).
+            "WARMSTART_WEIGHTS_CHOICE_FILE": str(state.parent / "weights-choice.json"), **extra}
 
 
 def test_probe_times_the_first_token_and_uploads_the_record(rclone_s3, tmp_path):

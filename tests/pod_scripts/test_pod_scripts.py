@@ -182,7 +182,10 @@ def test_every_artifact_starts_on_the_images_python_with_the_standard_library_al
     the zip alone (boto3 and botocore are imported where a script talks to S3, not at import).
     The bench loader takes no arguments and refuses its empty environment with its own line."""
     ran = subprocess.run([BARE_PYTHON, "-I", "-S", str(artifact(key)), "--help"], cwd=tmp_path, capture_output=True,
-                         text=True, timeout=60, env={"WARMSTART_TERMINATION_LOG": str(tmp_path / "log")})
+                         text=True, timeout=60, env={"WARMSTART_TERMINATION_LOG": str(tmp_path / "log"),
+                                                     # the picker takes no --help and writes its choice:
+                                                     # never into this machine's /run
+                                                     "WARMSTART_WEIGHTS_OUT": str(tmp_path / "weights-out")})
     assert "Traceback" not in ran.stderr and ran.stdout, (key, ran.stdout, ran.stderr)
     assert ran.returncode == (1 if key == "bench_loader.pyz" else 0), (key, ran.stdout, ran.stderr)
 
