@@ -34,7 +34,7 @@ apart from the drill's code, so the drill is tested against a cluster that acts,
   target per replica) within the range, never lower during the test (the scale-down hold); at
   zero replicas KEDA's metrics-api trigger on the front queue's held count (the rendered
   ScaledObject's `valueLocation`) above its `activationTargetValue` activates one replica.
-- The standby actuator is the real one (warmstart/podside/standby.py) over the engines' URLs, its
+- The standby actuator is the real one (its built artifact, warmstart/podside/standby/) over the engines' URLs, its
   routing labels file copied onto the pods' labels, its stdout the log of an actuator pod.
 """
 
@@ -56,9 +56,10 @@ from typing import Any
 
 from tests.routing.fake_vllm import FakeVllm
 from tests.support.kube_api import KubeApi, now_rfc3339
+from tests.support.pod_scripts import artifact
 from warmstart.manifests import node_cache, serving
 from warmstart.manifests import standby as standby_manifests
-from warmstart.podside import first_token, standby
+from warmstart.podside import first_token
 
 GPU = "nvidia.com/gpu"
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,7 +128,7 @@ class Router:
         if fq is not None:
             (port,) = free_ports(1)
             cmd = list(fq["command"])
-            script = Path(front_queue.__file__)
+            script = artifact("front_queue.pyz")  # what the router pod's ConfigMap volume holds
             argv = [sys.executable if a == "python3" else str(script) if a.endswith("/" + script.name) else a
                     for a in cmd]
             for flag, value in (("--port", str(port)), ("--upstream", self.smg.url),
@@ -439,7 +440,7 @@ class ClusterModel:
                 "POD_NAME": name, "POD_NAMESPACE": self.ns, "WARMSTART_REQUEST_TIMEOUT_S": "60"}
         if sleeper:
             return  # a sleeping standby engine served its first token before it slept
-        self._pipe(p, "first-token", [sys.executable, "-I", "-S", first_token.__file__, "--once"], fenv, r)
+        self._pipe(p, "first-token", [sys.executable, "-I", "-S", str(artifact("first_token.pyz")), "--once"], fenv, r)
 
     def _pipe(self, p: dict[str, Any], container: str, argv: list[str], env: dict[str, str], r: Running) -> int:
         name = p["metadata"]["name"]
@@ -529,7 +530,7 @@ class ClusterModel:
             "spec": {"nodeName": "cpu-node", "containers": [{"name": "actuator", "image": "x"}]},
             "status": {"phase": "Running"}})
         self.actuator = subprocess.Popen(
-            [sys.executable, "-I", "-S", standby.__file__, "--model", self.served, "--engines", ",".join(sorted(urls.values())),
+            [sys.executable, "-I", "-S", str(artifact("standby.pyz")), "--model", self.served, "--engines", ",".join(sorted(urls.values())),
              "--labels-file", str(self.labels_file), "--period", "1", "--probe-timeout", "2", "--standby",
              str(self.standby_count), "--min-awake", str(self.m.autoscaling.min_replicas), "--target-waiting",
              f"{self.target_waiting:g}", "--awake-idle-seconds", "600"],
