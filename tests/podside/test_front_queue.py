@@ -6,7 +6,6 @@ never a reset or a bare 503. Bounded waits only; nothing is timed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 import urllib.error
@@ -17,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from tests.podside import front_queue_pod
-from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.routing.router import SmgRouter, write_discovery_file
 from tests.support.loopback import LoopbackServer
@@ -26,33 +24,8 @@ from warmstart.podside import front_queue
 
 pytestmark = [pytest.mark.slow, pytest.mark.servers]  # the real smg router, the script
 
-class Queue:
-    def __init__(self, upstream: str, ready_url: str, *args: str):
-        for _ in range(3):
-            (self.port,) = free_ports(1)
-            self.url = f"http://127.0.0.1:{self.port}"
-            self.proc = subprocess.Popen(
-                [*front_queue_pod.interpreter(), "--host", "127.0.0.1", "--port", str(self.port),
-                 "--upstream", upstream, "--ready-url", ready_url, *args],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    self.held()
-                    return
-                except OSError:
-                    time.sleep(0.1)
-            self.stop()
-        raise RuntimeError("the front queue did not start")
-
-    def held(self) -> dict:
-        with urllib.request.urlopen(self.url + front_queue.HELD_PATH, timeout=5) as r:
-            return json.loads(r.read())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
+# The script as its pod runs it: Queue(upstream, ready_url, *args).
+Queue = front_queue_pod.FrontQueue
 
 
 def _chat(url: str, out: list, timeout: float = 60.0) -> None:

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from tests.podside import front_queue_pod
-from tests.podside.servers import free_ports
 from tests.support.loopback import LoopbackServer
 from tests.support.stacks import load_stack_doc, render_doc
 from warmstart.decisions import routing
@@ -118,45 +117,14 @@ class Router(LoopbackServer):
         return [p for _, p, _ in self.seen]
 
 
-class Queue:
-    """The script with `args`, on a free port; `stop()` sends SIGTERM and waits."""
+class Queue(front_queue_pod.FrontQueue):
+    """The script with `args` in front of `router`, on a free port; `stop()` sends SIGTERM and waits."""
 
     def __init__(self, router: Router, *args: str) -> None:
-        for _ in range(3):
-            (self.port,) = free_ports(1)
-            self.proc = subprocess.Popen(
-                [*front_queue_pod.interpreter(), "--host", "127.0.0.1", "--port", str(self.port),
-                 "--upstream", router.base_url, "--ready-url", router.base_url + "/ready", *args],
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={"PATH": "/usr/bin:/bin"})
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    self.held()
-                    return
-                except OSError:
-                    time.sleep(0.1)
-            self.stop()
-        raise RuntimeError("the front queue did not start")
-
-    def held(self) -> dict:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request("GET", front_queue.HELD_PATH)
-            return json.loads(conn.getresponse().read())
-        finally:
-            conn.close()
+        super().__init__(router.base_url, router.base_url + "/ready", *args, stderr=subprocess.PIPE)
 
     def connect(self) -> socket.socket:
         return socket.create_connection(("127.0.0.1", self.port), timeout=BOUND_S)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
     def peak_rss_bytes(self) -> int:
         """The process's peak resident set (VmHWM, proc(5)), what the kubelet's memory limit meets."""
