@@ -69,7 +69,8 @@ ENTRIES: dict[str, Entry] = {
     "compile_cache.pyz": Entry("compile_cache", ("common", "compile_cache")),
     "weights_import.pyz": Entry("weights_import", ("common", "weights_import")),
     "weights_stage.pyz": Entry("weights_stage", ("common", "weights_stage")),
-    "standby.pyz": Entry("standby", ("common", "standby")),
+    # Pool mode (standby/pool_mode.py) reads the hosts through engine_host/pool.py's arbitration.
+    "standby.pyz": Entry("standby", ("common", "standby", "engine_host")),
     "first_token.pyz": Entry("first_token", ("common", "first_token.py")),
     "bench_loader.pyz": Entry("bench_loader", ("common", "bench_loader.py")),
     "weights_select.pyz": Entry("weights_select", ("common", "weights_select.py")),

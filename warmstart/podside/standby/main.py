@@ -74,6 +74,7 @@ import argparse
 import http.server
 import json
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -396,6 +397,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--pool-spec" or a.startswith("--pool-spec=") for a in argv):
+        # Pool mode (issue 38): one actuator for a standby pool's members (pool_mode.py).
+        from .pool_mode import main as pool_main
+        return pool_main(argv)
     args = parse_args(argv)
     try:
         run(args)
