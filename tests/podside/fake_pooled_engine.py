@@ -48,7 +48,9 @@ def main() -> None:
         # Bounded, so that a test cut short leaves nothing running for long.
         worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         record(a.events, a.model, f"worker {worker.pid}")
-    state = fake_vllm.State(a.model, 64, 0.0, dev_mode=True, weights_gib=a.weights_gib)
+    # It serves its member's model name, as the host's vLLM does (`--served-model-name`): the actuator
+    # reads its gauges by `model_name` and its warm-up names the model.
+    state = fake_vllm.State(a.model, 64, 0.0, dev_mode=True, weights_gib=a.weights_gib, served_model=a.model)
     state.healthy = False
     base = fake_vllm.handler(state)
 

@@ -129,7 +129,7 @@ def _selector(doc: dict, key: str, where: str) -> tuple[tuple[str, str], ...]:
 
 def _keys(doc: object, allowed: set[str], where: str) -> dict:
     if not isinstance(doc, dict):
-        raise _fail(where or "pool.json", "must be a JSON object", doc)
+        raise _fail(where.rstrip(".") or "pool.json", "must be a JSON object", doc)
     unknown = sorted(set(doc) - allowed)
     if unknown:
         raise PoolSpecError(f"{where}{unknown[0]} is not a pool.json key (known: {', '.join(sorted(allowed))}); "
