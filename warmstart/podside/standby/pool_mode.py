@@ -54,8 +54,9 @@ from ..common.kube import InCluster, MERGE_PATCH
 from ..engine_host.pool import HostView, parse_snapshot
 from .act import drain, put_to_sleep, restore, wake
 from .observe import (
-    ASLEEP, AWAKE, DELETION_COST, ENGINE_LABEL, READ_ERRORS, Engine, held_requests, http, json_object, log, probe,
+    ASLEEP, AWAKE, DELETION_COST, ENGINE_LABEL, READ_ERRORS, Engine, held_requests, json_object, log, parse_metrics, probe,
 )
+from .observe import http as call
 from .pool_decide import MemberView, Memory, decide_pool
 from .pool_spec import Member, PoolSpec, PoolSpecError, load, selector_text
 
@@ -267,7 +268,7 @@ def serve_figures(state: PoolState, address: str, port: int, max_age: float) -> 
 
 def read_host(name: str, url: str, timeout: float) -> HostView | None:
     try:
-        code, body = http("GET", url + "/engines", timeout=timeout)
+        code, body = call("GET", url + "/engines", timeout=timeout)
         doc = json_object(body) if code == 200 else None
     except READ_ERRORS as exc:
         log("warmstart.pool_host_unreadable", pod=name, url=url, reason=f"{type(exc).__name__}: {exc}"[:200])
@@ -276,6 +277,29 @@ def read_host(name: str, url: str, timeout: float) -> HostView | None:
     if view is None:
         log("warmstart.pool_host_unreadable", pod=name, url=url, reason=f"GET /engines answered HTTP {code}, not its status")
     return view
+
+
+def probe_own(e: Engine, model: str, timeout: float) -> str | None:
+    """A member's own engine: `/health`, then its gauges. A pooled member's own pods are never put to
+    sleep (no per-model actuator runs for it) and need not run vLLM's dev mode, whose
+    `/is_sleeping` a plain vLLM answers 404 (vllm/entrypoints/serve/dev/sleep/api_router.py is
+    mounted only in dev mode, VLLM_SERVER_DEV_MODE=1): an engine that answers is awake."""
+    try:
+        up = call("GET", e.url + "/health", timeout=timeout)[0] == 200
+    except READ_ERRORS:
+        up = False
+    if not up:
+        e.ready = False
+        return None
+    try:
+        code, body = call("GET", e.url + "/metrics", timeout=timeout)
+    except READ_ERRORS as exc:
+        return f"{type(exc).__name__}: {exc}"[:200]
+    if code != 200:
+        return f"/metrics answered HTTP {code}"
+    e.waiting, e.running = parse_metrics(body.decode(errors="replace"), model)
+    e.ready, e.sleeping = True, False
+    return None
 
 
 def observe(args: argparse.Namespace, spec: PoolSpec, source: "PoolKubernetes | PoolStatic", state: PoolState,
@@ -302,10 +326,12 @@ def observe(args: argparse.Namespace, spec: PoolSpec, source: "PoolKubernetes | 
                 e = state.pooled.setdefault((h.name, m.model), Engine(f"{h.url}/engines/{m.model}", h.name))
                 views[m.model].pooled[h.name] = e
                 jobs.append((e, m.model))
+    hosts_by_name = {h.name for h in hosts}
     live = {(h, model) for model, v in views.items() for h in v.pooled}
     for key in set(state.pooled) - live:
         del state.pooled[key]
-    reasons = list(pool.map(lambda j: probe(j[0], j[1], args.probe_timeout), jobs))
+    reasons = list(pool.map(lambda j: (probe(j[0], j[1], args.probe_timeout) if j[0].pod in hosts_by_name
+                                       else probe_own(j[0], j[1], args.probe_timeout)), jobs))
     for (e, model), why in zip(jobs, reasons):
         if why:
             log("warmstart.standby_unreadable", model=model, pod=e.pod, url=e.url, reason=why)
