@@ -9,6 +9,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from tests.podside.engine_hosts import Host, hosts_in
 from tests.podside.faults import FaultProxy
 from tests.podside.hub import HubStandIn
 from tests.podside.pods import PodFactory, pod_factory
@@ -101,3 +102,9 @@ def proxy(seaweed_s3: S3Server) -> Iterator[FaultProxy]:
     """A fault proxy in front of SeaweedFS, for the weights import's fault tests."""
     with FaultProxy(seaweed_s3.endpoint) as p:
         yield p
+
+
+@pytest.fixture
+def host_factory(tmp_path: Path) -> Iterator[Callable[..., Host]]:
+    """Engine host supervisors over fake engines (tests/podside/engine_hosts.py), all stopped after."""
+    yield from hosts_in(tmp_path)

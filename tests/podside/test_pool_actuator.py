@@ -4,7 +4,6 @@ which spare, what goes back to sleep, each member's figure, the hosts the pool k
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 

@@ -18,14 +18,13 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.podside.test_engine_host import Host, call, host_factory, wait_until  # noqa: F401 - the fixture
+from tests.podside.engine_hosts import call, wait_until
 from tests.routing.fake_vllm import FakeVllm
 from tests.support.pod_scripts import artifact
 
@@ -121,7 +120,7 @@ def member(model: str, port: int, fq: str, idle_s: float) -> dict:
 
 
 def test_the_pool_wakes_on_a_spare_raises_a_replacement_goes_cold_past_it_and_sleeps_again(
-        tmp_path: Path, host_factory) -> None:  # noqa: F811 - the fixture imported above
+        tmp_path: Path, host_factory) -> None:
     h0 = host_factory(["m0", "m1"])
     h0.wait_all_asleep()
     held = HeldCounts()

@@ -196,9 +196,6 @@ class PoolStatic:
         return have, want
 
 
-Source = "PoolKubernetes | PoolStatic"
-
-
 class HostLabels:
     """One host's routing labels for one member, in the shape act.py's drain and restore write them
     (`set_label(pod, awake|asleep)`): awake also names the member the host serves."""
