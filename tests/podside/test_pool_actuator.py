@@ -257,3 +257,23 @@ def test_the_pool_never_double_books_a_host_nor_drops_a_rise(world: tuple) -> No
         assert out.figures[model]["pods"] > len([e for e in views[model].own if e.ready])
     for h, model in out.sleeps:
         assert by_name[h].serving == model and h not in waking and h not in draining
+
+
+def test_the_figure_holds_the_pooled_engines_place_while_it_serves_and_lets_go_after() -> None:
+    mem = Memory()
+    decide_pool(SPEC, [host("h0")], {"m0": MemberView(own=[], held=2)}, mem, now=1.0)
+    # The pooled engine serves everything: no queue left, yet the member's own pod is still wanted.
+    views = {"m0": MemberView(own=[], pooled={"h0": engine("h0/m0", running=2)})}
+    for now in (2.0, 100.0, 250.0):
+        assert decide_pool(SPEC, [host("h0", m0=AWAKE)], views, mem, now=now).figures["m0"]["pods"] == 1
+    # Asleep again (its own pods took over, or it idled out): the floor goes with it.
+    assert decide_pool(SPEC, [host("h0")], {"m0": MemberView(own=[])}, mem, now=300.0).figures["m0"]["pods"] == 0
+
+
+def test_a_cold_rise_holds_its_extra_pod_for_the_hold_then_lets_go() -> None:
+    mem = Memory()
+    busy = [host("h0", m0=AWAKE)]
+    decide_pool(SPEC, busy, {"m1": MemberView(own=[engine("m1-a", waiting=6)])}, mem, now=1.0, hold=60)
+    calm = {"m1": MemberView(own=[engine("m1-a", waiting=1)])}
+    assert decide_pool(SPEC, busy, calm, mem, now=30.0, hold=60).figures["m1"]["pods"] == 2
+    assert decide_pool(SPEC, busy, calm, mem, now=62.0, hold=60).figures["m1"]["pods"] == 1
