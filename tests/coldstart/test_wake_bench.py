@@ -167,3 +167,84 @@ def test_the_sleepers_host_memory_is_read_from_the_containers_cgroup_while_it_sl
 def test_the_command_passes_the_renders_prediction_to_the_script():
     cmd = command.wake_bench_command(_model(), timeout=60)
     assert cmd[cmd.index("--predicted-host-bytes") + 1] == str(_model().standby.sleeping_host_bytes)
+
+
+# --- k sleepers on one engine host (issue 38): `wake-bench --pool` ------------------------------
+
+MIB = 2**20
+
+
+def _fake_smi(folder, lines: str, code: int = 0):
+    """A stand-in `nvidia-smi` on PATH printing the query's CSV lines (index, memory.used MiB, memory.total MiB)."""
+    folder.mkdir(exist_ok=True)
+    smi = folder / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncat <<'EOF'\n{lines}\nEOF\nexit {code}\n")
+    smi.chmod(0o755)
+    return {"PATH": f"{folder}:/usr/bin:/bin", "HOSTNAME": "pool-host-1"}
+
+
+def _residue(url: str, env: dict) -> tuple[int, dict]:
+    cmd = command.residue_command(timeout=60)
+    assert cmd[:2] == ["python3", "-c"]
+    proc = subprocess.run([sys.executable, *cmd[1:], "--residue-of", url], capture_output=True, text=True,
+                          timeout=120, env=env)
+    record = command.parse_residue_output(proc.stdout)
+    assert record is not None, proc.stdout + proc.stderr
+    return proc.returncode, record
+
+
+@pytest.fixture
+def engine_host(tmp_path):
+    from tests.podside.engine_hosts import hosts_in
+
+    hosts = hosts_in(tmp_path)
+    yield next(hosts)
+    next(hosts, None)
+
+
+def test_k_sleepers_residue_is_the_fullest_gpus_use_over_k_on_a_spare_host(engine_host, tmp_path):
+    host = engine_host(["m0", "m1", "m2"])
+    host.wait_all_asleep()
+    env = _fake_smi(tmp_path / "bin", "0, 15000, 81559\n1, 15360, 81559")
+    code, record = _residue(host.url, env)
+    assert code == 0 and record["result"] == "ok", record
+    assert record["kind"] == "residue" and record["sleepers"] == 3 and record["models"] == ["m0", "m1", "m2"]
+    assert record["used_bytes_max"] == 15360 * MIB
+    assert record["residue_bytes_per_sleeper"] == 5120 * MIB and record["residue_gib_per_sleeper"] == 5.0
+    assert [g["index"] for g in record["gpus"]] == [0, 1] and record["pod"] == "pool-host-1"
+    line = command.residue_summary(record, 4 * GIB)
+    assert "3 sleepers (m0, m1, m2) keep 15.0 GiB of GPU 1's 80 GiB: 5.00 GiB per sleeper per GPU" in line
+    assert "1.25x the planning default 4 GiB" in line and "sleepingResidueGiB to 5.0" in line
+
+    # An engine awake on the host: not sleepers alone, refused rather than measured.
+    assert call_post(host.url + "/engines/m1/wake_up") == 200
+    code, record = _residue(host.url, env)
+    assert code == 1 and "not a spare" in record["reason"] and "m1 awake" in record["reason"]
+
+
+def test_the_residue_bench_says_what_is_wrong_with_nvidia_smi(engine_host, tmp_path):
+    host = engine_host(["m0"])
+    host.wait_all_asleep()
+    code, record = _residue(host.url, {"PATH": str(tmp_path / "empty")})
+    assert code == 1 and "nvidia-smi could not run" in record["reason"]
+    code, record = _residue(host.url, _fake_smi(tmp_path / "bad", "0, N/A, 81559"))
+    assert code == 1 and "not index, memory.used, memory.total" in record["reason"]
+    code, record = _residue(host.url, _fake_smi(tmp_path / "fails", "", code=9))
+    assert code == 1 and "exited 9" in record["reason"]
+    code, record = _residue("http://127.0.0.1:9", _fake_smi(tmp_path / "ok", "0, 1, 2"))
+    assert code == 1 and record["result"] == "error"
+
+
+def call_post(url: str) -> int:
+    req = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return r.status
+
+
+def test_the_pool_bench_fails_clearly_without_a_cluster(tmp_path, capsys):
+    from warmstart import cli
+
+    assert cli.main(["wake-bench", "--stack", "prod", "--pool", "shared", "--kubeconfig",
+                     str(tmp_path / "none")]) == cli.EXIT_PREREQUISITES
+    err = capsys.readouterr().err
+    assert err.startswith("warmstart: ") and "Traceback" not in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -38,6 +39,9 @@ def add_parsers(sub: Any, project_dir: Callable[[], Path]) -> None:
     w.add_argument("--pod", help="the pod to measure (default: a sleeping standby pod of the model)")
     w.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole measurement")
     w.add_argument("--no-record", action="store_true", help="print the record, do not upload it")
+    w.add_argument("--pool", help="a standby pool: measure what its k sleeping engines keep on a spare engine "
+                                  "host's GPUs (the residue per sleeper) instead of one model's wake")
+    w.add_argument("--namespace", help="with --pool: the pool's namespace (default: the platform's)")
     w.add_argument("--kubeconfig")
     w.add_argument("--context")
     w.set_defaults(func=lambda a: wake_bench(a, project_dir()))
@@ -187,7 +191,86 @@ def _pick_sleeper(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def residue_command(timeout: float) -> list[str]:
+    """What runs in an engine host's container: the same script, against the host's supervisor on
+    the pod's loopback (warmstart/decisions/standby_pool.py SUPERVISOR_PORT)."""
+    from ..decisions.standby_pool import SUPERVISOR_PORT
+    from ..podside import wake_bench as script
+
+    return ["python3", "-c", Path(script.__file__).read_text(), "--residue-of",
+            f"http://127.0.0.1:{SUPERVISOR_PORT}", "--timeout", str(timeout)]
+
+
+def parse_residue_output(text: str) -> dict[str, Any] | None:
+    from ..podside.wake_bench import RESIDUE_EVENT
+
+    for line in reversed(text.splitlines()):
+        if line.startswith("{") and f'"{RESIDUE_EVENT}"' in line:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                return doc
+    return None
+
+
+def _pick_spare_host(pods: list[dict[str, Any]]) -> str | None:
+    """A Running, Ready engine host labelled `warmstart.io/engine=asleep`: a spare, every engine asleep
+    (its readiness is every engine up; the pool actuator labels a host awake while one serves)."""
+    return _pick_sleeper(pods)
+
+
+def wake_bench_pool(args: argparse.Namespace, root: Path) -> int:
+    """`wake-bench --pool`: the k-sleeper residue of one spare host, beside the plan's default."""
+    from . import reader
+    from .. import render
+    from ..decisions.standby_pool import default_residue_bytes
+    from ..plan.platform import platform_fact
+
+    _, stack_plan = render.load_plan(root / "stacks", args.stack)
+    namespace = args.namespace or platform_fact(stack_plan, "namespace")
+    try:
+        cluster = reader.connect(args.kubeconfig, args.context)
+        pod = args.pod or _pick_spare_host(reader.model_pods(cluster, namespace, f"pool {args.pool}",
+                                                             {"warmstart.io/standby-pool": args.pool}))
+        if pod is None:
+            return _fail(f"no spare engine host of pool {args.pool} in {namespace} (a Running, Ready pod labelled "
+                         "warmstart.io/standby-pool and warmstart.io/engine=asleep); wait until the pool is at rest, "
+                         "or pass --namespace", EXIT_FAILED)
+        from kubernetes.stream import stream
+
+        print(f"measuring the sleepers' GPU residue on {namespace}/{pod}", flush=True)
+        try:
+            text = stream(cluster.core.connect_get_namespaced_pod_exec, pod, namespace,
+                          command=residue_command(args.timeout), stderr=True, stdin=False, stdout=True,
+                          tty=False, _request_timeout=args.timeout + 60)
+        except Exception as exc:  # the stream client raises its own types; one line, not a traceback
+            raise reader.ReaderError(f"running the residue bench in {namespace}/{pod}: {exc}") from None
+    except ReaderError as err:
+        return _fail(str(err), EXIT_PREREQUISITES)
+    record = parse_residue_output(text if isinstance(text, str) else str(text))
+    if record is None or record.get("result") != "ok":
+        return _fail(f"the residue bench failed: {(record or {}).get('reason') or text[-500:]}", EXIT_FAILED)
+    print(residue_summary(record, default_residue_bytes(len(record["gpus"]))))
+    if args.no_record:
+        print(json.dumps(record, indent=1, sort_keys=True))
+    return EXIT_OK
+
+
+def residue_summary(record: dict[str, Any], default_bytes: int) -> str:
+    gib = 2**30
+    fullest = max(record["gpus"], key=lambda g: g["used_bytes"])
+    per = record["residue_bytes_per_sleeper"]
+    return (f"{record['sleepers']} sleepers ({', '.join(record['models'])}) keep {fullest['used_bytes'] / gib:.1f} GiB "
+            f"of GPU {fullest['index']}'s {fullest['total_bytes'] / gib:.0f} GiB: {per / gib:.2f} GiB per sleeper per GPU, "
+            f"{per / default_bytes:.2f}x the planning default {default_bytes / gib:.0f} GiB; set the pool's "
+            f"sleepingResidueGiB to {math.ceil(per / gib * 10) / 10:.1f} to plan with the measured figure")
+
+
 def wake_bench(args: argparse.Namespace, root: Path) -> int:
+    if getattr(args, "pool", None):
+        return wake_bench_pool(args, root)
     stack_plan, m = _plan(args, root)
     if m.standby is None:
         return _fail(f"model {m.name} has no standby engines, so it runs without vLLM's sleep mode; add "

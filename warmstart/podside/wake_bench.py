@@ -23,6 +23,19 @@ are pinned by the engine's worker processes, not by this process or the API serv
 container's cgroup sees them. Beside the render's prediction (`--predicted-host-bytes`, what the
 pod's memory limit was checked against) it records the factor measured on the user's own node.
 
+With `--residue-of SUPERVISOR` it measures instead what k sleeping engines keep on one engine host's
+GPUs (issue 38; the host's supervisor, warmstart/podside/engine_host, on the pod's loopback): the
+host must be a spare (`GET /engines`: every one of its k engines asleep); then each GPU the
+container sees is read with `nvidia-smi --query-gpu=index,memory.used,memory.total
+--format=csv,noheader,nounits` (MiB; https://docs.nvidia.com/deploy/nvidia-smi/, the query fields
+of `nvidia-smi --help-query-gpu`), which the NVIDIA container runtime puts in a CUDA image's
+container with its `utility` capability. What a sleeping engine keeps (its CUDA context, CUDA-graph
+pools, NCCL and custom all-reduce buffers, anything outside vLLM's `weights` and `kv_cache` pool)
+is not one number in vLLM's source; on a spare host nothing else holds the GPUs (no process runs on
+a GPU its pod did not request, and the supervisor holds none), so the fullest GPU's memory in use
+over k is each sleeper's residue per GPU, an upper bound the plan may use in place of its default
+(`sleepingResidueGiB`). It prints one `warmstart.sleep_residue` line (`kind: residue`).
+
 It prints one JSON line, the record shape the standby actuator logs for each wake and
 `warmstart coldstart --history` reads as a `standby wake` split (warmstart/coldstart/history.py):
 `{"event": "warmstart.wake", "kind": "wake", "phases": {"sleep", "wake", "first_token"},
@@ -30,6 +43,7 @@ It prints one JSON line, the record shape the standby actuator logs for each wak
 `"result": "error"` with the reason (exit status 1). Every call has a deadline.
 
     python3 wake_bench.py --model qwen-67b --level 1 --weights-bytes 71940702208 [--url http://127.0.0.1:8000]
+    python3 wake_bench.py --residue-of http://127.0.0.1:8090
 """
 
 from __future__ import annotations
@@ -39,12 +53,17 @@ import datetime
 import http.client
 import json
 import os
+import math
 import re
+import subprocess
 import sys
 import time
 import urllib.parse
 
 EVENT = "warmstart.wake"
+RESIDUE_EVENT = "warmstart.sleep_residue"
+MIB = 2**20
+SMI_QUERY = ["nvidia-smi", "--query-gpu=index,memory.used,memory.total", "--format=csv,noheader,nounits"]
 FORMAT = 1
 MAX_BODY = 1 << 20
 GIB = 2**30
@@ -171,16 +190,81 @@ def measure(base: str, model: str, level: int, weights_bytes: int, timeout: floa
     }
 
 
+def gpu_memory(smi: list[str] | None = None, timeout: float = 30.0) -> list[dict]:
+    """Each GPU the container sees: `{"index", "used_bytes", "total_bytes"}` (raises BenchError)."""
+    try:
+        out = subprocess.run(smi or SMI_QUERY, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BenchError(f"nvidia-smi could not run ({exc}): measure in the host's own container, whose CUDA "
+                         "image the NVIDIA runtime gives nvidia-smi") from None
+    if out.returncode != 0:
+        raise BenchError(f"nvidia-smi exited {out.returncode}: {out.stderr.strip()[:200]}")
+    gpus = []
+    for line in out.stdout.splitlines():
+        if not line.strip():
+            continue
+        try:
+            index, used, total = (int(float(x.strip())) for x in line.split(","))
+        except ValueError:
+            raise BenchError(f"nvidia-smi printed {line[:80]!r}, not index, memory.used, memory.total") from None
+        if used < 0 or total <= 0 or used > total:
+            raise BenchError(f"nvidia-smi printed {line[:80]!r}: memory.used is not within memory.total")
+        gpus.append({"index": index, "used_bytes": used * MIB, "total_bytes": total * MIB})
+    if not gpus:
+        raise BenchError("nvidia-smi listed no GPU: the container sees none")
+    return gpus
+
+
+def measure_residue(supervisor: str, timeout: float = 60.0, smi: list[str] | None = None) -> dict:
+    """What the k sleeping engines of the spare host behind `supervisor` keep on its GPUs."""
+    text = _ok("GET", supervisor + "/engines", timeout=min(timeout, 30.0))
+    doc = json.loads(text)
+    engines = doc.get("engines") if isinstance(doc, dict) else None
+    if not isinstance(engines, list) or not engines or not all(isinstance(e, dict) for e in engines):
+        raise BenchError("GET /engines is not the engine host's status: point --residue-of at its supervisor")
+    states = {str(e.get("model")): e.get("state") for e in engines}
+    if any(s != "asleep" for s in states.values()):
+        raise BenchError("the host is not a spare (" + ", ".join(f"{m} {s}" for m, s in sorted(states.items()))
+                         + "): measure on a host whose every engine sleeps")
+    gpus = gpu_memory(smi, timeout)
+    # Read again after: a host that woke an engine meanwhile measured an awake engine, not sleepers.
+    doc = json.loads(_ok("GET", supervisor + "/engines", timeout=min(timeout, 30.0)))
+    if not isinstance(doc, dict) or not doc.get("spare"):
+        raise BenchError("the host stopped being a spare while it was measured (a wake): measure again")
+    k = len(states)
+    used = max(g["used_bytes"] for g in gpus)
+    per = math.ceil(used / k)
+    return {
+        "event": RESIDUE_EVENT, "result": "ok", "format": FORMAT, "kind": "residue", "sleepers": k,
+        "models": sorted(states), "sleep_level": doc.get("sleepLevel"), "gpus": gpus,
+        "used_bytes_max": used, "residue_bytes_per_sleeper": per, "residue_gib_per_sleeper": round(per / GIB, 2),
+        "pod": os.environ.get("POD_NAME") or os.environ.get("HOSTNAME"), "node": os.environ.get("NODE_NAME"),
+        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the engine's base URL")
-    p.add_argument("--model", required=True, help="the served model name")
+    p.add_argument("--model", help="the served model name (a wake's measurement)")
+    p.add_argument("--residue-of", default="", help="an engine host's supervisor URL: measure its k sleepers' "
+                   "GPU residue instead of a wake")
     p.add_argument("--level", type=int, default=1)
     p.add_argument("--weights-bytes", type=int, default=0)
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--predicted-host-bytes", type=int, default=0,
                    help="host memory the render counts for a sleeping engine (the pod's memory limit holds it)")
     a = p.parse_args(argv)
+    if a.residue_of:
+        try:
+            record = measure_residue(a.residue_of.rstrip("/"), a.timeout)
+        except (BenchError, OSError, ValueError) as exc:
+            print(json.dumps({"event": RESIDUE_EVENT, "result": "error", "reason": str(exc)}), flush=True)
+            return 1
+        print(json.dumps(record, sort_keys=True), flush=True)
+        return 0
+    if not a.model:
+        p.error("--model is required to measure a wake")
     try:
         record = measure(a.url.rstrip("/"), a.model, a.level, a.weights_bytes, a.timeout, a.predicted_host_bytes)
     except (BenchError, OSError, ValueError) as exc:
