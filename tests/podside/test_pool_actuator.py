@@ -191,8 +191,11 @@ def test_a_rise_cancels_its_members_drain_instead_of_waking_another_host() -> No
     views = {"m0": MemberView(own=[], held=4)}
     out = decide_pool(SPEC, [host("h0", m0=AWAKE), host("h1")], views, mem, now=1.0, draining={"h0": "m0"})
     assert out.cancel == ["h0"]
-    # It still takes the spare: the drain may already have reached the sleep.
-    assert [(w.model, w.host) for w in out.wakes] == [("m0", "h1")]
+    # The spare stays a spare: the engine being drained is kept awake instead.
+    assert out.wakes == [] and out.cold == []
+    # The drain had already put it to sleep: the next tick's rise takes a spare.
+    out = decide_pool(SPEC, [host("h0"), host("h1")], views, mem, now=2.0)
+    assert [(w.model, w.host) for w in out.wakes] == [("m0", "h0")]
 
 
 def test_hosts_and_costs_follow_the_serving_hosts() -> None:
@@ -277,3 +280,47 @@ def test_a_cold_rise_holds_its_extra_pod_for_the_hold_then_lets_go() -> None:
     calm = {"m1": MemberView(own=[engine("m1-a", waiting=1)])}
     assert decide_pool(SPEC, busy, calm, mem, now=30.0, hold=60).figures["m1"]["pods"] == 2
     assert decide_pool(SPEC, busy, calm, mem, now=62.0, hold=60).figures["m1"]["pods"] == 1
+
+
+def test_the_pool_is_not_lowered_on_a_reading_that_missed_a_host(tmp_path: Path) -> None:
+    """A host whose `/engines` did not answer may be the one serving: the hosts' Deployment is not
+    lowered on that tick (the ReplicaSet would remove a spare, and the next tick raise another)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.podside.servers import free_ports
+    from warmstart.podside.standby import pool_mode
+
+    class Spare(BaseHTTPRequestHandler):
+        def log_message(self, *a: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            body = json.dumps({"spare": True, "awake": None, "sleepLevel": 1, "engines": [
+                {"model": m, "state": "asleep"} for m in ("m0", "m1")]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Spare)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
+    (dead,) = free_ports(1)
+    static, scale = tmp_path / "static.json", tmp_path / "scale.json"
+    static.write_text(json.dumps({"hosts": {"h0": f"http://127.0.0.1:{server.server_address[1]}",
+                                            "h1": f"http://127.0.0.1:{dead}"}, "members": {}}))
+    scale.write_text(json.dumps({"replicas": 3}))
+    args = pool_mode.parse_args(["--pool-spec", "unused", "--static", str(static), "--scale-file", str(scale)])
+    spec = parse(pool_doc())
+    source = pool_mode.PoolStatic(str(static), "", str(scale))
+    state = pool_mode.PoolState(replicas=3)
+    with ThreadPoolExecutor(4) as pool:
+        try:
+            pool_mode.tick(args, spec, source, state, pool)
+            assert json.loads(scale.read_text()) == {"replicas": 3}
+            static.write_text(json.dumps({"hosts": {"h0": f"http://127.0.0.1:{server.server_address[1]}"}, "members": {}}))
+            pool_mode.tick(args, spec, source, state, pool)
+            assert json.loads(scale.read_text()) == {"replicas": 1}  # the spares the pool keeps
+        finally:
+            server.shutdown()

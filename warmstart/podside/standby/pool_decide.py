@@ -64,7 +64,8 @@ class PoolActions:
     sleeps: list[tuple[str, str]] = field(default_factory=list)
     """(host, model) to drain and put to sleep."""
     cancel: list[str] = field(default_factory=list)
-    """Hosts whose drain a new rise of their member cancels (an awake engine is cheaper than a wake)."""
+    """Hosts whose drain a new rise of their member cancels (an awake engine is cheaper than a wake
+    on another host)."""
     figures: dict[str, dict] = field(default_factory=dict)
     hosts: int = 0
     costs: dict[str, str] = field(default_factory=dict)
@@ -97,10 +98,15 @@ def decide_pool(spec: PoolSpec, hosts: list[HostView], views: dict[str, MemberVi
             if h not in memory.idle_since or (e is not None and (e.waiting or e.running)):
                 memory.idle_since[h] = now
         rising = not pooled_hosts and waiting > m.target_waiting * len(own)
-        if rising:
+        draining_own = sorted(h for h, model in draining.items() if model == m.model)
+        if rising and draining_own:
+            # Its pooled engine is being drained: it stays awake (cheaper than a wake on another
+            # host); a drain already past its last check sleeps, and the next tick rises again.
+            out.cancel += draining_own
+            memory.rise_since.setdefault(m.model, now)
+        elif rising:
             memory.rise_since.setdefault(m.model, now)
             rises.append((memory.rise_since[m.model], m.model))
-            out.cancel += sorted(h for h, model in draining.items() if model == m.model)
         else:
             memory.rise_since.pop(m.model, None)
         for h in pooled_hosts:

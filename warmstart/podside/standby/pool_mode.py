@@ -223,6 +223,9 @@ class PoolState:
     """host -> the member its labels were last written to serve (None: asleep)."""
     costs: dict[str, str] = field(default_factory=dict)
     replicas: int | None = None
+    """The host Deployment's replicas as last written (None: not yet this run)."""
+    unread: int = 0
+    """Running hosts whose `/engines` this tick could not read."""
     figures: dict[str, dict] | None = None
     figures_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -307,7 +310,9 @@ def observe(args: argparse.Namespace, spec: PoolSpec, source: "PoolKubernetes | 
     except (OSError, ValueError) as exc:
         log("warmstart.standby_discovery_failed", error=str(exc)[:300])
         return None
-    hosts = [h for h in pool.map(lambda nu: read_host(nu[0], nu[1].rstrip("/"), args.probe_timeout), found) if h]
+    read = list(pool.map(lambda nu: read_host(nu[0], nu[1].rstrip("/"), args.probe_timeout), found))
+    hosts = [h for h in read if h]
+    state.unread = len(read) - len(hosts)
     for url in set(state.own) - {u for ms in members.values() for _, u in ms}:
         del state.own[url]
     views: dict[str, MemberView] = {}
@@ -399,8 +404,13 @@ def tick(args: argparse.Namespace, spec: PoolSpec, source: "PoolKubernetes | Poo
         state.costs.pop(h, None)
         state.labels.pop(h, None)
     if actions.hosts != state.replicas:
-        # A raise is the replacement spare: submitted before the wakes, so it starts now.
-        set_replicas(source, state, actions.hosts)
+        if state.replicas is not None and actions.hosts < state.replicas and state.unread:
+            # A host that did not answer may be one that serves: no lowering on a partial reading
+            # (the ReplicaSet would remove a spare, and the next tick raise another).
+            pass
+        else:
+            # A raise is the replacement spare: written before the wakes start, so it starts now.
+            set_replicas(source, state, actions.hosts)
     for model in actions.cold:
         log("warmstart.pool_cold", model=model, reason="no spare host", figure=actions.figures[model]["pods"])
     for w in actions.wakes:
