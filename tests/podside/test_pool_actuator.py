@@ -324,3 +324,84 @@ def test_the_pool_is_not_lowered_on_a_reading_that_missed_a_host(tmp_path: Path)
             assert json.loads(scale.read_text()) == {"replicas": 1}  # the spares the pool keeps
         finally:
             server.shutdown()
+
+
+@pytest.mark.servers  # a stand-in Kubernetes API on 127.0.0.1
+def test_the_pool_reads_and_writes_kubernetes_as_its_role_allows(tmp_path: Path) -> None:
+    """Pods of the hosts' and the members' selectors (one not being deleted), host labels by JSON
+    merge patch (`serves` removed with null, RFC 7386), the hosts' Deployment through its scale
+    subresource with the resourceVersion read: nothing else is called."""
+    import http.server
+    import urllib.parse
+
+    from tests.support.loopback import LoopbackServer
+    from warmstart.podside.common.kube import InCluster
+    from warmstart.podside.standby.pool_mode import PoolKubernetes
+
+    calls: list[tuple[str, str, str, object]] = []
+
+    class Api(LoopbackServer):
+        def __init__(self) -> None:
+            class Handler(http.server.BaseHTTPRequestHandler):
+                def log_message(self, *a: object) -> None:
+                    pass
+
+                def _send(self, doc: object) -> None:
+                    body = json.dumps(doc).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+
+                def _record(self) -> None:
+                    raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                    calls.append((self.command, self.path, self.headers.get("Content-Type", ""),
+                                  json.loads(raw) if raw else None))
+
+                def do_GET(self) -> None:
+                    self._record()
+                    u = urllib.parse.urlsplit(self.path)
+                    if u.path.endswith("/scale"):
+                        return self._send({"metadata": {"resourceVersion": "9"}, "spec": {"replicas": 1}})
+                    sel = urllib.parse.parse_qs(u.query)["labelSelector"][0]
+                    self._send({"items": [
+                        {"metadata": {"name": f"{sel}-a"}, "status": {"podIP": "10.0.0.1"}},
+                        {"metadata": {"name": f"{sel}-b", "deletionTimestamp": "x"}, "status": {"podIP": "10.0.0.2"}}]})
+
+                def do_PATCH(self) -> None:
+                    self._record()
+                    self._send({})
+
+            self._serve(Handler)
+
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("t0ken\n")
+    doc = pool_doc()
+    doc["members"][1]["frontQueue"]["selector"] = {"app.kubernetes.io/name": "router"}
+    spec = parse(doc)
+    with Api() as api:
+        k = PoolKubernetes(spec, InCluster(api.base_url, sa))
+        assert k.hosts() == [("warmstart.io/standby-pool=shared-a", "http://10.0.0.1:8090")]
+        assert k.member_engines(spec.member("m1")) == [
+            ("app.kubernetes.io/instance=m1,app.kubernetes.io/name=vllm-a", "http://10.0.0.1:8101")]
+        assert k.front_queues(spec.member("m0")) == ["http://m0-front.inference.svc:8081"]
+        assert k.front_queues(spec.member("m1")) == ["http://10.0.0.1:8081"]
+        calls.clear()
+        k.set_host_labels("h0", "m0")
+        k.set_host_labels("h0", None)
+        k.set_cost("h0", "-100")
+        assert k.set_replicas(3) == (1, 3)
+        assert k.set_replicas(1) is None
+    scale = "/apis/apps/v1/namespaces/inference/deployments/shared-hosts/scale"
+    assert calls == [
+        ("PATCH", "/api/v1/namespaces/inference/pods/h0", "application/merge-patch+json",
+         {"metadata": {"labels": {"warmstart.io/serves": "m0", "warmstart.io/engine": "awake"}}}),
+        ("PATCH", "/api/v1/namespaces/inference/pods/h0", "application/merge-patch+json",
+         {"metadata": {"labels": {"warmstart.io/serves": None, "warmstart.io/engine": "asleep"}}}),
+        ("PATCH", "/api/v1/namespaces/inference/pods/h0", "application/merge-patch+json",
+         {"metadata": {"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-100"}}}),
+        ("GET", scale, "application/json", None),
+        ("PATCH", scale, "application/merge-patch+json", {"metadata": {"resourceVersion": "9"}, "spec": {"replicas": 3}}),
+        ("GET", scale, "application/json", None),
+    ]
