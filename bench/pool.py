@@ -9,7 +9,8 @@ process per host) and the pool actuator (standby.pyz --pool-spec), as their pods
   API, a load of `--engine-load-s` each, started one after another by the supervisor, and a wake
   of `--weights-gib` at about 3 s per 64 GiB at sleep level 1, llm-d Fast Model Actuation's
   README); a model's own pods are tests/routing/fake_vllm.py processes that answer /health only
-  `--cold-start-s` after they were created (the model's cold start, modelled);
+  `--cold-start-s` after they were created (m1's after `--second-cold-start-s`: a smaller model),
+  the model's cold start, modelled;
 - Kubernetes: the host Deployment's ReplicaSet (reads `--scale-file`, which the actuator writes in
   place of the scale subresource, starts a host per missing replica, removes a starting or spare
   host on a lowering, never a serving one), each model's KEDA + ReplicaSet (reads the actuator's
@@ -24,14 +25,14 @@ process per host) and the pool actuator (standby.pyz --pool-spec), as their pods
    actuator recorded (`warmstart.wake`). S - W is warmstart's share (signal, actuation, warm-up,
    label, the router's discovery, the front queue's release).
 2. A step on m0, then a step on m1 as soon as m0's wake is done, inside the replacement's start
-   (its engines load one after another): m1 gets no spare and is served by its own pod's cold start,
-   its requests held in its front queue meanwhile: never a hang.
+   (its engines load one after another): m1 gets no spare; its figure asks for its own pod at once,
+   which serves it, its requests held in its front queue meanwhile: never a hang.
 
 Failed: replies that are not 200 in both runs; dropped: requests a front queue refused.
 The last line is
 `pooled standby: M models on K spare GPU sets (per-model standby: M); first step woken serves S s (wake W s); second model S2 s (wake W2 s); failed F of N; dropped D`.
 
-    .venv/bin/python bench/pool.py [--models 4] [--clients 6] [--step-seconds 8] [--engine-load-s 2]
+    .venv/bin/python bench/pool.py [--models 4] [--clients 6] [--step-seconds 8] [--engine-load-s 4]
 """
 
 from __future__ import annotations
@@ -331,7 +332,8 @@ def run_pool(a: argparse.Namespace, tmp: Path, inside_window: bool) -> dict:
         hosts = HostReplicaSet(tmp, world, scale, models, a.engine_load_s, a.weights_gib)
         hosts.start()
         stack.callback(hosts.stop)
-        members = {m: Member(stack, tmp, m, world, hosts, labels, a.cold_start_s, a.decode_ms) for m in models}
+        members = {m: Member(stack, tmp, m, world, hosts, labels,
+                             a.second_cold_start_s if m == "m1" else a.cold_start_s, a.decode_ms) for m in models}
         for mem in members.values():
             stack.callback(mem.stop)
         pool = {"pool": "bench", "namespace": "bench", "hostSelector": {"warmstart.io/standby-pool": "bench"},
@@ -404,8 +406,13 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=6)
     p.add_argument("--step-seconds", type=float, default=8.0)
     p.add_argument("--weights-gib", type=float, default=15.0, help="each model's weights (its modelled wake)")
-    p.add_argument("--engine-load-s", type=float, default=2.0, help="one engine's load on a host (modelled)")
-    p.add_argument("--cold-start-s", type=float, default=20.0, help="a model's own pod's cold start (modelled)")
+    p.add_argument("--engine-load-s", type=float, default=4.0, help="one engine's load on a host (modelled)")
+    p.add_argument("--cold-start-s", type=float, default=30.0,
+                   help="a model's own pod's cold start (modelled), but m1's: longer than a replacement host's "
+                   "start, so m0's pooled engine still serves at run 1's second step")
+    p.add_argument("--second-cold-start-s", type=float, default=10.0,
+                   help="m1's own pod's cold start (a smaller model): shorter than a replacement host's start, so "
+                   "run 2's second step is served by its own scale-up")
     p.add_argument("--decode-ms", type=float, default=20.0)
     a = p.parse_args()
     if a.models < 2:
@@ -426,8 +433,9 @@ def main() -> int:
           f"({a.models} x {a.engine_load_s:g} s loads): m0 served {r2['S']:.2f} s (wake {r2['W']:.2f} s); m1 "
           f"{'found no spare (its own pod asked for at once)' if r2['cold'] else 'found a spare (NOT the case run 2 sets up)'}, "
           f"held, served {r2['S2']:.2f} s after its step by "
-          f"{', '.join(r2['served_by_own']) or 'the replacement, woken once it was a spare'} (its own cold start "
-          f"modelled {a.cold_start_s:g} s: served at {r2['S2'] / a.cold_start_s:.2f}x it); failed {r2['failed']} of {r2['n']}")
+          f"{'its own pod ' + ', '.join(r2['served_by_own']) if r2['served_by_own'] else 'the replacement, woken once it was a spare'}"
+          f" (its own cold start modelled {a.second_cold_start_s:g} s: served at {r2['S2'] / a.second_cold_start_s:.2f}x it); "
+          f"failed {r2['failed']} of {r2['n']}")
     failed, n, dropped = r1["failed"] + r2["failed"], r1["n"] + r2["n"], r1["dropped"] + r2["dropped"]
     print(f"pooled standby: {a.models} models on {a.spares} spare GPU sets (per-model standby: {a.models}); "
           f"first step woken serves {r1['S']:.2f} s (wake {r1['W']:.2f} s); second model {r1['S2']:.2f} s "
