@@ -142,6 +142,7 @@ def test_two_rises_on_one_spare_get_a_wake_then_a_cold_start_in_arrival_order() 
     out = decide_pool(SPEC, [host("h0")], {"m0": MemberView(own=[], held=9), "m3": MemberView(own=[], held=1)},
                       mem, now=2.0)
     assert [(w.model, w.host) for w in out.wakes] == [("m3", "h0")]
+    assert out.rise_at == {"m3": 1.0}  # the wake's signal phase starts when the rise was first seen
     assert out.cold == ["m0"]
     assert out.figures["m0"]["pods"] == 2  # its queue (9 at 5 per engine), its own start
     assert out.figures["m3"]["pods"] == 1

@@ -161,6 +161,7 @@ def test_the_pool_wakes_on_a_spare_raises_a_replacement_goes_cold_past_it_and_sl
         wait_until("m1 labelled awake on h1", lambda: act.labels().get("h1") == {
             "warmstart.io/engine": "awake", "warmstart.io/serves": "m1"})
         assert h1.state("m1") == "awake" and h0.state("m0") == "awake"
+        assert len(act.events("warmstart.pool_cold", model="m1")) == 1  # once per rise, not once per tick
         wait_until("a third host asked for", lambda: act.replicas() == 3)
 
         # 4. m0's own pod comes up and carries its load: the pooled engine drains and sleeps, the

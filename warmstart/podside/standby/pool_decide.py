@@ -67,6 +67,8 @@ class PoolActions:
     """Hosts whose drain a new rise of their member cancels (an awake engine is cheaper than a wake
     on another host)."""
     figures: dict[str, dict] = field(default_factory=dict)
+    rise_at: dict[str, float] = field(default_factory=dict)
+    """model -> when its woken rise was first seen: the wake record's `signal` phase starts there."""
     hosts: int = 0
     costs: dict[str, str] = field(default_factory=dict)
 
@@ -129,6 +131,7 @@ def decide_pool(spec: PoolSpec, hosts: list[HostView], views: dict[str, MemberVi
     wakes, cold = hosts_pool.assign(hosts, rises, taken=busy)
     out.wakes, out.cold = wakes, cold
     for w in wakes:
+        out.rise_at[w.model] = memory.rise_since.get(w.model, now)
         own = len(_awake(views.get(w.model, MemberView(own=[])).own))
         memory.floors[w.model] = (now, own + 1, True)
         memory.idle_since[w.host] = now

@@ -224,6 +224,8 @@ class PoolState:
     costs: dict[str, str] = field(default_factory=dict)
     replicas: int | None = None
     """The host Deployment's replicas as last written (None: not yet this run)."""
+    cold: set[str] = field(default_factory=set)
+    """Members whose rise found no spare on the last tick."""
     unread: int = 0
     """Running hosts whose `/engines` this tick could not read."""
     figures: dict[str, dict] | None = None
@@ -411,11 +413,12 @@ def tick(args: argparse.Namespace, spec: PoolSpec, source: "PoolKubernetes | Poo
         else:
             # A raise is the replacement spare: written before the wakes start, so it starts now.
             set_replicas(source, state, actions.hosts)
-    for model in actions.cold:
+    for model in sorted(set(actions.cold) - state.cold):
+        # Once per rise, not every tick it stands.
         log("warmstart.pool_cold", model=model, reason="no spare host", figure=actions.figures[model]["pods"])
+    state.cold = set(actions.cold)
     for w in actions.wakes:
-        start_wake(args, spec, source, state, pool, w.host, w.model, w.engine_url,
-                   state.memory.rise_since.get(w.model, now))
+        start_wake(args, spec, source, state, pool, w.host, w.model, w.engine_url, actions.rise_at.get(w.model, now))
     for h, model in actions.sleeps:
         start_sleep(args, spec, source, state, pool, h, model)
 
