@@ -11,7 +11,8 @@ figure), always awake, and at most one pooled engine, awake on a host. Per membe
   or waiting request is a rise. Rises take spares in the order they were first seen; a rise with no
   spare left is `cold`: its figure asks for one more own pod at once, and the member's own start
   serves it (never a wait on the pool). A cold rise keeps rising, so a spare that turns ready before
-  the member's own pod still serves it.
+  the member's own pod still serves it. A rise while the member's pooled engine is being drained
+  cancels the drain instead (the engine stays awake; no second host).
 - **sleep**: its pooled engine, once its own awake engines carry the load without it (the queue
   within `targetWaiting` per own engine, and with `targetRequests` the requests within it per own
   engine), or once it has been idle `awakeIdleSeconds` with nothing held.
