@@ -194,3 +194,16 @@ def test_two_hosts_serve_rises_in_order_and_a_third_gets_a_prompt_no(host_factor
     views = [pool.parse_snapshot(name, h.url, h.status()) for name, h in (("ha", a), ("hb", b))]
     assert pool.desired_hosts(views, spares=1) == 3
     assert pool.deletion_costs(views) == {"ha": "0", "hb": "0"}
+
+
+def test_the_spec_is_read_through_a_configmaps_links(tmp_path: Path) -> None:
+    """The kubelet mounts a ConfigMap key as `spec.json -> ..data/spec.json`, `..data -> ..<timestamp>`
+    (kubernetes pkg/volume/util/atomic_writer.go): the supervisor reads the file they name."""
+    from warmstart.podside.engine_host.spec import load
+
+    stamped = tmp_path / "..2026_12_05_00_00_00.1"
+    stamped.mkdir()
+    (stamped / "spec.json").write_text(json.dumps({"engines": [{"model": "a", "port": 9000, "argv": ["x"]}]}))
+    (tmp_path / "..data").symlink_to(stamped.name)
+    (tmp_path / "spec.json").symlink_to("..data/spec.json")
+    assert [e.model for e in load(tmp_path / "spec.json").engines] == ["a"]

@@ -12,6 +12,7 @@ field is checked; a bad file is one line naming the field and an exit code 2.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,10 @@ def parse(doc: object) -> HostSpec:
 
 
 def load(path: Path) -> HostSpec:
-    raw = read_regular(path, MAX_SPEC_BYTES)
+    # A ConfigMap's file is a symbolic link into its `..data` folder, which the kubelet swaps
+    # atomically on an update (kubernetes pkg/volume/util/atomic_writer.go): resolved first, then
+    # the file it names is read without following a link.
+    raw = read_regular(Path(os.path.realpath(path)), MAX_SPEC_BYTES)
     if isinstance(raw, str):
         raise SpecError(f"{path}: {raw}")
     doc, why = parse_json(raw, max_depth=8)
