@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -114,5 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
 
 
+def entry() -> None:
+    """The `warmstart` console script and `python -m warmstart.cli`: `main`, then exit."""
+    code = main()
+    # At exit the interpreter's finalisation runs full collections over every object still
+    # alive (Python/pylifecycle.c `finalize_modules` calls `_PyGC_CollectNoFail`), and a command
+    # that loaded the Pulumi SDKs holds ~300k of them: those passes were about a sixth of a
+    # `warmstart render` of dev (0.6 s), spent freeing nothing the process needs, since exiting
+    # hands all of its memory back. Frozen objects are left out of every collection
+    # (https://docs.python.org/3/library/gc.html#gc.freeze); modules are still torn down, files
+    # flushed and atexit handlers run. Only here, at the process's end: a test or a program that
+    # calls `main` goes on collecting as before.
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
