@@ -2,19 +2,19 @@
 
 Each run is a fresh `warmstart render` process, as a user or CI runs it. A stack's floor is a
 process that imports exactly the Pulumi SDK modules that stack's render loads, and nothing else:
-the bench first renders each stack once in a child process that reports every `pulumi` /
-`pulumi_*` module it loaded (in its `sys.modules` at exit), and the floor process imports exactly
-those. The list is derived, not written by hand, because the pinned SDKs load their submodules
-lazily: `import pulumi_aws` alone costs a fraction of what a program that declares an
-`aws.ec2.LaunchTemplate` pays, so a hand-listed `import pulumi, pulumi_aws, ...` floor sits far
-below what any program using those SDK classes pays. The ratios thus show what warmstart itself
-adds (but for the exit, below): its own imports, the pydantic config, the decisions, the program run under mocks, the
-built pod-script zips and the YAML written. Both sides run from bytecode, as Python runs by
-default: the SDKs' was compiled when pip installed them, and the bench's children write and read
-warmstart's own under a pycache prefix in its temporary folder (the probe render writes it), so
-an environment with PYTHONDONTWRITEBYTECODE set does not charge the program a compile of its
-~110 modules on every run that it never charges the SDKs. Runs are interleaved, so drift on a
-busy machine hits every series alike; read the ratios, not the seconds.
+the bench first renders each stack once in a child process that reports every `pulumi` / `pulumi_*`
+module it loaded (in its `sys.modules` at exit), and the floor process imports exactly those. The
+list is derived, not written by hand, because the pinned SDKs load their submodules lazily: `import
+pulumi_aws` alone costs a fraction of what a program that declares an `aws.ec2.LaunchTemplate`
+pays, so a hand-listed `import pulumi, pulumi_aws, ...` floor sits far below what any program using
+those SDK classes pays. The ratios thus show what warmstart itself adds (but for the exit, below):
+its own imports, the pydantic config, the decisions, the program run under mocks, the built
+pod-script zips and the YAML written. Both sides run from bytecode, as Python runs by default: the
+SDKs' was compiled when pip installed them, and the bench's children write and read warmstart's own
+under a pycache prefix in its temporary folder (the probe render writes it), so an environment with
+PYTHONDONTWRITEBYTECODE set does not charge the program a compile of its ~110 modules on every run
+that it never charges the SDKs. Runs are interleaved, so drift on a busy machine hits every series
+alike; read the ratios, not the seconds.
 
 The `warmstart` command freezes its objects before it exits (warmstart/cli.py `entry`), so the
 interpreter's exit collections skip them, while the floor, a plain process, still pays those
