@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.support.stacks import STACK_NAMES, STACKS_DIR
+from tests.support.stacks import ROOT, STACK_NAMES, STACKS_DIR
 from warmstart import cli, render
 
 PLAN_KEYS = {"name", "instanceType", "gpuName", "gpusPerNode", "tensorParallelSize", "weightsBytes",
@@ -138,3 +143,30 @@ def test_every_config_field_has_the_description_pydantic_would_read():
                     assert info.description == pydantic_doc, f"{cls.__name__}.{name}"
                     seen += 1
     assert seen > 100
+
+
+# What the console script runs at exit: atexit handlers run before the interpreter's last
+# collections, so one that reads the freeze count sees what those collections will skip.
+_AT_EXIT = """import atexit, gc, importlib, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count() > 0))
+sys.argv = ["warmstart", *sys.argv[1:]]
+module, name = {entry!r}.split(":")
+getattr(importlib.import_module(module), name)()
+"""
+
+
+@pytest.mark.servers  # subprocesses of the command
+def test_the_command_exits_without_collecting_what_it_loaded(monkeypatch):
+    # The installed `warmstart` command (pyproject's [project.scripts]) freezes the process's
+    # objects once the command is done, so the exit collections skip the SDKs' objects; it
+    # exits with the command's own code.
+    entry = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]["warmstart"]
+    for argv, code in ((["validate", "--stack", "dev"], 0), (["validate", "--stack", "nosuch"], cli.EXIT_CONFIG)):
+        done = subprocess.run([sys.executable, "-c", _AT_EXIT.format(entry=entry), *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == code, done.stderr
+        assert done.stdout.splitlines()[-1] == "frozen at exit: True"
+    # `main` itself, which tests and programs call in a process that goes on, freezes nothing.
+    monkeypatch.chdir(ROOT)
+    assert cli.main(["validate", "--stack", "dev"]) == 0
+    assert gc.get_freeze_count() == 0
