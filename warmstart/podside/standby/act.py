@@ -9,8 +9,10 @@ import time
 from . import observe
 from .observe import ASLEEP, AWAKE, Engine, Kubernetes, READ_ERRORS, Static, log, parse_metrics
 
-# Each pod's deletion cost by its engine's state (main.py's docstring says why).
-COST = {"sleeping": "-100", "loading": "100", "awake": "0"}
+# Each pod's deletion cost by its engine's state (main.py's docstring says why): a scale-down
+# removes an awake engine the load no longer needs (decide.py `surplus`) first, then a sleeper,
+# then an awake engine.
+COST = {"surplus": "-200", "sleeping": "-100", "loading": "100", "awake": "0"}
 
 
 def wake(e: Engine, model: str, level: int, signal_at: float, timeout: float) -> bool:

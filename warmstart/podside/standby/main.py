@@ -80,7 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .act import COST, drain, put_to_sleep, restore, wake
-from .decide import Policy, decide, pods_figure
+from .decide import Policy, decide, pods_figure, surplus
 from .observe import (
     ASLEEP, AWAKE, Engine, Kubernetes, Static, held_requests, log, probe,
 )
@@ -178,11 +178,9 @@ def observe(args: argparse.Namespace, source: "Static | Kubernetes", state: Stat
     return readable, held
 
 
-def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
-              fresh_seconds: float = 0.0) -> None:
-    """Each readable engine's pod: its deletion cost, and its routing label (except while a wake
-    or a drain of this actuator owns it: a wake whose warm-up failed, an actuator restarted
-    mid-drain are put right here)."""
+def note(engines: list[Engine], now: float, fresh_seconds: float = 0.0) -> None:
+    """What this tick's reading says of each engine over time: freshly loaded (the sleeper to be,
+    for `fresh_seconds`), and when it last served."""
     for e in engines:
         if e.ready and not e.seen_ready:
             e.seen_ready = True
@@ -193,7 +191,18 @@ def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[st
             e.fresh_until = 0.0
         if e.ready and not e.sleeping and (e.waiting or e.running):
             e.served, e.idle_since = True, now
-        state = "loading" if not e.ready else "sleeping" if e.sleeping else "awake"
+
+
+def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
+              fresh_seconds: float = 0.0, surplus: set[str] = frozenset()) -> None:
+    """Each readable engine's pod: its deletion cost (`surplus`: awake engines the load no longer
+    needs, decide.py `surplus`), and its routing label (except while a wake or a drain of this
+    actuator owns it: a wake whose warm-up failed, an actuator restarted mid-drain are put right
+    here)."""
+    note(engines, now, fresh_seconds)
+    for e in engines:
+        state = ("loading" if not e.ready else "sleeping" if e.sleeping
+                 else "surplus" if e.url in surplus else "awake")
         if e.cost != COST[state]:
             try:
                 source.set_cost(e.pod, COST[state])
@@ -293,11 +302,15 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     now = time.time()
     # Engines already up at the actuator's first reading are of unknown age (it may have been
     # restarted beside busy engines): only one that turns Ready later is fresh.
-    reconcile(engines, source, busy, now, args.drain_timeout if state.ticked else 0.0)
+    fresh_seconds = args.drain_timeout if state.ticked else 0.0
+    note(engines, now, fresh_seconds)
     state.ticked = True
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
+    # The engine this tick sends to sleep is the sleeper to be, not a surplus one to remove.
+    spare = surplus(engines, policy, now, waking | set(actions.wake), held, draining | set(actions.sleep))
+    reconcile(engines, source, busy, now, fresh_seconds, spare)
     if actions.wake:
         # The figure counts the engines being woken at once, and their replacement sleepers start
         # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.
@@ -313,10 +326,12 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
-    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file)
+    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file,
+                                   args.costs_file)
                         if args.engines else Kubernetes(args.namespace, args.selector, args.port))
     routers = [u for u in args.router.split(",") if u]
-    policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
+    policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds, args.target_requests,
+                    args.surplus_idle_seconds)
     state = State()
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
@@ -353,6 +368,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engines", default="", help="comma-separated engine URLs instead of the Kubernetes API")
     p.add_argument("--labels-file", default="", help="with --engines: where each engine's routing label is "
                    "written (JSON {url: label}), standing in for the pods' labels")
+    p.add_argument("--costs-file", default="", help="with --engines: where each engine's deletion cost is "
+                   "written (JSON {url: cost}), standing in for the pods' annotations (benchmarks)")
     p.add_argument("--standby", type=int, required=True, help="engines to keep asleep")
     p.add_argument("--min-awake", type=int, required=True, help="fewest awake engines")
     p.add_argument("--sleep-level", type=int, choices=(1, 2), default=1)
@@ -373,6 +390,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="most seconds to take an engine out of the routers and see it idle; past it, no sleep")
     p.add_argument("--target-requests", type=float, default=0.0,
                    help="requests (running plus waiting) one engine carries: the figure's demand term (0: none)")
+    p.add_argument("--surplus-idle-seconds", type=float, default=60.0,
+                   help="how long an awake engine the load does not need is idle before its pod's deletion cost "
+                   "goes below a sleeper's, so a scale-down removes it and keeps the sleeper")
     p.add_argument("--figure-port", type=int, default=-1,
                    help="serve the pods figure on GET /warmstart/pods at this port (0: any free one; -1: off)")
     p.add_argument("--figure-address", default="0.0.0.0", help="the figure's listening address")
