@@ -89,6 +89,9 @@ def test_with_its_sleepers_there_or_without_a_demand_target_nothing_changes():
     assert decision.decide(_spread([2, 1, 2, 1]), no_target, now=1000.0).sleep == [], \
         "without targetRequestsPerReplica the load's demand is unknown: the idle rule alone"
     busy = _spread([2, 1, 2, 1])
+    loading = busy + [observe.Engine("new", pod="new", ready=False)]
+    assert decision.decide(loading, POLICY, now=1000.0).sleep == [], \
+        "a pod loading is the sleeper to be (a wake's replacement): the woken engine keeps serving"
     assert decision.decide(busy, POLICY, now=1000.0, draining={"e3"}).sleep == [], "one drain at a time"
     assert decision.decide(busy, POLICY, now=1000.0, waking={"e3"}).sleep == [], "nothing while a wake runs"
 

@@ -93,8 +93,12 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     # loaded sleeps now, its requests drained first. Routing spreads a light load over every
     # engine (prefix hash, round robin), so none is ever idle for `awake_idle_seconds`: left to the
     # idle rule, a model whose sleeper a scale-down removed (the load fell to what fewer engines
-    # carry) would have no sleeper until the traffic stopped entirely.
-    if policy.target_requests > 0 and others_hold and len(awake) > needed_awake(awake, policy, held):
+    # carry) would have no sleeper until the traffic stopped entirely. Not while a pod loads: it is
+    # the sleeper to be (a wake's replacement, which the fresh rule above puts to sleep), and an
+    # engine just woken must not be drained again while the load's reading dips.
+    loading = [e for e in engines if not e.ready]
+    if (policy.target_requests > 0 and others_hold and len(asleep) + len(loading) < policy.standby
+            and len(awake) > needed_awake(awake, policy, held)):
         spare = [e for e in awake if e.url not in waking]
         if spare:
             out.sleep = [min(spare, key=lambda e: (e.waiting + e.running, e.served, e.idle_since, e.url)).url]
