@@ -52,14 +52,20 @@ def drain(e: Engine, source: "Static | Kubernetes", routers: list[str], unlist_s
     True: it may sleep now. False: the pod is relabelled awake (it keeps serving)."""
     deadline = time.monotonic() + timeout
     reason = ""
+    # Labelled asleep by this actuator while it loaded (a sleeper to be, main.py `reconcile`) and
+    # never relabelled since: it was never Ready with the routers' label, so never in a router.
+    never_routed = e.label == ASLEEP and e.prelabelled
     try:
-        source.set_label(e.pod, ASLEEP)
-        e.label = ASLEEP
+        if not never_routed:
+            source.set_label(e.pod, ASLEEP)
+            e.label = ASLEEP
     except (OSError, ValueError) as exc:
         log("warmstart.sleep_skipped", pod=e.pod, url=e.url, reason="label", error=str(exc))
         return False
     # 1. Out of the routers: none lists it any more, or one discovery pass of theirs has passed.
-    if routers:
+    if never_routed:
+        pass
+    elif routers:
         while True:
             if cancel.is_set():
                 reason = "cancelled"
@@ -96,7 +102,7 @@ def drain(e: Engine, source: "Static | Kubernetes", routers: list[str], unlist_s
 def restore(e: Engine, source: "Static | Kubernetes") -> None:
     try:
         source.set_label(e.pod, AWAKE)
-        e.label = AWAKE
+        e.label, e.prelabelled = AWAKE, False
     except (OSError, ValueError) as exc:
         # The next tick's label reconcile retries it.
         e.label = None

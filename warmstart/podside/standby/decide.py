@@ -143,6 +143,23 @@ def surplus(engines: list[Engine], policy: Policy, now: float, waking: set[str] 
     return {e.url for e in sorted(idle, key=lambda e: (e.idle_since, e.url))[:extra]}
 
 
+def sleepers_to_be(engines: list[Engine], policy: Policy, waking: set[str] = frozenset(),
+                   draining: set[str] = frozenset()) -> set[str]:
+    """Pods still loading that are to be the missing sleepers: while fewer than `standby` engines
+    sleep or are being drained to sleep, that many of the loading pods (by name). The actuator
+    labels them `asleep` before they are Ready, so no router adds them on their readiness: before,
+    a wake's replacement came up Ready and labelled `awake` by its template, the routers sent it
+    requests until the actuator's next period relabelled it, and its drain then waited for those
+    and for the routers to let it go (`bench/scaleout.py` counted the model a sleeper short
+    meanwhile). If the load needs it once it is up, the fresh rule in `decide` leaves it awake and
+    the label goes back to `awake` on that period."""
+    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking]
+    missing = policy.standby - len(asleep) - len(draining)
+    # Never Ready yet (a pod that was Ready and fails one /health read may be in the routers).
+    loading = sorted((e for e in engines if not e.ready and not e.seen_ready), key=lambda e: (e.pod, e.url))
+    return {e.url for e in loading[:max(0, missing)]}
+
+
 def pods_figure(engines: list[Engine], policy: Policy, held: int = 0, woken: int = 0, target_requests: float = 0.0) -> int:
     """The pods the model needs now, the figure the actuator serves to KEDA's metrics-api scaler
     (an `AverageValue` target of 1 pod, so the HPA's recommendation is the figure itself):

@@ -80,7 +80,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .act import COST, drain, put_to_sleep, restore, wake
-from .decide import Policy, decide, pods_figure, surplus
+from .decide import Policy, decide, pods_figure, sleepers_to_be, surplus
 from .observe import (
     ASLEEP, AWAKE, Engine, Kubernetes, Static, held_requests, log, probe,
 )
@@ -194,11 +194,12 @@ def note(engines: list[Engine], now: float, fresh_seconds: float = 0.0) -> None:
 
 
 def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
-              fresh_seconds: float = 0.0, surplus: set[str] = frozenset()) -> None:
+              fresh_seconds: float = 0.0, surplus: set[str] = frozenset(), to_be: set[str] = frozenset()) -> None:
     """Each readable engine's pod: its deletion cost (`surplus`: awake engines the load no longer
     needs, decide.py `surplus`), and its routing label (except while a wake or a drain of this
     actuator owns it: a wake whose warm-up failed, an actuator restarted mid-drain are put right
-    here)."""
+    here); a pod still loading is labelled only when it is one of `to_be`, the sleepers to be
+    (decide.py `sleepers_to_be`): `asleep`, so that its readiness does not add it to the routers."""
     note(engines, now, fresh_seconds)
     for e in engines:
         state = ("loading" if not e.ready else "sleeping" if e.sleeping
@@ -209,11 +210,15 @@ def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[st
                 e.cost = COST[state]
             except (OSError, ValueError) as exc:
                 log("warmstart.standby_cost_failed", pod=e.pod, error=str(exc))
-        want = None if not e.ready or e.url in busy else ASLEEP if e.sleeping else AWAKE
+        if not e.ready:
+            want = ASLEEP if e.url in to_be else None
+        else:
+            want = None if e.url in busy else ASLEEP if e.sleeping else AWAKE
         if want and e.label != want:
             try:
                 source.set_label(e.pod, want)
                 e.label = want
+                e.prelabelled = want == ASLEEP and not e.ready and not e.seen_ready
             except (OSError, ValueError) as exc:
                 log("warmstart.standby_label_failed", pod=e.pod, error=str(exc))
 
@@ -310,7 +315,9 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     actions = decide(engines, policy, now, waking, held, draining)
     # The engine this tick sends to sleep is the sleeper to be, not a surplus one to remove.
     spare = surplus(engines, policy, now, waking | set(actions.wake), held, draining | set(actions.sleep))
-    reconcile(engines, source, busy, now, fresh_seconds, spare)
+    to_be = sleepers_to_be(engines, policy, waking | set(actions.wake), draining | set(actions.sleep))
+    # This tick's wakes and drains own their pods' labels from now on.
+    reconcile(engines, source, busy | set(actions.wake) | set(actions.sleep), now, fresh_seconds, spare, to_be)
     if actions.wake:
         # The figure counts the engines being woken at once, and their replacement sleepers start
         # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.

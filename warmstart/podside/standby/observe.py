@@ -67,6 +67,9 @@ class Engine:
     label: str | None = None
     """The ENGINE_LABEL value last written to its pod."""
     seen_ready: bool = False
+    prelabelled: bool = False
+    """Labelled asleep by this actuator before it was ever Ready (a sleeper to be), and not
+    labelled awake since: never in a router."""
     fresh_until: float = 0.0
     """Until when (time.time()) it is a freshly loaded engine that has never slept: the pod a
     scale-up started, which `decide` puts to sleep first while sleepers are missing, even if the
