@@ -29,11 +29,15 @@ scheduler that runs `--max-num-seqs` requests at once and queues the rest
    engines' own gauges as the rendered PromQL sums them, sampled every compressed 30 s scrape),
    the HPA's replica calculation, stabilization and rate limits at the rendered behavior
    (warmstart/decisions/hpa.py, every compressed 15 s sync), the ReplicaSet deleting by
-   `ActivePodsWithRanks` with the costs the actuator writes, and a new pod that loads for the
+   `ActivePodsWithRanks` with the costs the actuator writes (its `--costs-file`: -200 on an idle
+   awake engine the load no longer needs, -100 on a sleeper), and a new pod that loads for the
    predicted warm-spare cold start (compressed) before its /health answers. A load step wakes the
    sleeper; the load then holds (a plateau longer than the rendered scale-down window) and steps
    again: S2, W2 are the second step's. Then the load falls to nothing and the bench waits for
-   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up, awake
+   `minReplicas + count` pods, `count` of them asleep, and splits the time: the signal lag (the
+   fall to the HPA's last recommendation above the floor, where the scale-down window starts: a
+   scrape or an actuator period, then a sync), the window, and the removals (one pod per sync); it
+   checks that against the bound those parts allow, which has no room for a drain. `pods - (awake + count)` is sampled while the load is up, awake
    meaning serving (not asleep and labelled awake: in the routers); a freshly loaded replacement
    that the actuator is taking out of the routers to sleep (its `--unlist-seconds` wait) is a
    sleeper in the making, and is counted apart on the same line. The actuator runs as the render
@@ -302,15 +306,16 @@ class Cluster(threading.Thread):
     """The model's pods, its ScaledObject's HPA and its ReplicaSet, on the bench's clock.
 
     `slots` are pre-started fake engines, one per pod the run may create; a slot not yet created,
-    or deleted, answers /health 503 (absent: the actuator and the readiness probe skip it). The
+    or deleted, is not in the pod list the actuator reads (`pods_file`) and answers /health 503
+    (the readiness probe fails it; a pod still loading also answers 503 until it is up). The
     model's time runs `compress` times faster than the wall clock; the actuator, the router and
     the engines run at wall-clock speed."""
 
     def __init__(self, slots: list[FakeVllm], initial: int, plan: scaling.ScalingPlan, target_requests: float,
                  target_waiting: float, standby_count: int, load_s: float, compress: float, figure_url: str,
-                 scale_file: Path, costs_file: Path) -> None:
+                 scale_file: Path, costs_file: Path, pods_file: Path) -> None:
         super().__init__(daemon=True)
-        self.figure_url, self.scale_file, self.costs_file = figure_url, scale_file, costs_file
+        self.figure_url, self.scale_file, self.costs_file, self.pods_file = figure_url, scale_file, costs_file, pods_file
         # Model seconds of the last HPA sync whose recommendation (the largest of the triggers')
         # was above the floor: the scale-down window runs from there.
         self.last_high: float | None = None
@@ -333,6 +338,7 @@ class Cluster(threading.Thread):
             e.set_healthy(False)
         self.replicas = initial
         self._write_scale(initial)
+        self._write_pods()
         self.sample: tuple[float, float] | None = None
         # (model s, pods, awake, asleep, serving, each pod's `name:state/label`): `awake` is every
         # engine not asleep (a replacement the actuator is putting to sleep included), `serving`
@@ -346,6 +352,12 @@ class Cluster(threading.Thread):
         tmp = self.scale_file.with_suffix(".cluster.tmp")
         tmp.write_text(json.dumps({"replicas": n}))
         tmp.replace(self.scale_file)
+
+    def _write_pods(self) -> None:
+        """The pods as the actuator lists them (its `--pods-file`)."""
+        tmp = self.pods_file.with_suffix(".cluster.tmp")
+        tmp.write_text(json.dumps(sorted(self.pods)))
+        tmp.replace(self.pods_file)
 
     def _apply_scale(self) -> None:
         """The Deployment's controller: the replicas the actuator raised (its scale write) become pods."""
@@ -386,6 +398,7 @@ class Cluster(threading.Thread):
             self.next_slot += 1
             self.pods[e.url] = {"created": self.model_now(), "ready_at": time.monotonic() + self.load_s, "name": e.name}
             self.created.append(e.name)
+        self._write_pods()
 
     def costs(self) -> dict[str, int]:
         """Each pod's `controller.kubernetes.io/pod-deletion-cost` as the actuator last wrote it
@@ -410,6 +423,7 @@ class Cluster(threading.Thread):
             self.removals.append((self.model_now(), self.pods[victim.name]["name"], state, costs[victim.name]))
             del self.pods[victim.name]
             next(e for e in self.slots if e.url == victim.name).set_healthy(False)
+        self._write_pods()
 
     def run(self) -> None:
         scrape = scaling.SCRAPE_INTERVAL_SECONDS / self.compress
@@ -528,8 +542,10 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         ready = Discovery(slots, manifest, labels, asleep={slots[min_awake].url})
         (figure_port,) = free_ports(1)
         scale_file, costs_file = tmp / "sustained-scale.json", tmp / "sustained-costs.json"
+        pods_file = tmp / "sustained-pods.json"
         cluster = Cluster(slots, initial, plan, t_requests, a.target_waiting, count, a.load_seconds / a.compress,
-                          a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file, costs_file)
+                          a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file, costs_file,
+                          pods_file)
         cluster.labels = labels
         ready.start()
         stack.callback(ready.stop.set)
@@ -540,7 +556,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
                        # As the render runs it (manifests/standby.py), its times compressed as the model's.
                        "--target-requests", f"{t_requests:g}", "--figure-port", str(figure_port),
                        "--figure-address", "127.0.0.1", "--deployment", MODEL, "--max-pods", str(plan.max_replicas),
-                       "--scale-file", str(scale_file), "--costs-file", str(costs_file),
+                       "--scale-file", str(scale_file), "--costs-file", str(costs_file), "--pods-file", str(pods_file),
                        "--surplus-idle-seconds", f"{a.surplus_idle_seconds / a.compress:g}",
                        "--wake-hold-seconds", f"{standby_plan.WAKE_HOLD_SECONDS / a.compress:g}")
         stack.callback(act.stop)
@@ -647,7 +663,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
                     f"window's start {lag:.0f} s after the fall (its last recommendation above {floor} pods; signal "
                     f"lag at most one scrape or actuator period and one HPA sync, {lag_bound:.0f} s), the scale-down "
                     f"window {window} s, then {tail:.0f} s removing {n_removed} pods (the first at the next sync, "
-                    f"then one per {max(period, sync)} s); bound {bound:.0f} s: "
+                    f"then one per {max(period, sync)} s; the bench looks every {check:.0f} s); bound {bound:.0f} s: "
                     f"{'met' if returned <= bound else 'NOT met'}")
         else:
             back = f"NOT back to {floor} pods"
@@ -678,11 +694,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="the actuator's --surplus-idle-seconds (its default): idle this long, an awake engine the "
                         "load does not need gets a deletion cost below the sleeper's")
     p.add_argument("--compress", type=float, default=31.0, help="model seconds per bench second")
-    p.add_argument("--clients-step1", type=int, default=20, help="clients of the first step")
-    p.add_argument("--clients-step2", type=int, default=28,
-                   help="clients of the second step: three awake engines queue 22 past their 6 running (the "
-                        "actuator wakes past 15), and maxReplicas engines carry it all (4 x (max-num-seqs + "
-                        "target-waiting) = 28); 26 left the queue too near 15 on a busy machine (no wake)")
+    p.add_argument("--clients-step1", type=int, default=16,
+                   help="clients of the first step: two awake engines queue 12 past their 4 running (the actuator "
+                        "wakes past 10), and the plateau is one three engines keep up with under prefix-hash routing, "
+                        "which spreads unevenly (up to 10 apart before it balances, --prefix-hash-balance-abs-threshold"
+                        "): even with all of it on one engine, 14 waiting keep KEDA's waiting query at 4 pods. With 20, "
+                        "samples of 4 running and 16 waiting asked for 5 pods (maxReplicas + count) all plateau long, "
+                        "and the second step's wake then had no room for a replacement")
+    p.add_argument("--clients-step2", type=int, default=24,
+                   help="clients of the second step: three awake engines queue 18 or more past their 6 running (the "
+                        "actuator wakes past 15), and four engines carry it (4 x (max-num-seqs + target-waiting) = "
+                        "28) with room for the routing's unevenness, so the woken sleeper's replacement sleeps")
     p.add_argument("--step2-seconds", type=float, default=12.0)
     p.add_argument("--skip-first", action="store_true", help="run the sustained phase only")
     p.add_argument("--actuator-log", default="", help="write the sustained phase's actuator lines (JSON) here")

@@ -339,3 +339,14 @@ def test_a_drain_of_a_pod_never_in_the_routers_does_not_wait_for_them(monkeypatc
     e2 = observe.Engine("http://127.0.0.1:2", pod="p", ready=True, label=observe.ASLEEP)
     assert act.drain(e2, s2, ["http://127.0.0.1:1"], 3.0, 5.0, None, 0.5, threading.Event())
     assert ("GET", "/workers") in s2.calls
+
+
+def test_the_pods_file_stands_in_for_the_pod_list(tmp_path):
+    """The bench's engines not created yet are no pods (before, they were read as pods loading, and
+    the sleeper to be was labelled on one of them)."""
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps(["b"]))
+    assert observe.Static(["a", "b", "c"], pods_file=str(pods)).engines() == [("b", "b")]
+    pods.write_text(json.dumps({"b": 1}))
+    with pytest.raises(ValueError, match="not a JSON list"):
+        observe.Static(["a", "b"], pods_file=str(pods)).engines()

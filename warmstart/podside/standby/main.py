@@ -334,7 +334,7 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
     source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file,
-                                   args.costs_file)
+                                   args.costs_file, args.pods_file)
                         if args.engines else Kubernetes(args.namespace, args.selector, args.port))
     routers = [u for u in args.router.split(",") if u]
     policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds, args.target_requests,
@@ -375,6 +375,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engines", default="", help="comma-separated engine URLs instead of the Kubernetes API")
     p.add_argument("--labels-file", default="", help="with --engines: where each engine's routing label is "
                    "written (JSON {url: label}), standing in for the pods' labels")
+    p.add_argument("--pods-file", default="", help="with --engines: a JSON list of the engine URLs that are pods "
+                   "now, standing in for the pod list (benchmarks)")
     p.add_argument("--costs-file", default="", help="with --engines: where each engine's deletion cost is "
                    "written (JSON {url: cost}), standing in for the pods' annotations (benchmarks)")
     p.add_argument("--standby", type=int, required=True, help="engines to keep asleep")

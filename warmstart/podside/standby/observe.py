@@ -271,15 +271,25 @@ class Static:
     on every change: what a stand-in for SMG's label-selected pod watch reads. With `costs_file`,
     each pod's deletion cost the same way, `{url: "-100"}` (the bench's ReplicaSet reads it). With
     `scale_file`, the Deployment's replicas stand there as JSON `{"replicas": n}` (the bench's
-    ReplicaSet reads and writes it), standing in for the scale subresource."""
+    ReplicaSet reads and writes it), standing in for the scale subresource. With `pods_file`, only
+    the URLs of its JSON list are engines (the bench's ReplicaSet writes the pods it has there),
+    standing in for the pod list: an engine not created yet is no pod, not a pod loading."""
 
-    def __init__(self, urls: list[str], labels_file: str = "", scale_file: str = "", costs_file: str = "") -> None:
+    def __init__(self, urls: list[str], labels_file: str = "", scale_file: str = "", costs_file: str = "",
+                 pods_file: str = "") -> None:
         self.urls, self.labels_file, self.scale_file, self.costs_file = urls, labels_file, scale_file, costs_file
+        self.pods_file = pods_file
         self.labels = bool(labels_file)
         self._written = _read_map(labels_file)
         self._costs = _read_map(costs_file)
 
     def engines(self) -> list[tuple[str, str]]:
+        if self.pods_file:
+            with open(self.pods_file) as f:
+                pods = json.load(f)
+            if not isinstance(pods, list):
+                raise ValueError(f"{self.pods_file}: not a JSON list of engine URLs")
+            return [(u, u) for u in self.urls if u in pods]
         return [(u, u) for u in self.urls]
 
     def set_cost(self, pod: str, cost: str) -> None:
