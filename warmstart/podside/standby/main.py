@@ -22,7 +22,10 @@ Then (`decide`, pure):
 - **sleep** one awake engine when fewer than `--standby` engines sleep and more than
   `--min-awake` are awake: the idlest, nothing running or waiting, idle for
   `--awake-idle-seconds` once it has served (a freshly loaded engine that never served sleeps at
-  once). A sleeping engine must never receive a request. Its pod stays Ready (vLLM's /health
+  once); or, with `--target-requests` and no pod loading, the least loaded one as soon as the
+  awake engines are more than the load needs (decide.py). A pod still loading that is to be a
+  missing sleeper is labelled asleep before it is Ready, so no router ever adds it
+  (decide.py `sleepers_to_be`). A sleeping engine must never receive a request. Its pod stays Ready (vLLM's /health
   answers while it sleeps, and a Deployment whose sleepers were unready would never complete:
   warmstart/manifests/serving.py `readiness_probe`), so the routing label is what keeps it out:
   the actuator first takes it out of the router (`drain`): it labels the pod
@@ -37,9 +40,10 @@ Then (`decide`, pure):
 
 On Kubernetes it also sets each pod's `controller.kubernetes.io/pod-deletion-cost`
 (https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): a
-scale-down by KEDA deletes among the Ready pods the lower cost first, so a sleeper (-100) before an
-awake engine (0); the actuator then puts the idlest awake engine to sleep to keep `--standby`
-sleepers. A ReplicaSet deletes a pod that is not Ready (still loading) before any Ready one,
+scale-down by KEDA deletes among the Ready pods the lower cost first, so an idle awake engine the
+load no longer needs (-200, decide.py `surplus`, after `--surplus-idle-seconds` idle) before a
+sleeper (-100) before an awake engine (0); where a sleeper went anyway, the actuator puts an awake
+engine to sleep to keep `--standby` sleepers. A ReplicaSet deletes a pod that is not Ready (still loading) before any Ready one,
 whatever its cost (`ActivePodsWithRanks` in kubernetes pkg/controller/controller_utils.go): what
 keeps a pod that a scale-up started from being scaled down while it loads is the ScaledObject's
 scale-down stabilization window, at least the model's start-up budget
