@@ -320,3 +320,28 @@ def test_the_actuator_writes_the_costs_a_scale_down_reads(tmp_path: Path):
         removed = [p.name for p in hpa.deletion_order(pods)[:2]]
         assert sleeper.url not in removed and len(removed) == 2
         assert not a.events("warmstart.sleep"), "the standby is whole: nothing is put to sleep"
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.integers(0, 9), st.integers(0, 12), st.booleans(),
+                          st.floats(0, 1000)), max_size=7),
+       st.integers(0, 2), st.integers(0, 3), st.integers(0, 20))
+def test_no_sleep_leaves_fewer_engines_than_the_load_needs_or_a_queue_that_wakes_one(spec, standby, min_awake, held):
+    es = [observe.Engine(f"e{i}", pod=f"e{i}", ready=ready, sleeping=sleeping, running=r, waiting=w, served=served,
+                         idle_since=idle, seen_ready=True)
+          for i, (ready, sleeping, r, w, served, idle) in enumerate(spec)]
+    policy = decision.Policy(standby, min_awake, 5, 300, target_requests=7, surplus_idle_seconds=60)
+    out = decision.decide(es, policy, now=1000.0, held=held)
+    if not out.sleep:
+        return
+    awake = [e for e in es if e.ready and not e.sleeping]
+    asleep = [e for e in es if e.ready and e.sleeping]
+    (url,) = out.sleep
+    assert url in {e.url for e in awake} and len(asleep) < standby
+    assert len(awake) - 1 >= min_awake
+    waiting = sum(e.waiting for e in awake) + held
+    assert waiting <= 5 * (len(awake) - 1), "the queue on one engine fewer would wake a sleeper at once"
+    slept = next(e for e in es if e.url == url)
+    if slept.running or slept.waiting:
+        # Only the surplus rule sleeps a busy engine: the load fits on the others.
+        assert len(awake) - 1 >= decision.needed_awake(awake, policy, held)
+        assert all(e.ready for e in es), "not while a pod loads (the sleeper to be)"
