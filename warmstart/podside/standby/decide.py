@@ -123,8 +123,8 @@ def surplus(engines: list[Engine], policy: Policy, now: float, waking: set[str] 
     below the sleeper makes the scale-down itself take the right pods, so the model is back at
     `minReplicas + count` pods, `count` of them asleep, at the window's end. The other way, putting
     surplus engines to sleep ahead of the window's end, would leave a load that returns within the
-    window (most of them: the window is the start-up budget, minutes) a wake behind instead of
-    served at once, and sleep and wake each engine once more. A mark is a pod patch, which the
+    window (the start-up budget, minutes long) a wake behind instead of served at once, and sleep
+    and wake each such engine once more. A mark is a pod patch, which the
     Kubernetes docs ask not to make often ("avoid updating the annotation frequently, such as
     updating it based on a metric value",
     https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): the
