@@ -29,11 +29,15 @@ scheduler that runs `--max-num-seqs` requests at once and queues the rest
    engines' own gauges as the rendered PromQL sums them, sampled every compressed 30 s scrape),
    the HPA's replica calculation, stabilization and rate limits at the rendered behavior
    (warmstart/decisions/hpa.py, every compressed 15 s sync), the ReplicaSet deleting by
-   `ActivePodsWithRanks` with the costs the actuator writes, and a new pod that loads for the
+   `ActivePodsWithRanks` with the costs the actuator writes (its `--costs-file`: -200 on an idle
+   awake engine the load no longer needs, -100 on a sleeper), and a new pod that loads for the
    predicted warm-spare cold start (compressed) before its /health answers. A load step wakes the
    sleeper; the load then holds (a plateau longer than the rendered scale-down window) and steps
    again: S2, W2 are the second step's. Then the load falls to nothing and the bench waits for
-   `minReplicas + count` pods. `pods - (awake + count)` is sampled while the load is up, awake
+   `minReplicas + count` pods, `count` of them asleep, and splits the time: the signal lag (the
+   fall to the HPA's last recommendation above the floor, where the scale-down window starts: a
+   scrape or an actuator period, then a sync), the window, and the removals (one pod per sync); it
+   checks that against the bound those parts allow, which has no room for a drain. `pods - (awake + count)` is sampled while the load is up, awake
    meaning serving (not asleep and labelled awake: in the routers); a freshly loaded replacement
    that the actuator is taking out of the routers to sleep (its `--unlist-seconds` wait) is a
    sleeper in the making, and is counted apart on the same line. The actuator runs as the render
@@ -302,15 +306,21 @@ class Cluster(threading.Thread):
     """The model's pods, its ScaledObject's HPA and its ReplicaSet, on the bench's clock.
 
     `slots` are pre-started fake engines, one per pod the run may create; a slot not yet created,
-    or deleted, answers /health 503 (absent: the actuator and the readiness probe skip it). The
+    or deleted, is not in the pod list the actuator reads (`pods_file`) and answers /health 503
+    (the readiness probe fails it; a pod still loading also answers 503 until it is up). The
     model's time runs `compress` times faster than the wall clock; the actuator, the router and
     the engines run at wall-clock speed."""
 
     def __init__(self, slots: list[FakeVllm], initial: int, plan: scaling.ScalingPlan, target_requests: float,
                  target_waiting: float, standby_count: int, load_s: float, compress: float, figure_url: str,
-                 scale_file: Path) -> None:
+                 scale_file: Path, costs_file: Path, pods_file: Path) -> None:
         super().__init__(daemon=True)
-        self.figure_url, self.scale_file = figure_url, scale_file
+        self.figure_url, self.scale_file, self.costs_file, self.pods_file = figure_url, scale_file, costs_file, pods_file
+        # Model seconds of the last HPA sync whose recommendation (the largest of the triggers')
+        # was above the floor: the scale-down window runs from there.
+        self.last_high: float | None = None
+        # (model s, pod name, its state, its deletion cost) of each pod the scale-down removed.
+        self.removals: list[tuple[float, str, str, int]] = []
         self.figures: list[int | None] = []
         self.raised = 0
         self.slots, self.plan, self.compress = slots, plan, compress
@@ -318,6 +328,8 @@ class Cluster(threading.Thread):
         self.hpa = hpa.Hpa(hpa.Behavior.from_spec(scaling.hpa_behavior(plan)), plan.min_replicas, plan.max_replicas)
         self.stop = threading.Event()
         self.t0 = time.monotonic()
+        self.syncs: list[dict] = []  # each HPA sync's inputs and result (--actuator-log)
+        self.t0_wall = time.time()  # model second 0 on the actuator's clock (its lines' `time`)
         self.pods: dict[str, dict] = {}  # url -> {"created": model s, "ready_at": wall s or None}
         self.next_slot = initial
         for e in slots[:initial]:
@@ -326,11 +338,12 @@ class Cluster(threading.Thread):
             e.set_healthy(False)
         self.replicas = initial
         self._write_scale(initial)
+        self._write_pods()
         self.sample: tuple[float, float] | None = None
-        # (model s, pods, awake, asleep, serving): `awake` is every engine not asleep (a
-        # replacement the actuator is putting to sleep included), `serving` those also labelled
-        # awake, so in the routers.
-        self.log: list[tuple[float, int, int, int, int]] = []
+        # (model s, pods, awake, asleep, serving, each pod's `name:state/label`): `awake` is every
+        # engine not asleep (a replacement the actuator is putting to sleep included), `serving`
+        # those also labelled awake, so in the routers.
+        self.log: list[tuple[float, int, int, int, int, str]] = []
         self.labels: Path | None = None
         self.deleted: list[str] = []
         self.created: list[str] = []
@@ -339,6 +352,12 @@ class Cluster(threading.Thread):
         tmp = self.scale_file.with_suffix(".cluster.tmp")
         tmp.write_text(json.dumps({"replicas": n}))
         tmp.replace(self.scale_file)
+
+    def _write_pods(self) -> None:
+        """The pods as the actuator lists them (its `--pods-file`)."""
+        tmp = self.pods_file.with_suffix(".cluster.tmp")
+        tmp.write_text(json.dumps(sorted(self.pods)))
+        tmp.replace(self.pods_file)
 
     def _apply_scale(self) -> None:
         """The Deployment's controller: the replicas the actuator raised (its scale write) become pods."""
@@ -379,16 +398,32 @@ class Cluster(threading.Thread):
             self.next_slot += 1
             self.pods[e.url] = {"created": self.model_now(), "ready_at": time.monotonic() + self.load_s, "name": e.name}
             self.created.append(e.name)
+        self._write_pods()
+
+    def costs(self) -> dict[str, int]:
+        """Each pod's `controller.kubernetes.io/pod-deletion-cost` as the actuator last wrote it
+        (its `--costs-file`); a pod it has not annotated counts 0, as the ReplicaSet reads it."""
+        try:
+            written = json.loads(self.costs_file.read_text())
+        except (OSError, ValueError):
+            written = {}
+        return {url: int(written.get(url, 0)) for url in self.pods}
 
     def _remove(self, n: int, states: dict[str, str]) -> None:
         # ActivePodsWithRanks over the pods as the ReplicaSet sees them: a loading pod is not
-        # Ready; Ready ones carry the deletion cost the actuator writes (COST in standby.py).
-        pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=int(COST[states[url]]),
+        # Ready; Ready ones carry the deletion cost the actuator wrote (act.py COST).
+        costs = self.costs()
+        pods = [hpa.Pod(url, ready=states[url] != "loading", deletion_cost=costs[url],
                         ready_since=p["ready_at"], created=p["created"]) for url, p in self.pods.items()]
         for victim in hpa.deletion_order(pods)[:n]:
-            self.deleted.append(f"{self.pods[victim.name]['name']} ({states[victim.name]})")
+            state = states[victim.name]
+            if state == "awake" and costs[victim.name] == int(COST["surplus"]):
+                state = "awake, surplus"
+            self.deleted.append(f"{self.pods[victim.name]['name']} ({state})")
+            self.removals.append((self.model_now(), self.pods[victim.name]["name"], state, costs[victim.name]))
             del self.pods[victim.name]
             next(e for e in self.slots if e.url == victim.name).set_healthy(False)
+        self._write_pods()
 
     def run(self) -> None:
         scrape = scaling.SCRAPE_INTERVAL_SECONDS / self.compress
@@ -422,8 +457,13 @@ class Cluster(threading.Thread):
                     current, figure, 1, tolerance_up=0, tolerance_down=0)
                 # computeReplicasForMetrics: the largest of the triggers' answers, none on a
                 # scale-down while one errors.
-                new = self.hpa.step(self.model_now(), current,
-                                    hpa.replicas_for_metrics(current, [by_waiting, by_demand, by_figure]))
+                desired = hpa.replicas_for_metrics(current, [by_waiting, by_demand, by_figure])
+                if desired is not None and desired > self.plan.min_replicas:
+                    self.last_high = self.model_now()
+                new = self.hpa.step(self.model_now(), current, desired)
+                self.syncs.append({"event": "bench.hpa_sync", "model_s": round(self.model_now()), "current": current,
+                                   "waiting": by_waiting, "demand": by_demand, "figure": by_figure, "new": new,
+                                   "sample": self.sample})
                 states = self.states()
                 if new > current:
                     self._create(new - current)
@@ -438,8 +478,9 @@ class Cluster(threading.Thread):
             except (OSError, ValueError):
                 labels = {}
             serving = sum(v == "awake" and labels.get(u) == standby.AWAKE for u, v in states.items())
+            detail = " ".join(f"{self.pods[u]['name']}:{v}/{labels.get(u, '-')}" for u, v in states.items())
             self.log.append((self.model_now(), len(self.pods), sum(v == "awake" for v in states.values()),
-                             sum(v == "sleeping" for v in states.values()), serving))
+                             sum(v == "sleeping" for v in states.values()), serving, detail))
             self.stop.wait(0.2)
 
 
@@ -500,9 +541,11 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         manifest, labels = tmp / "sustained.json", tmp / "sustained-labels.json"
         ready = Discovery(slots, manifest, labels, asleep={slots[min_awake].url})
         (figure_port,) = free_ports(1)
-        scale_file = tmp / "sustained-scale.json"
+        scale_file, costs_file = tmp / "sustained-scale.json", tmp / "sustained-costs.json"
+        pods_file = tmp / "sustained-pods.json"
         cluster = Cluster(slots, initial, plan, t_requests, a.target_waiting, count, a.load_seconds / a.compress,
-                          a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file)
+                          a.compress, f"http://127.0.0.1:{figure_port}/warmstart/pods", scale_file, costs_file,
+                          pods_file)
         cluster.labels = labels
         ready.start()
         stack.callback(ready.stop.set)
@@ -513,9 +556,15 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
                        # As the render runs it (manifests/standby.py), its times compressed as the model's.
                        "--target-requests", f"{t_requests:g}", "--figure-port", str(figure_port),
                        "--figure-address", "127.0.0.1", "--deployment", MODEL, "--max-pods", str(plan.max_replicas),
-                       "--scale-file", str(scale_file),
+                       "--scale-file", str(scale_file), "--costs-file", str(costs_file), "--pods-file", str(pods_file),
+                       "--surplus-idle-seconds", f"{a.surplus_idle_seconds / a.compress:g}",
                        "--wake-hold-seconds", f"{standby_plan.WAKE_HOLD_SECONDS / a.compress:g}")
         stack.callback(act.stop)
+        if a.actuator_log:
+            # Written last (callbacks run in reverse), once the actuator has stopped.
+            stack.callback(lambda: Path(a.actuator_log).write_text("".join(
+                json.dumps(x) + "\n" for x in [{"event": "bench.model_zero", "time": cluster.t0_wall}, *act.lines,
+                                               *cluster.syncs])))
         time.sleep(3.0)
         cluster.start()
         stack.callback(cluster.stop.set)
@@ -524,15 +573,21 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         stack.callback(load.stop)
         deficits: list[tuple[float, int]] = []
         unslept: list[tuple[float, int]] = []
+        short: list[str] = []  # the pods at each sampled moment one short, `name:state/label`
 
         def hold(seconds: float, up: bool) -> None:
             end = time.monotonic() + seconds
+            seen = None
             while time.monotonic() < end:
-                if up and cluster.log:
-                    m, pods, awake, _, serving = cluster.log[-1]
+                if up and cluster.log and cluster.log[-1] is not seen:
+                    # Each of the cluster's records once (it writes one every 0.2 s).
+                    seen = cluster.log[-1]
+                    m, pods, awake, _, serving, detail = seen
                     deficits.append((m, pods - (serving + count)))
                     unslept.append((m, pods - (awake + count)))
-                time.sleep(0.25)
+                    if pods - (serving + count) < 0:
+                        short.append(f"{m:.0f}: {detail}")
+                time.sleep(0.05)
 
         step1 = a.clients_step1
         load.set(step1)
@@ -544,6 +599,7 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         hold(a.step2_seconds, True)
         load.set(0)
         fell = time.monotonic()
+        fell_model = cluster.model_now()
         floor = min_awake + count
         returned = None
         deadline = fell + 2 * window / a.compress + 30
@@ -561,13 +617,19 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
         # model seconds (before the actuator raised the replicas on a wake, a scrape and an HPA
         # sync long after each wake).
         def shortest(samples: list[tuple[float, int]]) -> tuple[int, float]:
+            """(lowest, longest stretch short in model s): a stretch runs from its first short record
+            to the first record that is not (one record alone: one record's 0.2 s, 6 model s); a
+            stretch still short at the last record ends there."""
             worst, short_since, longest = 0, None, 0.0
+            record = 0.2 * a.compress
             for m, d in samples:
                 worst = min(worst, d)
                 if d < 0 and short_since is None:
                     short_since = m
                 elif d >= 0 and short_since is not None:
                     longest, short_since = max(longest, m - short_since), None
+            if short_since is not None:
+                longest = max(longest, samples[-1][0] - short_since + record)
             return worst, longest
 
         worst, longest = shortest(deficits)
@@ -580,11 +642,33 @@ def sustained(a: argparse.Namespace, tmp: Path) -> dict:
               f"the routers to sleep as awake: lowest {worst_unslept}, longest {longest_unslept:.0f} model s")
         print(f"  pods the actuator's wakes raised at once: {cluster.raised}; its figure unread at {unread} of "
               f"{len(cluster.figures)} HPA syncs")
-        if returned is not None:
-            back = f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s"
+        if short:
+            print(f"  records one short while the load was up ({len(short)}; model s: pod:state/label): "
+                  + "; ".join(short[:4]))
+        # The return, split. The window runs from the HPA's last recommendation above the floor,
+        # which comes after the fall: the engine gauges reach the waiting and engine-demand queries
+        # at the next scrape (30 s), the actuator's figure at its next period (1 s, 31 model s
+        # here), and the HPA reads them at its next sync (15 s). Then the window, then one pod per
+        # sync (a scale-down of one pod per period).
+        sync = scaling.HPA_SYNC_SECONDS
+        lag_bound = max(scaling.SCRAPE_INTERVAL_SECONDS, a.compress) + sync
+        removed = [r for r in cluster.removals if r[0] >= fell_model]
+        n_removed = len(removed)
+        check = 0.5 * a.compress  # the bench looks every 0.5 s
+        bound = lag_bound + window + sync + max(0, n_removed - 1) * max(period, sync) + check
+        if returned is not None and cluster.last_high is not None:
+            lag = max(0.0, cluster.last_high - fell_model)
+            tail = removed[-1][0] - (cluster.last_high + window) if removed else 0.0
+            back = (f"back to {floor} pods ({min_awake} awake + {count} asleep) after {returned:.0f} model s: the "
+                    f"window's start {lag:.0f} s after the fall (its last recommendation above {floor} pods; signal "
+                    f"lag at most one scrape or actuator period and one HPA sync, {lag_bound:.0f} s), the scale-down "
+                    f"window {window} s, then {tail:.0f} s removing {n_removed} pods (the first at the next sync, "
+                    f"then one per {max(period, sync)} s; the bench looks every {check:.0f} s); bound {bound:.0f} s: "
+                    f"{'met' if returned <= bound else 'NOT met'}")
         else:
             back = f"NOT back to {floor} pods"
-        print(f"  after the load fell: {back} (scale-down window {window} s, then one pod per {period} s)")
+        print(f"  after the load fell: {back}")
+        print(f"  removed after the fall: {[f'{name} ({state}, cost {cost})' for _, name, state, cost in removed]}")
         return {"s2": s2[0] if s2 else float("inf"), "w2": w2, "failed": failed, "n": len(load.replies),
                 "worst": worst, "returned": returned, "woken": sorted(woken2)}
 
@@ -606,14 +690,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--load-seconds", type=float, default=110.0,
                    help="a new pod's load on a warm spare (prod's render: ~110 s)")
     p.add_argument("--awake-idle-seconds", type=float, default=300.0, help="standby.awakeIdleSeconds (prod's)")
+    p.add_argument("--surplus-idle-seconds", type=float, default=60.0,
+                   help="the actuator's --surplus-idle-seconds (its default): idle this long, an awake engine the "
+                        "load does not need gets a deletion cost below the sleeper's")
     p.add_argument("--compress", type=float, default=31.0, help="model seconds per bench second")
-    p.add_argument("--clients-step1", type=int, default=20, help="clients of the first step")
-    p.add_argument("--clients-step2", type=int, default=28,
-                   help="clients of the second step: three awake engines queue 22 past their 6 running (the "
-                        "actuator wakes past 15), and maxReplicas engines carry it all (4 x (max-num-seqs + "
-                        "target-waiting) = 28); 26 left the queue too near 15 on a busy machine (no wake)")
+    p.add_argument("--clients-step1", type=int, default=16,
+                   help="clients of the first step: two awake engines queue 12 past their 4 running (the actuator "
+                        "wakes past 10), and the plateau is one three engines keep up with under prefix-hash routing, "
+                        "which spreads unevenly (up to 10 apart before it balances, --prefix-hash-balance-abs-threshold"
+                        "): even with all of it on one engine, 14 waiting keep KEDA's waiting query at 4 pods. With 20, "
+                        "samples of 4 running and 16 waiting asked for 5 pods (maxReplicas + count) all plateau long, "
+                        "and the second step's wake then had no room for a replacement")
+    p.add_argument("--clients-step2", type=int, default=24,
+                   help="clients of the second step: three awake engines queue 18 or more past their 6 running (the "
+                        "actuator wakes past 15), and four engines carry it (4 x (max-num-seqs + target-waiting) = "
+                        "28) with room for the routing's unevenness, so the woken sleeper's replacement sleeps")
     p.add_argument("--step2-seconds", type=float, default=12.0)
     p.add_argument("--skip-first", action="store_true", help="run the sustained phase only")
+    p.add_argument("--actuator-log", default="", help="write the sustained phase's actuator lines (JSON) here")
     a = p.parse_args(argv)
     print(f"engines: fake vLLM in dev mode, {a.weights_gib:g} GiB of weights, wake modelled at "
           f"{a.wake_s_per_gib * 64:.1f} s per 64 GiB = {a.weights_gib * a.wake_s_per_gib:.2f} s; "

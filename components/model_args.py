@@ -110,7 +110,10 @@ class ModelEntryStandbyArgs(TypedDict):
     their source on wake (slower; for an instance whose RAM cannot hold them). Default: `1`."""
     awake_idle_seconds: NotRequired[int]
     """How long an awake engine must have had no request running or waiting before it may be put
-    back to sleep (only while fewer than `count` engines sleep). Default: `300`."""
+    back to sleep (only while fewer than `count` engines sleep). An engine the load does not need
+    (more awake than `minReplicas` and the engines its requests need at
+    `targetRequestsPerReplica`) sleeps sooner, its requests drained first (docs/scale-out.md).
+    Default: `300`."""
 
 
 class ModelEntryArgs(TypedDict):

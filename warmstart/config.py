@@ -434,7 +434,9 @@ class StandbyConfig(_Strict):
     their source on wake (slower; for an instance whose RAM cannot hold them)."""
     awake_idle_seconds: Annotated[int, Field(ge=0)] = 300
     """How long an awake engine must have had no request running or waiting before it may be put
-    back to sleep (only while fewer than `count` engines sleep)."""
+    back to sleep (only while fewer than `count` engines sleep). An engine the load does not need
+    (more awake than `minReplicas` and the engines its requests need at `targetRequestsPerReplica`)
+    sleeps sooner, its requests drained first (docs/scale-out.md)."""
 
 
 class ModelSpec(_Strict):

@@ -286,3 +286,67 @@ def test_the_pods_figure_is_the_sleepers_beside_the_most_of_floor_demand_and_the
     assert decision.pods_figure(es, policy, target_requests=7) == 1 + 3, "ceil(20 / 7): a loading engine counts nothing"
     assert decision.pods_figure(es, policy, held=2, target_requests=7) == 1 + 4, "held requests are demand"
     assert decision.pods_figure(es, policy, woken=5, target_requests=7) == 1 + 5
+
+
+# --------------------------------------------------------------------------------------
+# A wake's replacement is out of the routers before it is Ready
+
+
+def test_a_loading_pod_that_is_to_be_the_missing_sleeper_is_labelled_asleep_before_it_is_ready():
+    """Before: the replacement came up Ready with its template's `awake` label, the routers sent it
+    requests until the actuator's next period, and its drain waited for them (the bench counted
+    the model one sleeper short meanwhile)."""
+    policy = decision.Policy(1, 2, 5, 300)
+    awake = [observe.Engine(u, pod=u, ready=True, running=2) for u in ("a", "b", "c")]
+    new, other = observe.Engine("new", pod="new"), observe.Engine("other", pod="other")
+    assert decision.sleepers_to_be(awake + [new, other], policy) == {"new"}, "one sleeper missing: one pod"
+    assert decision.sleepers_to_be(awake + [new], policy, draining={"c"}) == set(), "a drain makes the sleeper"
+    asleep = observe.Engine("s", pod="s", ready=True, sleeping=True)
+    assert decision.sleepers_to_be(awake + [new, asleep], policy) == set(), "the standby is whole"
+    assert decision.sleepers_to_be(awake + [new, asleep], policy, waking={"s"}) == {"new"}, "a wake spends it"
+    was_ready = observe.Engine("flaky", pod="flaky", seen_ready=True)
+    assert decision.sleepers_to_be(awake + [was_ready], policy) == set(), \
+        "a pod once Ready that fails one /health read may be in the routers: its label is left alone"
+
+    labels: dict[str, str] = {}
+
+    class Source(observe.Static):
+        def set_label(self, pod: str, value: str) -> None:
+            labels[pod] = value
+
+    engines = awake + [new, other]
+    from warmstart.podside.standby import main
+    main.reconcile(engines, Source([]), set(), now=100.0, to_be={"new"})
+    assert labels == {"a": observe.AWAKE, "b": observe.AWAKE, "c": observe.AWAKE, "new": observe.ASLEEP}
+    assert new.prelabelled and not other.prelabelled
+    # Up, and the load needs it (not drained this period): it joins the routers on this period.
+    new.ready = True
+    main.reconcile(engines, Source([]), set(), now=101.0, fresh_seconds=30.0)
+    assert labels["new"] == observe.AWAKE and not new.prelabelled
+
+
+def test_a_drain_of_a_pod_never_in_the_routers_does_not_wait_for_them(monkeypatch):
+    s = Script(running=[0], listed_for=10_000)  # a router that would list anything labelled awake
+    s.label = observe.ASLEEP
+    monkeypatch.setattr(observe, "http", s.http)
+    e = observe.Engine("http://127.0.0.1:2", pod="p", ready=True, label=observe.ASLEEP, prelabelled=True)
+    assert act.drain(e, s, ["http://127.0.0.1:1"], 3.0, 5.0, None, 0.5, threading.Event())
+    assert ("GET", "/workers") not in s.calls and ("label", observe.ASLEEP) not in s.calls
+    assert s.calls == [("GET", "/metrics")], "only that nothing runs on it"
+    # Labelled asleep some other way (not before it was ever Ready): the routers are asked.
+    s2 = Script(running=[0], listed_for=2)
+    monkeypatch.setattr(observe, "http", s2.http)
+    e2 = observe.Engine("http://127.0.0.1:2", pod="p", ready=True, label=observe.ASLEEP)
+    assert act.drain(e2, s2, ["http://127.0.0.1:1"], 3.0, 5.0, None, 0.5, threading.Event())
+    assert ("GET", "/workers") in s2.calls
+
+
+def test_the_pods_file_stands_in_for_the_pod_list(tmp_path):
+    """The bench's engines not created yet are no pods (before, they were read as pods loading, and
+    the sleeper to be was labelled on one of them)."""
+    pods = tmp_path / "pods.json"
+    pods.write_text(json.dumps(["b"]))
+    assert observe.Static(["a", "b", "c"], pods_file=str(pods)).engines() == [("b", "b")]
+    pods.write_text(json.dumps({"b": 1}))
+    with pytest.raises(ValueError, match="not a JSON list"):
+        observe.Static(["a", "b"], pods_file=str(pods)).engines()

@@ -9,8 +9,10 @@ import time
 from . import observe
 from .observe import ASLEEP, AWAKE, Engine, Kubernetes, READ_ERRORS, Static, log, parse_metrics
 
-# Each pod's deletion cost by its engine's state (main.py's docstring says why).
-COST = {"sleeping": "-100", "loading": "100", "awake": "0"}
+# Each pod's deletion cost by its engine's state (main.py's docstring says why): a scale-down
+# removes an awake engine the load no longer needs (decide.py `surplus`) first, then a sleeper,
+# then an awake engine.
+COST = {"surplus": "-200", "sleeping": "-100", "loading": "100", "awake": "0"}
 
 
 def wake(e: Engine, model: str, level: int, signal_at: float, timeout: float) -> bool:
@@ -50,14 +52,20 @@ def drain(e: Engine, source: "Static | Kubernetes", routers: list[str], unlist_s
     True: it may sleep now. False: the pod is relabelled awake (it keeps serving)."""
     deadline = time.monotonic() + timeout
     reason = ""
+    # Labelled asleep by this actuator while it loaded (a sleeper to be, main.py `reconcile`) and
+    # never relabelled since: it was never Ready with the routers' label, so never in a router.
+    never_routed = e.label == ASLEEP and e.prelabelled
     try:
-        source.set_label(e.pod, ASLEEP)
-        e.label = ASLEEP
+        if not never_routed:
+            source.set_label(e.pod, ASLEEP)
+            e.label = ASLEEP
     except (OSError, ValueError) as exc:
         log("warmstart.sleep_skipped", pod=e.pod, url=e.url, reason="label", error=str(exc))
         return False
     # 1. Out of the routers: none lists it any more, or one discovery pass of theirs has passed.
-    if routers:
+    if never_routed:
+        pass
+    elif routers:
         while True:
             if cancel.is_set():
                 reason = "cancelled"
@@ -94,7 +102,7 @@ def drain(e: Engine, source: "Static | Kubernetes", routers: list[str], unlist_s
 def restore(e: Engine, source: "Static | Kubernetes") -> None:
     try:
         source.set_label(e.pod, AWAKE)
-        e.label = AWAKE
+        e.label, e.prelabelled = AWAKE, False
     except (OSError, ValueError) as exc:
         # The next tick's label reconcile retries it.
         e.label = None

@@ -15,6 +15,24 @@ class Policy:
     min_awake: int
     target_waiting: float
     awake_idle_seconds: float
+    target_requests: float = 0.0
+    """Requests (running plus waiting) one engine carries (`--target-requests`): the load's
+    demand in engines, as the figure and KEDA's engine-demand query count it (0: no demand term)."""
+    surplus_idle_seconds: float = 60.0
+    """How long an awake engine the load does not need must be idle before `surplus` marks it."""
+
+
+def load_demand(engines: list[Engine], held: int, target_requests: float) -> int:
+    """The engines the load needs, ceil((running + waiting + held) / `target_requests`) over the
+    ready engines (KEDA's engine-demand query, decisions/autoscaling.py `demand_query`, read here
+    every period); 0 without a per-engine target."""
+    load = sum(e.waiting + e.running for e in engines if e.ready) + held
+    return math.ceil(load / target_requests) if target_requests > 0 else 0
+
+
+def needed_awake(engines: list[Engine], policy: Policy, held: int = 0) -> int:
+    """The awake engines the load needs: the most of `min_awake` and the load's demand."""
+    return max(policy.min_awake, load_demand(engines, held, policy.target_requests))
 
 
 @dataclass
@@ -57,7 +75,8 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
     # Not when the others' queue would wake a sleeper at once without it (it then serves, and the
     # figure's demand asks for the next pod, fresh in its turn).
     fresh = [e for e in awake if e.fresh_until > now]
-    if fresh and waiting <= policy.target_waiting * (len(awake) - 1):
+    others_hold = waiting <= policy.target_waiting * (len(awake) - 1)
+    if fresh and others_hold:
         out.sleep = [min(fresh, key=lambda e: (e.waiting + e.running, e.url)).url]
         return out
 
@@ -66,9 +85,79 @@ def decide(engines: list[Engine], policy: Policy, now: float, waking: set[str] =
 
     idle = [e for e in awake if e.waiting == 0 and e.running == 0 and e.url not in waking
             and (not e.served or idle_for(e) >= policy.awake_idle_seconds)]
-    if idle and waiting <= policy.target_waiting * (len(awake) - 1):
+    if idle and others_hold:
         out.sleep = [max(idle, key=lambda e: (not e.served, idle_for(e), e.url)).url]
+        return out
+    # A sleeper is missing and the awake engines are more than the load needs (its demand at
+    # `target_requests` each, and the queue within the target on one engine fewer): the least
+    # loaded sleeps now, its requests drained first. Routing spreads a light load over every
+    # engine (prefix hash, round robin), so none is ever idle for `awake_idle_seconds`: left to the
+    # idle rule, a model whose sleeper a scale-down removed (the load fell to what fewer engines
+    # carry) would have no sleeper until the traffic stopped entirely. Not while a pod loads: it is
+    # the sleeper to be (a wake's replacement, which the fresh rule above puts to sleep), and an
+    # engine just woken must not be drained again while the load's reading dips.
+    loading = [e for e in engines if not e.ready]
+    if (policy.target_requests > 0 and others_hold and len(asleep) + len(loading) < policy.standby
+            and len(awake) > needed_awake(awake, policy, held)):
+        spare = [e for e in awake if e.url not in waking]
+        if spare:
+            out.sleep = [min(spare, key=lambda e: (e.waiting + e.running, e.served, e.idle_since, e.url)).url]
     return out
+
+
+def surplus(engines: list[Engine], policy: Policy, now: float, waking: set[str] = frozenset(),
+            held: int = 0, draining: set[str] = frozenset()) -> set[str]:
+    """Awake engines the load no longer needs, whose pods get a deletion cost below a sleeper's
+    (act.py `COST["surplus"]`), so that a scale-down removes them and keeps the sleeper.
+
+    At most awake - max(`min_awake`, the load's demand) of them; only engines with nothing running
+    or waiting, idle for `surplus_idle_seconds`, the longest idle first; never one waking, being
+    drained to sleep, or freshly loaded (the sleeper to be). An engine seen serving again leaves
+    the set on that tick, and its cost goes back to an awake one's at once.
+
+    Why marks, not sleeps: when a load falls, the HPA's scale-down window (the highest
+    recommendation of the last `stabilizationWindowSeconds`) holds the pods for the window, and
+    then removes the lowest deletion cost first. With the sleeper at -100 below every awake engine,
+    it removed the sleeper, the actuator then drained and slept an idle awake engine to get one
+    back, and the next sync removed another pod: the window plus a drain. Marking the idle surplus
+    below the sleeper makes the scale-down itself take the right pods, so the model is back at
+    `minReplicas + count` pods, `count` of them asleep, at the window's end. The other way, putting
+    surplus engines to sleep ahead of the window's end, would leave a load that returns within the
+    window (the start-up budget, minutes long) a wake behind instead of served at once, and sleep
+    and wake each such engine once more. A mark is a pod patch, which the
+    Kubernetes docs ask not to make often ("avoid updating the annotation frequently, such as
+    updating it based on a metric value",
+    https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): the
+    idle hold bounds it to two patches per engine per `surplus_idle_seconds` at worst, and an
+    engine under steady traffic is never marked.
+
+    The guarantee stays: a sleeper is removed before an awake engine with requests in flight (a
+    marked engine has had none for the hold; one that a router reaches is unmarked at the next
+    period)."""
+    awake = [e for e in engines if e.ready and e.url not in draining and (not e.sleeping or e.url in waking)]
+    extra = len(awake) - needed_awake(awake, policy, held)
+    if extra <= 0:
+        return set()
+    idle = [e for e in awake if e.url not in waking and e.fresh_until <= now and e.waiting == 0 and e.running == 0
+            and now - e.idle_since >= policy.surplus_idle_seconds]
+    return {e.url for e in sorted(idle, key=lambda e: (e.idle_since, e.url))[:extra]}
+
+
+def sleepers_to_be(engines: list[Engine], policy: Policy, waking: set[str] = frozenset(),
+                   draining: set[str] = frozenset()) -> set[str]:
+    """Pods still loading that are to be the missing sleepers: while fewer than `standby` engines
+    sleep or are being drained to sleep, that many of the loading pods (by name). The actuator
+    labels them `asleep` before they are Ready, so no router adds them on their readiness: before,
+    a wake's replacement came up Ready and labelled `awake` by its template, the routers sent it
+    requests until the actuator's next period relabelled it, and its drain then waited for those
+    and for the routers to let it go (`bench/scaleout.py` counted the model a sleeper short
+    meanwhile). If the load needs it once it is up, the fresh rule in `decide` leaves it awake and
+    the label goes back to `awake` on that period."""
+    asleep = [e for e in engines if e.ready and e.sleeping and e.url not in waking]
+    missing = policy.standby - len(asleep) - len(draining)
+    # Never Ready yet (a pod that was Ready and fails one /health read may be in the routers).
+    loading = sorted((e for e in engines if not e.ready and not e.seen_ready), key=lambda e: (e.pod, e.url))
+    return {e.url for e in loading[:max(0, missing)]}
 
 
 def pods_figure(engines: list[Engine], policy: Policy, held: int = 0, woken: int = 0, target_requests: float = 0.0) -> int:
@@ -85,6 +174,4 @@ def pods_figure(engines: list[Engine], policy: Policy, held: int = 0, woken: int
       once; counting the woken engine at once is what starts its replacement at the HPA's next
       sync instead of a scrape later, and the HPA's scale-down window then keeps the highest
       recommendation it saw."""
-    load = sum(e.waiting + e.running for e in engines if e.ready) + held
-    demand = math.ceil(load / target_requests) if target_requests > 0 else 0
-    return policy.standby + max(policy.min_awake, demand, woken)
+    return policy.standby + max(policy.min_awake, load_demand(engines, held, target_requests), woken)

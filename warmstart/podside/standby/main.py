@@ -22,7 +22,10 @@ Then (`decide`, pure):
 - **sleep** one awake engine when fewer than `--standby` engines sleep and more than
   `--min-awake` are awake: the idlest, nothing running or waiting, idle for
   `--awake-idle-seconds` once it has served (a freshly loaded engine that never served sleeps at
-  once). A sleeping engine must never receive a request. Its pod stays Ready (vLLM's /health
+  once); or, with `--target-requests` and no pod loading, the least loaded one as soon as the
+  awake engines are more than the load needs (decide.py). A pod still loading that is to be a
+  missing sleeper is labelled asleep before it is Ready, so no router ever adds it
+  (decide.py `sleepers_to_be`). A sleeping engine must never receive a request. Its pod stays Ready (vLLM's /health
   answers while it sleeps, and a Deployment whose sleepers were unready would never complete:
   warmstart/manifests/serving.py `readiness_probe`), so the routing label is what keeps it out:
   the actuator first takes it out of the router (`drain`): it labels the pod
@@ -37,9 +40,10 @@ Then (`decide`, pure):
 
 On Kubernetes it also sets each pod's `controller.kubernetes.io/pod-deletion-cost`
 (https://kubernetes.io/docs/concepts/workloads/controllers/replicaset/#pod-deletion-cost): a
-scale-down by KEDA deletes among the Ready pods the lower cost first, so a sleeper (-100) before an
-awake engine (0); the actuator then puts the idlest awake engine to sleep to keep `--standby`
-sleepers. A ReplicaSet deletes a pod that is not Ready (still loading) before any Ready one,
+scale-down by KEDA deletes among the Ready pods the lower cost first, so an idle awake engine the
+load no longer needs (-200, decide.py `surplus`, after `--surplus-idle-seconds` idle) before a
+sleeper (-100) before an awake engine (0); where a sleeper went anyway, the actuator puts an awake
+engine to sleep to keep `--standby` sleepers. A ReplicaSet deletes a pod that is not Ready (still loading) before any Ready one,
 whatever its cost (`ActivePodsWithRanks` in kubernetes pkg/controller/controller_utils.go): what
 keeps a pod that a scale-up started from being scaled down while it loads is the ScaledObject's
 scale-down stabilization window, at least the model's start-up budget
@@ -81,7 +85,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .act import COST, drain, put_to_sleep, restore, wake
-from .decide import Policy, decide, pods_figure
+from .decide import Policy, decide, pods_figure, sleepers_to_be, surplus
 from .observe import (
     ASLEEP, AWAKE, Engine, Kubernetes, Static, held_requests, log, probe,
 )
@@ -179,11 +183,9 @@ def observe(args: argparse.Namespace, source: "Static | Kubernetes", state: Stat
     return readable, held
 
 
-def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
-              fresh_seconds: float = 0.0) -> None:
-    """Each readable engine's pod: its deletion cost, and its routing label (except while a wake
-    or a drain of this actuator owns it: a wake whose warm-up failed, an actuator restarted
-    mid-drain are put right here)."""
+def note(engines: list[Engine], now: float, fresh_seconds: float = 0.0) -> None:
+    """What this tick's reading says of each engine over time: freshly loaded (the sleeper to be,
+    for `fresh_seconds`), and when it last served."""
     for e in engines:
         if e.ready and not e.seen_ready:
             e.seen_ready = True
@@ -194,18 +196,34 @@ def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[st
             e.fresh_until = 0.0
         if e.ready and not e.sleeping and (e.waiting or e.running):
             e.served, e.idle_since = True, now
-        state = "loading" if not e.ready else "sleeping" if e.sleeping else "awake"
+
+
+def reconcile(engines: list[Engine], source: "Static | Kubernetes", busy: set[str], now: float,
+              fresh_seconds: float = 0.0, surplus: set[str] = frozenset(), to_be: set[str] = frozenset()) -> None:
+    """Each readable engine's pod: its deletion cost (`surplus`: awake engines the load no longer
+    needs, decide.py `surplus`), and its routing label (except while a wake or a drain of this
+    actuator owns it: a wake whose warm-up failed, an actuator restarted mid-drain are put right
+    here); a pod still loading is labelled only when it is one of `to_be`, the sleepers to be
+    (decide.py `sleepers_to_be`): `asleep`, so that its readiness does not add it to the routers."""
+    note(engines, now, fresh_seconds)
+    for e in engines:
+        state = ("loading" if not e.ready else "sleeping" if e.sleeping
+                 else "surplus" if e.url in surplus else "awake")
         if e.cost != COST[state]:
             try:
                 source.set_cost(e.pod, COST[state])
                 e.cost = COST[state]
             except (OSError, ValueError) as exc:
                 log("warmstart.standby_cost_failed", pod=e.pod, error=str(exc))
-        want = None if not e.ready or e.url in busy else ASLEEP if e.sleeping else AWAKE
+        if not e.ready:
+            want = ASLEEP if e.url in to_be else None
+        else:
+            want = None if e.url in busy else ASLEEP if e.sleeping else AWAKE
         if want and e.label != want:
             try:
                 source.set_label(e.pod, want)
                 e.label = want
+                e.prelabelled = want == ASLEEP and not e.ready and not e.seen_ready
             except (OSError, ValueError) as exc:
                 log("warmstart.standby_label_failed", pod=e.pod, error=str(exc))
 
@@ -294,11 +312,17 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
     now = time.time()
     # Engines already up at the actuator's first reading are of unknown age (it may have been
     # restarted beside busy engines): only one that turns Ready later is fresh.
-    reconcile(engines, source, busy, now, args.drain_timeout if state.ticked else 0.0)
+    fresh_seconds = args.drain_timeout if state.ticked else 0.0
+    note(engines, now, fresh_seconds)
     state.ticked = True
     with state.lock:
         waking, draining = set(state.waking), set(state.draining)
     actions = decide(engines, policy, now, waking, held, draining)
+    # The engine this tick sends to sleep is the sleeper to be, not a surplus one to remove.
+    spare = surplus(engines, policy, now, waking | set(actions.wake), held, draining | set(actions.sleep))
+    to_be = sleepers_to_be(engines, policy, waking | set(actions.wake), draining | set(actions.sleep))
+    # This tick's wakes and drains own their pods' labels from now on.
+    reconcile(engines, source, busy | set(actions.wake) | set(actions.sleep), now, fresh_seconds, spare, to_be)
     if actions.wake:
         # The figure counts the engines being woken at once, and their replacement sleepers start
         # now (the raise is submitted before the wakes), not a scrape and an HPA sync later.
@@ -314,10 +338,12 @@ def tick(args: argparse.Namespace, source: "Static | Kubernetes", state: State, 
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "Static | Kubernetes | None" = None) -> None:
-    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file)
+    source = source or (Static([u for u in args.engines.split(",") if u], args.labels_file, args.scale_file,
+                                   args.costs_file, args.pods_file)
                         if args.engines else Kubernetes(args.namespace, args.selector, args.port))
     routers = [u for u in args.router.split(",") if u]
-    policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds)
+    policy = Policy(args.standby, args.min_awake, args.target_waiting, args.awake_idle_seconds, args.target_requests,
+                    args.surplus_idle_seconds)
     state = State()
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
@@ -354,6 +380,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engines", default="", help="comma-separated engine URLs instead of the Kubernetes API")
     p.add_argument("--labels-file", default="", help="with --engines: where each engine's routing label is "
                    "written (JSON {url: label}), standing in for the pods' labels")
+    p.add_argument("--pods-file", default="", help="with --engines: a JSON list of the engine URLs that are pods "
+                   "now, standing in for the pod list (benchmarks)")
+    p.add_argument("--costs-file", default="", help="with --engines: where each engine's deletion cost is "
+                   "written (JSON {url: cost}), standing in for the pods' annotations (benchmarks)")
     p.add_argument("--standby", type=int, required=True, help="engines to keep asleep")
     p.add_argument("--min-awake", type=int, required=True, help="fewest awake engines")
     p.add_argument("--sleep-level", type=int, choices=(1, 2), default=1)
@@ -374,6 +404,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="most seconds to take an engine out of the routers and see it idle; past it, no sleep")
     p.add_argument("--target-requests", type=float, default=0.0,
                    help="requests (running plus waiting) one engine carries: the figure's demand term (0: none)")
+    p.add_argument("--surplus-idle-seconds", type=float, default=60.0,
+                   help="how long an awake engine the load does not need is idle before its pod's deletion cost "
+                   "goes below a sleeper's, so a scale-down removes it and keeps the sleeper")
     p.add_argument("--figure-port", type=int, default=-1,
                    help="serve the pods figure on GET /warmstart/pods at this port (0: any free one; -1: off)")
     p.add_argument("--figure-address", default="0.0.0.0", help="the figure's listening address")

@@ -67,6 +67,9 @@ class Engine:
     label: str | None = None
     """The ENGINE_LABEL value last written to its pod."""
     seen_ready: bool = False
+    prelabelled: bool = False
+    """Labelled asleep by this actuator before it was ever Ready (a sleeper to be), and not
+    labelled awake since: never in a router."""
     fresh_until: float = 0.0
     """Until when (time.time()) it is a freshly loaded engine that has never slept: the pod a
     scale-up started, which `decide` puts to sleep first while sleepers are missing, even if the
@@ -265,32 +268,40 @@ class Kubernetes:
 class Static:
     """Engines by URL (tests, benchmarks). With `labels_file`, the routing label of each (its URL
     standing for its pod) is written there as JSON, `{url: "awake" | "asleep"}`, replaced whole
-    on every change: what a stand-in for SMG's label-selected pod watch reads. With `scale_file`,
-    the Deployment's replicas stand there as JSON `{"replicas": n}` (the bench's ReplicaSet reads
-    and writes it), standing in for the scale subresource."""
+    on every change: what a stand-in for SMG's label-selected pod watch reads. With `costs_file`,
+    each pod's deletion cost the same way, `{url: "-100"}` (the bench's ReplicaSet reads it). With
+    `scale_file`, the Deployment's replicas stand there as JSON `{"replicas": n}` (the bench's
+    ReplicaSet reads and writes it), standing in for the scale subresource. With `pods_file`, only
+    the URLs of its JSON list are engines (the bench's ReplicaSet writes the pods it has there),
+    standing in for the pod list: an engine not created yet is no pod, not a pod loading."""
 
-    def __init__(self, urls: list[str], labels_file: str = "", scale_file: str = "") -> None:
-        self.urls, self.labels_file, self.scale_file = urls, labels_file, scale_file
+    def __init__(self, urls: list[str], labels_file: str = "", scale_file: str = "", costs_file: str = "",
+                 pods_file: str = "") -> None:
+        self.urls, self.labels_file, self.scale_file, self.costs_file = urls, labels_file, scale_file, costs_file
+        self.pods_file = pods_file
         self.labels = bool(labels_file)
-        self._written: dict[str, str] = {}
-        if labels_file and os.path.exists(labels_file):
-            with open(labels_file) as f:
-                self._written = {str(k): str(v) for k, v in json.load(f).items()}
+        self._written = _read_map(labels_file)
+        self._costs = _read_map(costs_file)
 
     def engines(self) -> list[tuple[str, str]]:
+        if self.pods_file:
+            with open(self.pods_file) as f:
+                pods = json.load(f)
+            if not isinstance(pods, list):
+                raise ValueError(f"{self.pods_file}: not a JSON list of engine URLs")
+            return [(u, u) for u in self.urls if u in pods]
         return [(u, u) for u in self.urls]
 
     def set_cost(self, pod: str, cost: str) -> None:
-        pass
+        if self.costs_file:
+            self._costs[pod] = cost
+            _write_map(self.costs_file, self._costs)
 
     def set_label(self, pod: str, value: str) -> None:
         if not self.labels_file:
             return
         self._written[pod] = value
-        tmp = f"{self.labels_file}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self._written, f, sort_keys=True)
-        os.replace(tmp, self.labels_file)
+        _write_map(self.labels_file, self._written)
 
     def raise_replicas(self, deployment: str, want: int) -> tuple[int, int] | None:
         if not self.scale_file:
@@ -304,3 +315,18 @@ class Static:
             json.dump({"replicas": want}, f)
         os.replace(tmp, self.scale_file)
         return have, want
+
+
+def _read_map(path: str) -> dict[str, str]:
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {str(k): str(v) for k, v in json.load(f).items()}
+
+
+def _write_map(path: str, doc: dict[str, str]) -> None:
+    """Replace `path` whole (a reader never sees half a file)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, sort_keys=True)
+    os.replace(tmp, path)
