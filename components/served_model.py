@@ -184,7 +184,7 @@ class ServedModel(pulumi.ComponentResource):
                 if p.image_cache_account else None,
                 front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts,
                 keda_namespace=(p.monitoring or {}).get("keda_namespace") or None),
-                opts=child("standby", depends_on=[*after, self.model], **kube))
+                opts=child("standby", depends_on=[*after, self.model], **kube), plan=m.standby)
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
         self.endpoint = self.model.endpoint

@@ -257,6 +257,6 @@ def test_the_supervisors_spec_carries_the_plan_and_the_supervisor_reads_it() -> 
         assert values["--max-model-len"] == "8192" and list(e.argv[:3]) == ["vllm", "serve", f"s3://b/{slot.model}"]
         assert standby_mod.SLEEP_MODE_FLAG in names
         assert e.env["VLLM_PORT"] == str(slot.dist_port) and e.env[standby_mod.DEV_MODE_ENV] == "1"
-        assert e.env[sp.PINNED_HOST_ALLOC_ENV] == sp.PINNED_HOST_ALLOC_CONF
+        assert e.env[standby_mod.PINNED_HOST_ALLOC_ENV] == standby_mod.PINNED_HOST_ALLOC_CONF
     # One engine's start may take the longest start-up budget of any member before it is cut.
     assert parsed.startup_timeout_s == tuning.startup_budget_seconds(30 * GIB)

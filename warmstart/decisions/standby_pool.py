@@ -564,13 +564,10 @@ def rises_served(arrivals: list[float], spares: int, window_s: float) -> list[Li
 
 
 # --- what the supervisor runs ---------------------------------------------------------------------
-# The allocator setting under which a level-1 sleeper's pinned copy is the weights' own size, not
-# each segment rounded up to a power of two and kept after the wake (torch's CachingHostAllocator;
-# `pinned_max_cached_size_mb` as `AcceleratorAllocatorConfig::parseArgs` reads PYTORCH_ALLOC_CONF).
-# `host_memory` counts the weights at 1.0x only because every engine runs with it. The same
-# setting per-model standby's sleepers get (issue 37); one constant once both are merged.
-PINNED_HOST_ALLOC_ENV = "PYTORCH_ALLOC_CONF"
-PINNED_HOST_ALLOC_CONF = "pinned_max_cached_size_mb:2"
+# Every engine runs with per-model standby's pinned-allocator setting (decisions/standby.py
+# PINNED_HOST_ALLOC_CONF: a level-1 sleeper's pinned copy is the weights' own size, not each segment
+# rounded up to a power of two and kept after the wake); `host_memory` counts the weights at 1.0x
+# only because of it. One constant, read by both kinds of standby.
 # What the pool decides for each engine in place of the model's own value (a model's own pods keep theirs).
 POOL_FLAGS = ("--port", "--tensor-parallel-size", "--gpu-memory-utilization", standby_mod.SLEEP_MODE_FLAG)
 
@@ -590,7 +587,7 @@ def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]]
                  f"--gpu-memory-utilization={slot.gpu_memory_utilization:.2f}", standby_mod.SLEEP_MODE_FLAG]
         engines.append({"model": slot.model, "port": slot.port, "argv": argv,
                         "env": {"VLLM_PORT": str(slot.dist_port), standby_mod.DEV_MODE_ENV: "1",
-                                PINNED_HOST_ALLOC_ENV: PINNED_HOST_ALLOC_CONF}})
+                                standby_mod.PINNED_HOST_ALLOC_ENV: standby_mod.PINNED_HOST_ALLOC_CONF}})
         startup = max(startup, tuning.startup_budget_seconds(slot.weights_bytes))
     # The supervisor takes at most a day per engine (its spec's bound); no honest start is longer.
     return {"sleepLevel": plan.sleep_level, "engines": engines, "startupTimeoutSeconds": min(startup, 86400)}
