@@ -61,6 +61,12 @@ class ServingPlan:
     """How the stager checks a staged copy's bytes (`nodeCacheContentCheck`)."""
 
     @property
+    def serving_port(self) -> int:
+        """The port vLLM serves on in the model's pods: 8000, or a pooled model's member port (its
+        engine's port on the pool's hosts too, so its routers reach both on one port)."""
+        return self.pooled.port if self.pooled is not None else routing.VLLM_PORT
+
+    @property
     def staged(self) -> bool:
         """Whether the weights are staged on the nodes' NVMe (the node cache)."""
         return self.load is not None and self.load.staged
