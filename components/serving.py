@@ -36,6 +36,7 @@ from warmstart.manifests import (
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import standby as standby_objects
+from warmstart.manifests import standby_pool as pool_objects
 from warmstart.manifests import weights_import as import_job
 from warmstart.manifests.serving import (
     HTTP_PORT,

@@ -387,6 +387,13 @@ def pool_actuator_name(pool: str) -> str:
     return f"{pool}-standby-pool"
 
 
+def figure_url(pool: str, namespace: str, model: str) -> str:
+    """Where KEDA's metrics-api scaler of a pooled member reads its pods figure: the pool actuator's
+    Service, one path per member (the per-model actuator's FIGURE_PATH plus the model)."""
+    return (f"http://{pool_actuator_name(pool)}.{namespace}.svc:{standby_mod.FIGURE_PORT}"
+            f"{standby_mod.FIGURE_PATH}/{model}")
+
+
 def member_port(model: str, given: int | None = None) -> int:
     """A pooled member's serving port: `given` (its `standby.port`), else a function of its name
     alone (CRC-32, stable across Python runs unlike `hash`), so it never moves when the pool's other

@@ -40,7 +40,6 @@ HOST_NAME = "warmstart-engine-host"
 ACTUATOR_NAME = "warmstart-standby-pool"
 ENGINE_ASLEEP = "asleep"
 HOST_SCRIPT_KEY = "engine_host.pyz"
-HOST_SCRIPT_CONFIGMAP = "warmstart-engine-host"
 SCRIPT_MOUNT = "/scripts"
 SPEC_KEY = "spec.json"
 SPEC_MOUNT = "/etc/warmstart/engine-host"
@@ -78,6 +77,11 @@ class PoolWiring:
     """Per member: (minReplicas, targetWaitingPerReplica, targetRequestsPerReplica)."""
 
 
+def host_script_config_map(pool: str) -> str:
+    """The supervisor's artifact, shipped by the pool (no other pod runs it)."""
+    return f"{pool_mod.host_deployment_name(pool)}-script"
+
+
 def host_labels(pool: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": HOST_NAME, "app.kubernetes.io/instance": pool,
             "app.kubernetes.io/component": "engine-host", "app.kubernetes.io/part-of": "warmstart",
@@ -105,10 +109,7 @@ def actuator_selector(pool: str) -> dict[str, str]:
             if k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
-def figure_url(pool: str, namespace: str, model: str) -> str:
-    """Where KEDA's metrics-api scaler of a pooled member reads its pods figure."""
-    return (f"http://{pool_mod.pool_actuator_name(pool)}.{namespace}.svc:{standby_mod.FIGURE_PORT}"
-            f"{standby_mod.FIGURE_PATH}/{model}")
+figure_url = pool_mod.figure_url
 
 
 def _tcp(port: int | str) -> dict[str, Any]:
@@ -232,7 +233,7 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
                         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": serving._quantity(size.shm_bytes)}},
                         {"name": serving.HOME_VOLUME, "emptyDir": {}},
                         {"name": serving.TMP_VOLUME, "emptyDir": {}},
-                        {"name": "script", "configMap": {"name": HOST_SCRIPT_CONFIGMAP}},
+                        {"name": "script", "configMap": {"name": host_script_config_map(plan.name)}},
                         {"name": "spec", "configMap": {"name": plan.deployment_name}},
                     ],
                     "terminationGracePeriodSeconds": 60,

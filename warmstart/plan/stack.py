@@ -182,7 +182,7 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
     with problems.collect():
         aws = plan_aws.plan_aws(cfg, stack, prefix, cached)
     with problems.collect():
-        cluster = plan_cluster.plan_cluster(cfg, prefix, models)
+        cluster = plan_cluster.plan_cluster(cfg, prefix, models, pools)
     problems.raise_if_any()
     return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(models), aws=aws, cluster=cluster,
                      standby_pools=pools)

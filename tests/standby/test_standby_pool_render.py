@@ -1,0 +1,150 @@
+"""A stack with a standby pool, rendered by the real program (Pulumi mocks) in both cluster modes:
+every object valid against the schemas (KEDA's and the node classes' too), the pool's hosts and
+actuator in the whole-cluster checks, the members wired to the pool (their port, their routers'
+selector, their ScaledObjects' figure), and who reaches whom as the VPC CNI's policy agent
+enforces it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.standby.pooled import MODELS, POOL, pooled_doc
+from tests.support import reachability as R
+from tests.support.stacks import render_doc
+from warmstart import render
+from warmstart.decisions import standby as standby_mod
+from warmstart.decisions import standby_pool as sp
+from warmstart.manifests import serving
+from warmstart.manifests import standby_pool as objects
+
+HOSTS = f"{POOL}-engine-host"
+ACTUATOR = f"{POOL}-standby-pool"
+
+
+@functools.cache
+def rendered(mode: str) -> render.Rendered:
+    return render_doc(pooled_doc(mode), Path(tempfile.mkdtemp(prefix="pooled-")), f"pooled-{mode}")
+
+
+def by(r: render.Rendered) -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in r.kubernetes_objects}
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_a_pooled_stack_renders_valid_objects_in_both_modes(mode):
+    r = rendered(mode)
+    # The render validated every object against the cluster's schemas (render.run_program); the
+    # pool's objects are among them, once each.
+    objs = by(r)
+    for kind, name in [("Deployment", HOSTS), ("ConfigMap", HOSTS), ("ServiceAccount", HOSTS),
+                       ("NetworkPolicy", HOSTS), ("Deployment", ACTUATOR), ("ConfigMap", ACTUATOR),
+                       ("Role", ACTUATOR), ("RoleBinding", ACTUATOR), ("Service", ACTUATOR),
+                       ("NetworkPolicy", ACTUATOR), ("ConfigMap", f"{HOSTS}-script")]:
+        assert (kind, name) in objs, (kind, name)
+    # No member keeps a per-model actuator or sleepers.
+    assert not any(k == "Deployment" and n.endswith("-standby") for k, n in objs)
+
+
+def test_each_member_serves_on_its_port_and_is_routed_to_its_awake_engines_alone():
+    r = rendered("karpenter")
+    objs = by(r)
+    for m in r.stack_plan.models:
+        port = sp.member_port(m.name)
+        pod = objs[("Deployment", m.name)]["spec"]["template"]
+        (vllm,) = [c for c in pod["spec"]["containers"] if c["name"] == "vllm"]
+        assert f"--port={port}" in vllm["args"] and vllm["ports"][0]["containerPort"] == port
+        assert pod["metadata"]["labels"][serving.SERVES_LABEL] == m.name
+        args = objs[("Deployment", f"{m.name}-router")]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--service-discovery-port") + 1] == str(port)
+        start = args.index("--selector") + 1
+        assert args[start:start + 2] == [f"{serving.ENGINE_LABEL}=awake", f"{serving.SERVES_LABEL}={m.name}"]
+        so = objs[("ScaledObject", m.name)]
+        (figure,) = [t for t in so["spec"]["triggers"] if t["type"] == "metrics-api"
+                     and t["metadata"]["url"].endswith(f"/warmstart/pods/{m.name}")]
+        assert figure["metadata"]["url"] == sp.figure_url(POOL, "inference", m.name)
+        # KEDA's range is the model's own: the pool's spares are not its pods.
+        assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (
+            m.autoscaling.min_replicas, m.autoscaling.max_replicas)
+
+
+def test_non_pooled_models_keep_the_selector_and_port_they_had():
+    doc = pooled_doc()
+    doc["config"]["warmstart:models"].append({"name": "plain", "source": "org/plain", "weightsGiB": 15, "pool": "h100",
+                                              "tensorParallelSize": 1,
+                                              "autoscaling": {"minReplicas": 1, "maxReplicas": 2}})
+    r = render_doc(doc, Path(tempfile.mkdtemp(prefix="pooled-")), "pooled-plain")
+    objs = by(r)
+    args = objs[("Deployment", "plain-router")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--service-discovery-port") + 1] == "8000"
+    assert serving.SERVES_LABEL not in objs[("Deployment", "plain")]["spec"]["template"]["metadata"]["labels"]
+
+
+def test_the_whole_cluster_checks_count_the_hosts_and_the_pool_actuator():
+    from warmstart.plan.cluster import non_gpu_pods
+
+    r = rendered("karpenter")
+    plan = r.stack_plan
+    (pool,) = plan.standby_pools
+    (gpu,) = plan.cluster.pools
+    own = sum(m.tensor_parallel_size * m.max_replicas for m in plan.models)
+    assert gpu.max_gpus >= own + pool.gpus * pool.max_hosts
+    assert ACTUATOR in {p.name for p in non_gpu_pods(plan.config, plan.models)}
+
+
+@functools.cache
+def network(mode: str) -> R.Stack:
+    return R.stack_model(f"pooled-{mode}", rendered(mode))
+
+
+def _pod(stack: R.Stack, name: str) -> R.Endpoint:
+    return next(e for e in stack.sources if e.name == f"inference/{name}")
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_the_standard_flows_hold_for_a_pooled_stack(mode):
+    violations = R.check(network(mode), list(R.FLOWS))
+    assert not violations, "\n".join(map(str, violations))
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_a_hosts_member_port_is_reached_by_that_members_routers_alone(mode):
+    s = network(mode)
+    host = _pod(s, HOSTS)
+    for m in MODELS:
+        port = sp.member_port(m)
+        assert s.cluster.reach(_pod(s, f"{m}-router"), host, port) == "", m
+        for other in MODELS:
+            if other != m:
+                assert s.cluster.reach(_pod(s, f"{other}-router"), host, port) != "", (other, m)
+        assert s.cluster.reach(_pod(s, "another-pod"), host, port) != ""
+        assert s.cluster.reach(_pod(s, ACTUATOR), host, port) != ""
+        # The pool actuator reads the member's own pods (their queues) on the member port.
+        assert s.cluster.reach(_pod(s, ACTUATOR), _pod(s, m), port) == ""
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_the_supervisor_is_the_pool_actuators_and_the_figure_kedas(mode):
+    s = network(mode)
+    host, actuator = _pod(s, HOSTS), _pod(s, ACTUATOR)
+    assert s.cluster.reach(actuator, host, sp.SUPERVISOR_PORT) == ""
+    for who in [f"{MODELS[0]}-router", MODELS[0], "another-pod"]:
+        assert s.cluster.reach(_pod(s, who), host, sp.SUPERVISOR_PORT) != "", who
+    keda = next(e for e in s.sources if e.role == "keda-operator")
+    assert s.cluster.reach(keda, actuator, standby_mod.FIGURE_PORT) == ""
+    assert s.cluster.reach(_pod(s, "another-pod"), actuator, standby_mod.FIGURE_PORT) != ""
+    assert s.cluster.reach(actuator, s.api, 443) == ""
+
+
+def test_the_pool_json_names_the_rendered_host_deployment_and_members():
+    objs = by(rendered("karpenter"))
+    doc = json.loads(objs[("ConfigMap", ACTUATOR)]["data"]["pool.json"])
+    assert doc["hostDeployment"] == HOSTS and sorted(m["model"] for m in doc["members"]) == sorted(MODELS)
+    dep = objs[("Deployment", HOSTS)]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in doc["hostSelector"].items())
+    assert labels == objects.host_pod_labels(POOL)
