@@ -11,7 +11,7 @@ import json
 import kubernetes_validate
 import pytest
 
-from tests.standby.pooled import MODELS, POOL, pooled_config
+from tests.standby_pool.pooled import MODELS, POOL, pooled_config
 from warmstart import config, versions
 from warmstart.decisions import placement
 from warmstart.decisions import standby as standby_mod

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.standby.pooled import MODELS, POOL, pooled_config
+from tests.standby_pool.pooled import MODELS, POOL, pooled_config
 from warmstart import config
 from warmstart.decisions import standby_pool as sp
 from warmstart.errors import ConfigErrors

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.standby.pooled import MODELS, POOL, pooled_doc
+from tests.standby_pool.pooled import MODELS, POOL, pooled_doc
 from tests.support import reachability as R
 from tests.support.stacks import render_doc
 from warmstart import render
