@@ -148,3 +148,24 @@ def test_the_pool_json_names_the_rendered_host_deployment_and_members():
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert all(labels[k] == v for k, v in doc["hostSelector"].items())
     assert labels == objects.host_pod_labels(POOL)
+
+
+def test_the_render_prints_each_pooled_path_under_20_s_and_the_pools_cost_once():
+    import re
+
+    from tests.standby_pool.pooled import pooled_config
+    from warmstart import config
+    from warmstart.plan.stack import plan_stack
+
+    table = render.table(plan_stack(config.parse_config(pooled_config()), "pooled"))
+    for m in MODELS:
+        got = re.search(rf"scale-out {m}: its engine woken on a spare host of standby pool {POOL} answers "
+                        r"~([\d.]+)s after the load rises \(signal 1s \+ wake ([\d.]+)s for 15 GiB from host RAM", table)
+        assert got and float(got[1]) < 20, table
+    pool_lines = [line for line in table.splitlines() if line.startswith(f"standby pool {POOL}:")]
+    assert len(pool_lines) == 1, "the spares' cost is the pool's, shown once"
+    # p5.48xlarge at its listed $55.04 per node-hour: one H100 of eight against four.
+    assert "standby GPUs 1 against 4 for one per-model sleeper each, $6.88/h against $27.52/h" in pool_lines[0]
+    assert re.search(r"replacement holds every engine again after ~\d+s", table)
+    # The model rows' $/h are each model's own pods: no row carries the spare.
+    assert all("standby" not in line for line in table.splitlines() if line.startswith(tuple(MODELS)))
