@@ -167,6 +167,8 @@ class PoolSpec:
     """The GPU pool's name (`gpuPool`), for the refusals."""
     max_hosts: int | None = None
     """The most hosts at once; None: spares plus one per member."""
+    compile_cached: bool = True
+    """The hosts' engines restore their torch.compile cache (a stack's hosts mount none yet: False)."""
 
 
 @dataclass(frozen=True)
@@ -656,7 +658,9 @@ def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
     return PoolPlan(name=spec.name, namespace=spec.namespace, instance_type=spec.instance.instance_type, gpus=spec.gpus,
                     spares=spec.spares, sleep_level=level, sleep_level_reason=reason, gpu=budget, host=host,
                     engines=engines, paths=tuple(wake_path(m, spec.instance, level) for m in members),
-                    replacement=replacement_window(members, spec.instance, level), cost=pool_cost(spec, members),
+                    replacement=replacement_window(members, spec.instance, level,
+                                                               compile_cached=spec.compile_cached),
+                    cost=pool_cost(spec, members),
                     max_hosts=spec.max_hosts if spec.max_hosts is not None else spec.spares + len(members),
                     host_capacity_types=tuple(t for t in spec.capacity_types if t != "spot"),
                     image=members[0].image if members else "", gpu_pool=spec.gpu_pool)

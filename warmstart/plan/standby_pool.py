@@ -80,7 +80,8 @@ def plan_standby_pools(cfg: StackConfig, models: Sequence[ModelPlan], problems: 
             residue_bytes=None if p.sleeping_residue_gib is None else int(p.sleeping_residue_gib * instances.GIB),
             node_hourly_price_usd=gpu.hourly_price_usd if gpu.hourly_price_usd is not None else
             (listed.usd_per_hour if listed else None),
-            capacity_types=plan_cluster.pool_capacity_types(gpu), gpu_pool=gpu.name, max_hosts=p.max_hosts)
+            capacity_types=plan_cluster.pool_capacity_types(gpu), gpu_pool=gpu.name, max_hosts=p.max_hosts,
+            compile_cached=False)
         members = [pool_member(planned[m.name], key_of[m.name], cfg.namespace) for m in naming_models]
         with problems.collect():
             plans.append(pool_mod.plan_pool(spec, members))
@@ -94,6 +95,8 @@ def pool_member(m: ModelPlan, key: str, namespace: str) -> pool_mod.PoolMember:
         name=m.name, key=key, namespace=namespace, instance_type=m.instance.instance_type,
         tensor_parallel_size=m.tensor_parallel_size, weights_bytes=m.weights_bytes,
         gpu_memory_utilization=m.gpu_memory_utilization, extra_args=m.extra_args,
-        autoscaled=m.autoscaling is not None, routed=m.routed, staged=m.staged, per_model_standby=m.standby is not None,
+        # The hosts mount neither the node cache nor the compile cache (manifests/standby_pool.py): an
+        # engine there loads and reloads from S3, whatever the model's own pods do.
+        autoscaled=m.autoscaling is not None, routed=m.routed, staged=False, per_model_standby=m.standby is not None,
         image=m.image, given_port=m.pooled.port if m.pooled.port_given else None)
 
