@@ -131,6 +131,11 @@ class ModelStandby(pulumi.ComponentResource):
         # The model's sections, read back through the config models they are generated from (no
         # field of theirs is declared here).
         standby, autoscaling = standby_section(args, self), autoscaling_section(args, self)
+        if standby.pool is not None:
+            raise ConfigError(f"{KEY}.standby.pool", f"{model}: names standby pool '{standby.pool}', whose actuator "
+                              "is the pool's (a WarmstartStack renders it with the pool's hosts); a pooled model has "
+                              "no actuator of its own", "remove pool for per-model standby, or declare the pool in "
+                              "the stack's warmstart:standbyPools", standby.pool)
         if plan is None:
             # The component alone plans its model's standby; inside a stack (ServedModel) it reads the
             # model's plan (plan/model.py), so standby is planned once.

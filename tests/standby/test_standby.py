@@ -444,3 +444,9 @@ def test_a_stacks_actuator_reads_the_models_standby_plan_and_plans_none_of_its_o
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert (args[args.index("--standby") + 1], args[args.index("--sleep-level") + 1]) == (
         str(m.standby.count), str(m.standby.sleep_level))
+
+
+def test_the_actuator_alone_refuses_a_pooled_models_section():
+    with pytest.raises(ConfigError) as err:
+        _standby_alone(standby={"pool": "shared"})
+    assert err.value.key == "ModelStandbyArgs.standby.pool" and "no actuator of its own" in err.value.rule
