@@ -130,3 +130,25 @@ def test_a_member_port_out_of_range_is_refused_by_the_config():
     with pytest.raises(ConfigErrors) as caught:
         plan(cfg)
     assert [e.key for e in caught.value.errors] == [f"{M}[0].standby.port"]
+
+
+def test_a_model_beside_the_platform_cannot_join_its_pool_and_is_told_why_and_how():
+    # Issue 38 item 6: a model stack's model (not one of the platform's own) naming a pool.
+    from components.platform import contract
+    from tests.support.platforms import PLATFORM
+    from warmstart.config import ModelConfig
+    from warmstart.errors import ConfigError
+    from warmstart.plan.platform import plan_on_platform
+
+    on = contract(PLATFORM | {"pools": [{"name": "l40s", "instance_types": ["g6e.2xlarge"], "max_gpus": 8}],
+                              "models": ["own"]})
+    entry = {"name": "joiner", "source": "s3://b-models/j", "weightsGiB": 15, "pool": "l40s",
+             "autoscaling": {"minReplicas": 1, "maxReplicas": 2}, "standby": {"pool": "shared"}}
+    with pytest.raises(ConfigError) as err:
+        plan_on_platform(ModelConfig.model_validate(entry), on, "warmstart:model")
+    e = err.value
+    assert e.key == "warmstart:model.standby.pool" and "planned over its members" in e.rule
+    assert "standby.count" in e.fix and "warmstart:models" in e.fix
+    # The platform's own model plans as a member (its pool is checked by the platform's stack plan).
+    own = plan_on_platform(ModelConfig.model_validate(entry | {"name": "own"}), on, "warmstart:models[0]")
+    assert own.pooled is not None and own.pooled.pool == "shared"
