@@ -169,3 +169,21 @@ def test_the_render_prints_each_pooled_path_under_20_s_and_the_pools_cost_once()
     assert re.search(r"replacement holds every engine again after ~\d+s", table)
     # The model rows' $/h are each model's own pods: no row carries the spare.
     assert all("standby" not in line for line in table.splitlines() if line.startswith(tuple(MODELS)))
+
+
+def test_every_pod_of_the_pool_is_hardened_and_the_stack_passes_every_policy():
+    from tests.support.pod_security import assert_pod_hardened
+    from warmstart import mocks, policies
+
+    r = rendered("karpenter")
+    pool_pods = [o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] in (HOSTS, ACTUATOR)]
+    assert len(pool_pods) == 2
+    for o in pool_pods:
+        tpl = o["spec"]["template"]
+        assert assert_pod_hardened(o["metadata"]["name"], tpl["spec"], tpl["metadata"]["labels"]) >= 1
+    # The policy pack knows the host by the label the builder writes (its loader check reads each
+    # member's own Deployment, whose arguments the host's engines run).
+    from warmstart.policies import vllm as vllm_policies
+    assert objects.HOST_NAME == vllm_policies.ENGINE_HOST_NAME
+    records = mocks.policy_records(r.resources, r.stack_plan.config.region)
+    assert [str(v) for v in policies.run_all(records)] == []
