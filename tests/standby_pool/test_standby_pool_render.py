@@ -205,3 +205,22 @@ def test_every_pod_of_a_pooled_cluster_is_schedulable_and_fits(mode):
     host = next(p for p in v.pods if p.name == f"inference/{HOSTS}")
     # The hosts land on the pool's GPU nodes only (its NodePool, its instance type, not spot).
     assert {n.group for n in v.where(host)} == {"pool:h100"}
+
+
+def test_the_hosts_role_reads_the_members_weights_and_nothing_else():
+    from tests.support import policy_eval
+    from tests.support.stacks import policy_json
+
+    r = rendered("karpenter")
+    (pol,) = [x for x in r.resources if x.typ == "aws:iam/rolePolicy:RolePolicy" and x.name.endswith("-host-s3")]
+    doc = policy_json(pol.inputs["policy"])
+    (role,) = [x for x in r.resources if x.typ == "aws:iam/role:Role" and x.name.endswith("-host-role")]
+    trust = policy_json(role.inputs["assumeRolePolicy"])
+    assert f"system:serviceaccount:inference:{HOSTS}" in json.dumps(trust)
+    bucket = r.stack_plan.aws.buckets.model_bucket
+    for m in MODELS:
+        assert policy_eval.allowed(doc, "s3:GetObject", f"arn:aws:s3:::{bucket}/org/{m}/model.safetensors")
+    assert not policy_eval.allowed(doc, "s3:GetObject", f"arn:aws:s3:::{bucket}/org/another-model/x.safetensors")
+    assert not policy_eval.allowed(doc, "s3:PutObject", f"arn:aws:s3:::{bucket}/org/{MODELS[0]}/x")
+    sa = by(r)[("ServiceAccount", HOSTS)]
+    assert sa["metadata"]["annotations"][serving.IRSA_ROLE_ANNOTATION]
