@@ -72,6 +72,13 @@ def test_the_hosts_run_the_plans_spec_which_the_supervisor_reads_back(tmp_path):
         assert not all(labels.get(k) == v for k, v in selector.items())
     env = {e["name"] for e in c["env"]}
     assert standby_mod.DEV_MODE_ENV not in env, "dev mode is per engine (the spec), not the container's"
+    # The members keep a compile cache in their own pods; the hosts mount none, so no variable
+    # points an engine at a path on the read-only root filesystem.
+    assert all(m.compile_cache for m in p.models)
+    assert not env & {"XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
+    mounts = {v["mountPath"] for v in c["volumeMounts"]}
+    assert {"/home/warmstart", "/tmp", "/dev/shm"} <= mounts and all(
+        not e["value"].startswith("/mnt") for e in c["env"]), c["env"]
     sa = objs[("ServiceAccount", plan.deployment_name)]
     assert sa["metadata"]["annotations"][serving.IRSA_ROLE_ANNOTATION].endswith("-engine-host-irsa")
     assert sa["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False

@@ -23,6 +23,7 @@ docs/security.md says so, and the plan refuses a member that runs remote code.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -150,11 +151,14 @@ def host_spec_config_map(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
 
 def _host_env(plan: pool_mod.PoolPlan, w: PoolWiring) -> list[dict[str, str]]:
     """The container's environment: a member's (the first in start order), less what is per engine
-    (the spec's `env`: distributed ports, dev mode, the pinned-allocator setting). Every member
-    shares the stack's streamer tuning and region, which is what it carries."""
+    (the spec's `env`: distributed ports, dev mode, the pinned-allocator setting) and less the
+    compile cache's paths (the hosts do not mount it: a path there would be on the read-only root
+    filesystem). What is left (region, HOME and TMPDIR, the streamer's S3 tuning) is the stack's,
+    alike for every member."""
     first = next(m for m in w.members if m.name == plan.engines[0].model)
+    plain = dataclasses.replace(first, compile_cache=False, standby=None)
     per_engine = {standby_mod.DEV_MODE_ENV, standby_mod.PINNED_HOST_ALLOC_ENV, "VLLM_PORT"}
-    return [e for e in serving.vllm_env(first, w.region) if e["name"] not in per_engine]
+    return [e for e in serving.vllm_env(plain, w.region) if e["name"] not in per_engine]
 
 
 def _capacity_affinity(plan: pool_mod.PoolPlan) -> dict[str, Any]:
