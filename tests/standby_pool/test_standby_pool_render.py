@@ -16,6 +16,7 @@ import pytest
 from tests.standby_pool.pooled import MODELS, POOL, pooled_doc
 from tests.support import reachability as R
 from tests.support.stacks import render_doc
+from tests.support.validation import validate_rendered
 from warmstart import render
 from warmstart.decisions import standby as standby_mod
 from warmstart.decisions import standby_pool as sp
@@ -38,8 +39,8 @@ def by(r: render.Rendered) -> dict[tuple[str, str], dict]:
 @pytest.mark.parametrize("mode", ["karpenter", "auto"])
 def test_a_pooled_stack_renders_valid_objects_in_both_modes(mode):
     r = rendered(mode)
-    # The render validated every object against the cluster's schemas (render.run_program); the
-    # pool's objects are among them, once each.
+    # Every object against its schema (Kubernetes', KEDA's) and the stack against warmstart's policies.
+    validate_rendered(r)
     objs = by(r)
     for kind, name in [("Deployment", HOSTS), ("ConfigMap", HOSTS), ("ServiceAccount", HOSTS),
                        ("NetworkPolicy", HOSTS), ("Deployment", ACTUATOR), ("ConfigMap", ACTUATOR),
