@@ -131,6 +131,9 @@ def test_the_pool_actuator_is_least_privilege_and_reads_its_pool_json():
         assert (d["port"], d["deployment"], d["selector"]) == (m.pooled.port, m.name, serving.selector(m.name))
         assert d["minReplicas"] == m.autoscaling.min_replicas
         assert (d["frontQueue"] is not None) == (m.autoscaling.min_replicas == 0)
+        if d["frontQueue"] is not None:
+            assert d["frontQueue"] == {"service": m.name, "selector": network_policy.router_selector(m.name),
+                                       "port": 30000}
     args = objs[("Deployment", plan.actuator_name)]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[:3] == ["/opt/warmstart-standby/standby.pyz", "--pool-spec", "/etc/warmstart/pool/pool.json"]
     assert objects.figure_url(POOL, NS, "chat-a") == (

@@ -278,8 +278,11 @@ def pool_json(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, Any]:
             "awakeIdleSeconds": next(m.pooled.awake_idle_seconds for m in w.members
                                      if m.name == e.model and m.pooled is not None),
             # The routers' front queues: each router pod's held count (`GET /warmstart/held` on its
-            # serving port), as the per-model actuator reads it.
-            "frontQueue": {"selector": network_policy.router_selector(e.model), "port": routing.ROUTER_PORT}
+            # serving port), read per pod (`selector`) as the per-model actuator reads it; `service`
+            # is the model's own Service, whose endpoints are those pods (ServedModel's front queue
+            # Service for KEDA too).
+            "frontQueue": {"service": e.model, "selector": network_policy.router_selector(e.model),
+                           "port": routing.ROUTER_PORT}
             if w.front_queue.get(e.model) else None,
         })
     return {"pool": plan.name, "namespace": w.namespace, "hostSelector": host_selector(plan.name),
