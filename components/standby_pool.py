@@ -88,6 +88,8 @@ class StandbyPool(pulumi.ComponentResource):
                                             opts=after)
             elif kind == "Service":
                 r = k8s.core.v1.Service(rname, metadata=meta, spec=obj["spec"], opts=after)
+            elif kind == "PodDisruptionBudget":
+                r = k8s.policy.v1.PodDisruptionBudget(rname, metadata=meta, spec=obj["spec"], opts=after)
             else:
                 hosts = meta["name"] == plan.deployment_name
                 # The pool actuator owns the hosts' replicas after the first create (as KEDA owns a

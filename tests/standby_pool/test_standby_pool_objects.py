@@ -38,8 +38,10 @@ def test_every_object_is_valid_in_both_cluster_modes(mode):
     for o in objs.values():
         kubernetes_validate.validate(o, versions.DEFAULT_KUBERNETES_VERSION, strict=True)
     assert sorted(k for k, _ in objs) == sorted(["NetworkPolicy", "NetworkPolicy", "ServiceAccount", "ConfigMap",
-                                                 "Deployment", "ServiceAccount", "Role", "RoleBinding", "ConfigMap",
-                                                 "Service", "Deployment"])
+                                                 "Deployment", "PodDisruptionBudget", "ServiceAccount", "Role",
+                                                 "RoleBinding", "ConfigMap", "Service", "Deployment"])
+    pdb = objs[("PodDisruptionBudget", plan.deployment_name)]["spec"]
+    assert pdb == {"maxUnavailable": 1, "selector": {"matchLabels": objects.host_selector(POOL)}}
     # Policies first: no pod of the pool runs unfenced.
     assert [o["kind"] for o in objects.objects(plan, w)][:2] == ["NetworkPolicy", "NetworkPolicy"]
 

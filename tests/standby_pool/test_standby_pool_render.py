@@ -45,7 +45,8 @@ def test_a_pooled_stack_renders_valid_objects_in_both_modes(mode):
     for kind, name in [("Deployment", HOSTS), ("ConfigMap", HOSTS), ("ServiceAccount", HOSTS),
                        ("NetworkPolicy", HOSTS), ("Deployment", ACTUATOR), ("ConfigMap", ACTUATOR),
                        ("Role", ACTUATOR), ("RoleBinding", ACTUATOR), ("Service", ACTUATOR),
-                       ("NetworkPolicy", ACTUATOR), ("ConfigMap", f"{HOSTS}-script")]:
+                       ("NetworkPolicy", ACTUATOR), ("ConfigMap", f"{HOSTS}-script"),
+                       ("PodDisruptionBudget", HOSTS)]:
         assert (kind, name) in objs, (kind, name)
     # No member keeps a per-model actuator or sleepers.
     assert not any(k == "Deployment" and n.endswith("-standby") for k, n in objs)

@@ -248,6 +248,14 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
     }
 
 
+def host_pdb_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, Any]:
+    """A drain or a consolidation takes one host at a time, as a model's own pods (serving.pdb_spec:
+    maxUnavailable, so a pool of one spare never blocks a node drain)."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": plan.deployment_name, "namespace": w.namespace, "labels": host_labels(plan.name)},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": host_selector(plan.name)}}}
+
+
 def host_network_policy_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, Any]:
     """The supervisor's port from the pool actuator alone (its `/engines/<model>/<route>` passes the
     dev routes); each member's port from that member's routers alone, one rule per member, so a
@@ -414,6 +422,7 @@ def objects(plan: pool_mod.PoolPlan, w: PoolWiring,
         raise ValueError(f"pool {plan.name}: members {sorted(plan.members)} but serving plans of {sorted(names)}")
     return [host_network_policy_spec(plan, w), actuator_network_policy_spec(plan, w),
             host_service_account_spec(plan, w), host_spec_config_map(plan, w), host_deployment_spec(plan, w),
+            host_pdb_spec(plan, w),
             actuator_service_account_spec(plan, w), actuator_role_spec(plan, w), actuator_role_binding_spec(plan, w),
             pool_config_map(plan, w), actuator_service_spec(plan, w),
             actuator_deployment_spec(plan, w, actuator_script_config_map)]
