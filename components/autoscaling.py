@@ -53,6 +53,10 @@ class ModelAutoscalingArgs(TypedDict):
     """The model's `standby` section, as a stack config writes it, when it keeps engines asleep:
     KEDA's range is `minReplicas`/`maxReplicas` plus `count` pods, and its query keeps them beside
     the awake pods the queue asks for. Default: none."""
+    standby_pool: NotRequired[str]
+    """The standby pool the model is a member of (`standby.pool`): KEDA also reads the model's pods
+    figure from the pool's actuator (`/warmstart/pods/<model>`), where the engine woken for it on a
+    pool host counts as awake."""
     standby_count: NotRequired[int]
     """Deprecated (removed in 2.0.0): `standby.count`."""
     front_queue: NotRequired[bool]
@@ -75,7 +79,11 @@ def standby_count(args: ModelAutoscalingArgs, resource: pulumi.Resource | None =
     count = args.get("standby_count")
     if count is None:
         given = args.get("standby")
-        return section_config(StandbyConfig, given, f"{KEY}.standby").count if given is not None else 0
+        if given is None:
+            return 0
+        section = section_config(StandbyConfig, given, f"{KEY}.standby")
+        # A pooled model keeps no sleepers of its own: the pool's hosts hold its engine.
+        return 0 if section.pool is not None else section.count
     if args.get("standby") is not None:
         raise ConfigError(f"{KEY}.standbyCount", "is given and `standby` is given too (standbyCount is "
                           "standby.count)", "give the model's standby section alone", count)
@@ -106,7 +114,8 @@ class ModelAutoscaling(pulumi.ComponentResource):
         self.plan = decide.plan_scaling(model, namespace, spec, args["startup_budget_seconds"],
                                         args.get("deployment_name"),
                                         front_queue_service=args.get("front_queue_service", model)
-                                        if args.get("front_queue") else None)
+                                        if args.get("front_queue") else None,
+                                        standby_pool=args.get("standby_pool") or None)
         child = pulumi.ResourceOptions(parent=self)
         if args.get("kubeconfig") is not None:
             provider = kubernetes_provider(name, args["kubeconfig"], child)

@@ -114,6 +114,16 @@ class ModelEntryStandbyArgs(TypedDict):
     (more awake than `minReplicas` and the engines its requests need at
     `targetRequestsPerReplica`) sleeps sooner, its requests drained first (docs/scale-out.md).
     Default: `300`."""
+    pool: NotRequired[str]
+    """Name of a `standbyPools` entry: the model's engine sleeps on the pool's spare engine hosts,
+    which it shares with the pool's other models, instead of on sleepers of its own (see
+    docs/scale-out.md, "Pooled standby"). `count` and `sleepLevel` are then the pool's and may
+    not be given. Default: per-model standby."""
+    port: NotRequired[int]
+    """With `pool`: the port the model's vLLM serves on, in its own pods and on the pool's hosts
+    (its routers reach both on one port), unique in the pool. It never changes when another model
+    joins or leaves the pool. Default: derived from the model's name (8100-8999); set it only
+    when two members' derived ports collide (the render says so)."""
 
 
 class ModelEntryArgs(TypedDict):

@@ -114,6 +114,12 @@ class ModelRouterArgs(TypedDict):
     port (default false)."""
     keda_namespace: NotRequired[str]
     """Namespace of that KEDA operator (default `keda`)."""
+    worker_port: NotRequired[int]
+    """The port the model's vLLM pods serve on (default 8000; a pooled model's member port)."""
+    standby_pool: NotRequired[str]
+    """The standby pool the model is a member of (`standby.pool`): the router then discovers pods
+    labelled `warmstart.io/serves=<model>` with an awake engine (its own pods and a pool host whose
+    engine of the model is awake) and may reach the pool's hosts on `workerPort`."""
     control_plane_api_key: NotRequired[pulumi.Input[str]]
     """Key for SMG's control plane (`Authorization: Bearer <key>` on /workers, /get_loads); pass
     a secret. Without it each router draws a random key that never leaves the pod: discovery
@@ -171,7 +177,8 @@ def plan(args: ModelRouterArgs, resource: pulumi.Resource | None = None) -> Rout
             non_gpu=non_gpu_placement(args.get("non_gpu_placement"), "ModelRouterArgs.nonGpuPlacement"),
             front_queue_retry_after_seconds=args.get("front_queue_retry_after_seconds", 0),
             front_queue_hold_seconds=args.get("front_queue_hold_seconds", routing.FRONT_QUEUE_HOLD_SECONDS),
-            front_queue_scaled=bool(args.get("front_queue_scaled")), keda_namespace=args.get("keda_namespace", "keda"))
+            front_queue_scaled=bool(args.get("front_queue_scaled")), keda_namespace=args.get("keda_namespace", "keda"),
+            worker_port=args.get("worker_port", routing.VLLM_PORT), standby_pool=args.get("standby_pool") or None)
     except ConfigErrors as err:
         # The planner's rules on the section's fields (`policy: none` has no router) are
         # reported under the section's key, as the config's own are.

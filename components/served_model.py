@@ -169,7 +169,8 @@ class ServedModel(pulumi.ComponentResource):
                     standby=section_entry(self.config.standby) if self.config.standby is not None else None,
                     # The routers' front queue holds requests while no engine is awake (minReplicas 0);
                     # without standby KEDA scales from zero pods on it (the model's Service's endpoints).
-                    front_queue=True if a.min_replicas == 0 else None),
+                    front_queue=True if a.min_replicas == 0 else None,
+                    standby_pool=m.pooled.pool if m.pooled is not None else None),
                     opts=child("autoscaling", depends_on=[*after, *autoscaling_after, self.model], **kube))
         self.standby = None
         if m.standby is not None and a is not None:
@@ -184,7 +185,7 @@ class ServedModel(pulumi.ComponentResource):
                 if p.image_cache_account else None,
                 front_queue=a.min_replicas == 0 or None, ship_pod_script=not p.pod_scripts,
                 keda_namespace=(p.monitoring or {}).get("keda_namespace") or None),
-                opts=child("standby", depends_on=[*after, self.model], **kube))
+                opts=child("standby", depends_on=[*after, self.model], **kube), plan=m.standby)
         self.role_arn = self.role.role_arn
         self.service_name = self.model.service_name
         self.endpoint = self.model.endpoint
@@ -226,6 +227,8 @@ class ServedModel(pulumi.ComponentResource):
             if p.image_cache_account else None,
             # The model's serving NetworkPolicy admits only its routers, and its Service is the endpoint.
             fence_vllm=False, create_service=False,
+            worker_port=m.serving_port if m.pooled is not None else None,
+            standby_pool=m.pooled.pool if m.pooled is not None else None,
             **_front_queue(m, (p.monitoring or {}).get("keda_namespace", "keda"))), opts=opts)
 
 

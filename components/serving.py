@@ -36,6 +36,7 @@ from warmstart.manifests import (
 from warmstart.manifests import image_prepull as prepull
 from warmstart.manifests import node_cache as staging_objects
 from warmstart.manifests import standby as standby_objects
+from warmstart.manifests import standby_pool as pool_objects
 from warmstart.manifests import weights_import as import_job
 from warmstart.manifests.serving import (
     HTTP_PORT,
@@ -438,7 +439,7 @@ class VllmModel(pulumi.ComponentResource):
             first_token.first_token_extras(m, bucket, args["region"], probe_map,
                                            state_volume=compile_cache.STATE_VOLUME if bucket is not None else None,
                                            weights_choice=bool(m.staged and m.load)),
-            metrics_proxy.metrics_proxy_extras(m.image, proxy_map) if scraped else PodExtras())
+            metrics_proxy.metrics_proxy_extras(m.image, proxy_map, m.serving_port) if scraped else PodExtras())
 
         sa = service_account_spec(m, ns, args.get("role_arn"))
         service_account = k8s.core.v1.ServiceAccount(f"{name}-sa", metadata=sa["metadata"],
@@ -529,8 +530,11 @@ class VllmModel(pulumi.ComponentResource):
                 metrics_cidrs=args.get("metrics_scraper_cidrs") or (),
                 metrics_pods=[(sc["namespace"], tuple(sc["pod_labels"].items()))
                               for sc in args.get("metrics_scrapers") or []],
-                # A standby model's actuator (the ModelStandby component) calls the sleep routes.
-                actuator=standby_objects.selector(m.name) if m.standby is not None else None)]
+                # A standby model's actuator (the ModelStandby component) calls the sleep routes; a
+                # pooled model's pool actuator reads its engines' queues (/metrics).
+                actuator=standby_objects.selector(m.name) if m.standby is not None else
+                pool_objects.actuator_selector(m.pooled.pool) if m.pooled is not None else None,
+                port=m.serving_port)]
         except ValueError as exc:
             key = ("metricsScraperCidrs" if "CIDR" in str(exc) else
                    "metricsScrapers" if "scraper pod" in str(exc) else "routerPodLabels")

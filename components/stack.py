@@ -20,7 +20,10 @@ import pulumi_aws as aws
 
 from warmstart import config
 from warmstart.config import ModelConfig, StackConfig
+from warmstart import versions
+from warmstart.decisions import image_cache, placement
 from warmstart.decisions import network as network_rules
+from warmstart.manifests import standby_pool as pool_objects
 from warmstart.errors import ConfigError, rekeyed
 from warmstart.plan import platform as platform_contract
 from warmstart.plan.stack import StackPlan, plan_stack
@@ -37,6 +40,7 @@ from .sections import section_entry
 from .served_model import KEY as SERVED_MODEL_KEY
 from .served_model import ServedModel, _args
 from .serving import VllmModel
+from .standby_pool import StandbyPool
 from .storage import ModelStorage
 
 # Type tokens and names the components had before they became `warmstart:index:*` components
@@ -157,7 +161,10 @@ class WarmstartStack(pulumi.ComponentResource):
                                # A pool holds an autoscaled model at its maxReplicas.
                                tensor_parallel_size=m.tensor_parallel_size, replicas=m.max_replicas,
                                compile_cache=m.compile_cache, staged_bytes=m.weights_bytes if m.staged else None)
-                         for m in plan.models],
+                         for m in plan.models]
+                        + [_args(pool=s.gpu_pool, name=s.deployment_name, instance_type=s.instance_type,
+                                 tensor_parallel_size=s.gpus, replicas=s.max_hosts, compile_cache=False)
+                           for s in plan.standby_pools],
             # The sizes the plan derived from what runs there (plan_cluster.plan_system_group).
             system_node_group_size=plan.cluster.system_node_group.size if plan.cluster.system_node_group else None,
             cpu_pool_cpu_limit=plan.cluster.cpu_pool.cpu_limit if plan.cluster.cpu_pool else None,
@@ -207,6 +214,9 @@ class WarmstartStack(pulumi.ComponentResource):
                     opts=pulumi.ResourceOptions(parent=self, providers=providers, depends_on=[
                         self.serving_platform, *self.cluster.ready, self.storage]),
                     autoscaling_after=[self.monitoring] if self.monitoring else [], legacy_types=LEGACY_TYPES)
+        # 7. standby pools: spare engine hosts shared by their member models (after the members, whose
+        # routers and NetworkPolicies the hosts' policies name).
+        self.standby_pools = self._standby_pools(name, plan, service_cidr, providers)
         served = self.served.values()
         self.roles = {s.plan.name: s.role for s in served}
         self.import_roles = {s.plan.name: s.import_role for s in served if s.import_role is not None}
@@ -217,6 +227,27 @@ class WarmstartStack(pulumi.ComponentResource):
         # What this environment's model stacks read through their StackReference.
         self.platform_contract = platform_contract.document(self.platform)
         self.register_outputs({})
+
+    def _standby_pools(self, name: str, plan: StackPlan, service_cidr: str,
+                       providers: list[pulumi.ProviderResource]) -> dict[str, StandbyPool]:
+        cfg = plan.config
+        out: dict[str, StandbyPool] = {}
+        for pool in plan.standby_pools:
+            wiring = pool_objects.wiring(
+                pool, plan.models, namespace=cfg.namespace, region=cfg.region,
+                api_server_cidrs=[f"{network_rules.kubernetes_service_ip(service_cidr)}/32"],
+                non_gpu=placement.own_platform_placement(),
+                actuator_image=image_cache.cached_image(versions.SMG_IMAGE, cfg.account_id, cfg.region)
+                if cfg.image_cache.ecr_pull_through and cfg.account_id else pool_objects.actuator_objects.IMAGE,
+                keda_namespace=cfg.monitoring.keda.namespace)
+            members = [self.served[m] for m in pool.members]
+            out[pool.name] = StandbyPool(
+                f"{name}-standby-pool-{pool.name}", pool, wiring, name_prefix=plan.name_prefix,
+                oidc_provider_arn=self.cluster.oidc_provider_arn, oidc_issuer=self.cluster.oidc_issuer,
+                region=cfg.region,
+                opts=pulumi.ResourceOptions(parent=self, providers=providers,
+                                            depends_on=[self.serving_platform, *self.cluster.ready, *members]))
+        return out
 
     def _autoscaling(self, name: str, plan: StackPlan) -> Monitoring | None:
         """Metrics (a managed Prometheus workspace and its collector, or the stack's own endpoint)

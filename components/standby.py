@@ -124,15 +124,24 @@ class ModelStandby(pulumi.ComponentResource):
     deployment_name: pulumi.Output[str]
     """Name of the actuator's Deployment."""
 
-    def __init__(self, name: str, args: ModelStandbyArgs, opts: Optional[pulumi.ResourceOptions] = None) -> None:
+    def __init__(self, name: str, args: ModelStandbyArgs, opts: Optional[pulumi.ResourceOptions] = None, *,
+                 plan: decide.StandbyPlan | None = None) -> None:
         super().__init__("warmstart:index:ModelStandby", name, None, opts)
         model = args["model_name"]
         # The model's sections, read back through the config models they are generated from (no
         # field of theirs is declared here).
         standby, autoscaling = standby_section(args, self), autoscaling_section(args, self)
-        plan = decide.plan_standby(count=standby.count, sleep_level=standby.sleep_level,
-                                   awake_idle_seconds=standby.awake_idle_seconds,
-                                   weights_bytes=int(args["weights_gib"] * 2**30))
+        if standby.pool is not None:
+            raise ConfigError(f"{KEY}.standby.pool", f"{model}: names standby pool '{standby.pool}', whose actuator "
+                              "is the pool's (a WarmstartStack renders it with the pool's hosts); a pooled model has "
+                              "no actuator of its own", "remove pool for per-model standby, or declare the pool in "
+                              "the stack's warmstart:standbyPools", standby.pool)
+        if plan is None:
+            # The component alone plans its model's standby; inside a stack (ServedModel) it reads the
+            # model's plan (plan/model.py), so standby is planned once.
+            plan = decide.plan_standby(count=standby.count, sleep_level=standby.sleep_level,
+                                       awake_idle_seconds=standby.awake_idle_seconds,
+                                       weights_bytes=int(args["weights_gib"] * 2**30))
         self.plan = decide.plan_actuator(
             model=model, namespace=args["namespace"], image=args.get("image") or objects.IMAGE, standby=plan,
             min_awake=autoscaling.min_replicas, target_waiting=autoscaling.target_waiting_per_replica,
@@ -141,7 +150,7 @@ class ModelStandby(pulumi.ComponentResource):
             deployment=args.get("deployment_name") or model,
             # The ScaledObject's maxReplicaCount (decisions/autoscaling.py `plan_scaling`); the
             # deprecated flat keys carry no maxReplicas: no bound then (the HPA's own holds).
-            max_pods=autoscaling.max_replicas + standby.count if args.get("autoscaling") is not None else 0,
+            max_pods=autoscaling.max_replicas + plan.count if args.get("autoscaling") is not None else 0,
             target_requests=autoscaling.target_requests_per_replica,
             keda_namespace=args.get("keda_namespace") or "keda")
         child = pulumi.ResourceOptions(parent=self)

@@ -173,6 +173,12 @@ def _unique_instance_types(types: list[str]) -> list[str]:
 # Upper bounds far above any real value that keep the render's arithmetic finite (1e300 GiB
 # overflows to inf in bytes; a price of 1e308 to inf in a cost): 1 PiB of weights, $100,000 an hour.
 WEIGHTS_MAX_GIB = 1_048_576
+# A standby pool's name is a DNS label inside `<name>-engine-host` and `<name>-standby-pool` label values.
+STANDBY_POOL_NAME_MAX = 40
+# A pooled member's serving port (decisions/standby_pool.py MEMBER_PORT_BASE): above the engine's
+# own 8000/8001, the router's 8010 and the host supervisor's 8090, below the engines' distributed ports.
+MEMBER_PORT_MIN = 8100
+MEMBER_PORT_MAX = 8999
 PRICE_PER_HOUR_MAX_USD = 100_000
 
 
@@ -437,6 +443,53 @@ class StandbyConfig(_Strict):
     back to sleep (only while fewer than `count` engines sleep). An engine the load does not need
     (more awake than `minReplicas` and the engines its requests need at `targetRequestsPerReplica`)
     sleeps sooner, its requests drained first (docs/scale-out.md)."""
+    pool: Annotated[str, Field(pattern=DNS_LABEL, max_length=STANDBY_POOL_NAME_MAX)] | None = None
+    """Name of a `standbyPools` entry: the model's engine sleeps on the pool's spare engine hosts,
+    which it shares with the pool's other models, instead of on sleepers of its own (see
+    docs/scale-out.md, "Pooled standby"). `count` and `sleepLevel` are then the pool's and may not
+    be given. Default: per-model standby."""
+    port: Annotated[int, Field(ge=MEMBER_PORT_MIN, le=MEMBER_PORT_MAX)] | None = None
+    """With `pool`: the port the model's vLLM serves on, in its own pods and on the pool's hosts
+    (its routers reach both on one port), unique in the pool. It never changes when another model
+    joins or leaves the pool. Default: derived from the model's name (8100-8999); set it only when
+    two members' derived ports collide (the render says so)."""
+
+
+class StandbyPoolConfig(_Strict):
+    """A standby pool: spare engine hosts, each one GPU set running every member model's engine
+    asleep, so a scale-out of any member is a wake in seconds at the GPU cost of `spares` GPU
+    sets, not one sleeper per model (see docs/scale-out.md, "Pooled standby"). A model joins with
+    `standby: {pool: <name>}`."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=STANDBY_POOL_NAME_MAX)]
+    """Pool name (a DNS label); its engine hosts' Deployment is `<name>-engine-host`, its actuator's
+    `<name>-standby-pool`."""
+    gpu_pool: str
+    """Name of the `gpuPools` entry the hosts run on (on-demand or reserved capacity: a spare on
+    spot would be taken by an interruption)."""
+    instance_type: str | None = None
+    """Instance type of the hosts; every member runs on it. Default: the GPU pool's only type."""
+    gpus: Annotated[int, Field(ge=1, le=8)] = 1
+    """GPUs of one host: every member's `tensorParallelSize`."""
+    spares: Annotated[int, Field(ge=1, le=16)] = 1
+    """Hosts kept with every member asleep. Each holds `gpus` GPUs around the clock."""
+    max_hosts: Annotated[int, Field(ge=1, le=64)] | None = None
+    """The most hosts at once (spares plus hosts serving a woken engine). Default: spares plus
+    the number of members."""
+    sleep_level: Literal[1, 2, "auto"] = "auto"
+    """vLLM's sleep level of every member. 1: every member's weights stay in the host's RAM at
+    once; 2: none, reloaded on wake from the node's NVMe where the node cache stages them, else
+    from S3. `auto`: 1 where the host's RAM holds them all, else 2."""
+    sleeping_residue_gib: Annotated[Annotated[float, Field(gt=0, le=200)] | None,
+                                    Field(alias="sleepingResidueGiB")] = None
+    """GPU memory one sleeping engine keeps on each GPU (its CUDA context, CUDA graphs, NCCL
+    buffers at TP > 1), as measured on your node (`warmstart wake-bench`). Default: 4 GiB (5 at
+    gpus > 1), a stated planning figure."""
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, v: str | None) -> str | None:
+        return v if v is None else _gpu_instance_type(v)
 
 
 class ModelSpec(_Strict):
@@ -852,6 +905,9 @@ class StackConfig(_Strict):
     models: list[ModelConfig] = []
     """Served models, inline (each may instead be a model stack of its own, see
     docs/model-stacks.md)."""
+    standby_pools: list[StandbyPoolConfig] = []
+    """Standby pools: spare engine hosts shared by the models that name them in
+    `standby.pool` (see docs/scale-out.md, "Pooled standby")."""
     account_id: Annotated[str, Field(pattern=r"^[0-9]{12}$")] | None = None
     """AWS account the stack deploys to. When set, the provider refuses any other account,
     and the id is part of the derived bucket names' hash, which makes them unique to the

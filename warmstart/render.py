@@ -24,6 +24,7 @@ from .plan import aws as plan_aws
 from .decisions import autoscaling as scaling
 from .decisions import capacity, gpu_pools, image_cache, phases, prices, routing
 from .decisions import weights_import as imports
+from .decisions import standby_pool as standby_pool_mod
 from .errors import ConfigError
 from .mocks import Registered
 
@@ -400,7 +401,8 @@ def capacity_lines(stack_plan: AnyPlan) -> list[str]:
     return lines
 
 
-def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
+def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0, standby_pool: standby_pool_mod.PoolPlan | None = None
+                   ) -> str:
     """How long an autoscaled model's scale-out takes until the new replica serves on a new
     node (and on a warm spare, where the pool keeps some), phase by phase, from the sourced
     constants of warmstart/decisions/phases.py. A new node has no staged copy yet, so its pod
@@ -412,7 +414,7 @@ def scale_out_line(m: plan_mod.ModelPlan, warm_nodes: int = 0) -> str:
         warm = _scale_out(m, "node-cache" if m.staged else "s3")
         spare = (f"; on one of the pool's {warm_nodes} warm spare node(s) ~{warm.warm_spare_seconds:.0f}s (no node "
                  f"launch or pull{', weights from its NVMe' if m.staged else ''})")
-    return (f"scale-out {m.name}: {standby_path(m)}{from_zero_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
+    return (f"scale-out {m.name}: {standby_path(m)}{pooled_path(m, standby_pool)}{from_zero_path(m)}a new replica on a new node serves after ~{cold.cold_seconds:.0f}s "
             f"({steps}; SOCI parallel pull, weights streamed from S3, compile cache "
             f"{'restored from S3' if m.compile_cache else 'off'}){spare}; constants in warmstart/decisions/phases.py"
             f"{front_queue_bounds(m)}")
@@ -463,6 +465,45 @@ def standby_path(m: plan_mod.ModelPlan) -> str:
     return (f"a woken standby engine (of {m.standby.count}, sleep level {m.standby.sleep_level}) answers "
             f"~{s.total_seconds:.0f}s after the load rises (standby signal {s.signal:.0f}s + wake {s.wake:.1f}s for "
             f"{m.weights_bytes / 2**30:.0f} GiB + first token {s.first_token:.0f}s + router join {s.join:.0f}s); ")
+
+
+def pooled_path(m: plan_mod.ModelPlan, pool: standby_pool_mod.PoolPlan | None) -> str:
+    """The scale-out by waking the model's engine on a spare host of its standby pool ('' unless pooled)."""
+    if m.pooled is None or pool is None:
+        return ""
+    p = pool.path(m.name)
+    return (f"its engine woken on a spare host of standby pool {pool.name} answers ~{p.total_seconds:.1f}s after the "
+            f"load rises (signal {p.signal:.0f}s + wake {p.wake:.1f}s for {m.weights_bytes / 2**30:.0f} GiB from "
+            f"{p.wake_source} + first token {p.first_token:.0f}s + router join {p.join:.0f}s; while every spare is "
+            "taken, a cold start below); ")
+
+
+def standby_pool_lines(stack_plan: AnyPlan) -> list[str]:
+    """Each standby pool once: what its spares hold and cost beside per-model standby of the same
+    models, its GPU budget and host memory, and the window a taken spare leaves without one."""
+    lines = []
+    for pool in getattr(stack_plan, "standby_pools", ()):
+        c, g, h = pool.cost, pool.gpu, pool.host
+        cost = (f"${c.pool_hourly_usd:,.2f}/h against ${c.per_model_hourly_usd:,.2f}/h"
+                if c.pool_hourly_usd is not None and c.per_model_hourly_usd is not None else
+                "(set gpuPools[].hourlyPriceUsd to see the cost)")
+        lines.append(
+            f"standby pool {pool.name}: {pool.spares} spare host(s) of {pool.gpus} GPU(s) on {pool.instance_type} "
+            f"(GPU pool {pool.gpu_pool}, at most {pool.max_hosts} hosts) hold {len(pool.engines)} models asleep "
+            f"({', '.join(pool.members)}); standby GPUs {c.pool_gpus} against {c.per_model_gpus} for one per-model "
+            f"sleeper each, {cost}; sleep level {pool.sleep_level} ({pool.sleep_level_reason}); host memory asleep "
+            f"{h.need_bytes / 2**30:.0f} of {h.pod_memory_bytes / 2**30:.0f} GiB; each engine runs at "
+            f"--gpu-memory-utilization {g.utilization:.2f} beside {g.engines - 1} sleeper(s) of "
+            f"{g.residue_bytes / 2**30:.1f} GiB per GPU ({'measured' if g.residue_measured else 'planning default; measure it with `warmstart wake-bench` and set standbyPools[].sleepingResidueGiB'})")
+        r = pool.replacement
+        lines.append(
+            f"  a taken spare's replacement holds every engine again after ~{r.total_seconds:.0f}s (node launch "
+            f"{r.node_launch:.0f}s + image {r.image_pull:.0f}s + pod {r.pod_start:.0f}s + "
+            + " + ".join(f"{n} {s:.0f}s" for n, s in r.engines)
+            + f", one after another): a second rise inside that window gets a cold start of its model, never a wait; "
+            f"the pool actuator owns the hosts' replicas ({pool.spares} spare(s) plus one per woken engine), each "
+            "member's KEDA its own pods, the woken engine counted in its figure")
+    return lines
 
 
 def from_zero_path(m: plan_mod.ModelPlan) -> str:
@@ -585,7 +626,9 @@ def table(stack_plan: AnyPlan) -> str:
     for m in stack_plan.models:
         if m.autoscaling is not None:
             pool = next((p for p in stack_plan.cluster.pools if p.name == m.pool), None)
-            lines.append(scale_out_line(m, pool.warm_nodes if pool else 0))
+            standby_pool = next((s for s in getattr(stack_plan, "standby_pools", ())
+                                 if m.pooled is not None and s.name == m.pooled.pool), None)
+            lines.append(scale_out_line(m, pool.warm_nodes if pool else 0, standby_pool))
             source = capacity_source_line(stack_plan, m)
             if source:
                 lines.append(source)
@@ -598,6 +641,7 @@ def table(stack_plan: AnyPlan) -> str:
             lines.append(f"warm spares {p.name}: {p.warm_nodes} x {p.warm_instance.instance_type} kept up with {kept}, "
                          + (f"${cost:,.2f}/hour" if cost is not None else
                             f"{p.warm_nodes} node-hours per hour (set gpuPools[].hourlyPriceUsd to see the cost)"))
+    lines += standby_pool_lines(stack_plan)
     for p in stack_plan.cluster.pools:
         # Where the $/h columns come from: the stack's hourlyPriceUsd, the shipped list price
         # (warmstart/data/SOURCES.md), or nothing, said so.

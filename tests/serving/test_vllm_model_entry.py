@@ -36,9 +36,10 @@ from warmstart.plan.platform import plan_on_platform
 KEY = "ServedModelArgs.model"
 TYPES = ["g6e.12xlarge", "g6e.24xlarge"]
 # A platform whose defaults are VllmModel's own (loader, compile cache on, no image cache), with
-# a second pool for `pool`'s sample.
+# a second pool for `pool`'s sample. The model is one of the platform's own (a ServedModel of its
+# WarmstartStack): only those may join a standby pool (`standby.pool`).
 ON = PLATFORM | {"pools": [{"name": "l40s", "instance_types": TYPES, "max_gpus": 64},
-                           {"name": "l40s-b", "instance_types": TYPES, "max_gpus": 64}]}
+                           {"name": "l40s-b", "instance_types": TYPES, "max_gpus": 64}], "models": ["llama"]}
 PLATFORM_FACTS = contract(ON)
 # What VllmModel is wired with on that platform (what ServedModel wires).
 WIRING: dict[str, Any] = {"region": ON["region"], "cluster_mode": ON["cluster_mode"]} | (
@@ -54,6 +55,8 @@ CONTEXT: dict[str, dict[str, Any]] = {
         "repo": "meta-llama/Llama-3.1-8B-Instruct", "revision": "0" * 40}}},
     "autoscaling": {"autoscaling": {"max_replicas": 4}},
     # Standby engines are pods KEDA keeps beside the awake ones: the model must autoscale.
+    # A member port is a pooled model's.
+    "standby.port": {"autoscaling": {"max_replicas": 2}, "standby": {"pool": "shared"}},
     "standby": {"autoscaling": {"max_replicas": 2}, "standby": {}},
 }
 # Samples the leaf's type and baseline value give none of (or none that fits the baseline).
@@ -74,6 +77,7 @@ SAMPLES: dict[str, list[Any]] = {
     "weights_import.hugging_face.revision": ["1" * 40],
     "autoscaling.max_replicas": [3],
     "autoscaling.kv_cache_usage_ceiling": [0.8],
+    "standby.pool": ["shared"],
 }
 
 

@@ -421,3 +421,32 @@ def test_the_non_gpu_nodes_are_sized_for_the_actuator_and_the_front_queue():
         m, autoscaling=m.autoscaling.model_copy(update={"min_replicas": 0})) for m in r.stack_plan.models]
     queued = {p.name: p for p in non_gpu_pods(r.stack_plan.config, zero)}
     assert queued["qwen-67b-router"].cpu_millis == router_cpu + 100, "the front queue's request on each router"
+
+
+def test_a_stacks_actuator_reads_the_models_standby_plan_and_plans_none_of_its_own(tmp_path, monkeypatch):
+    # Standby is planned once (plan/model.py): the stack's ModelStandby takes the model plan's
+    # StandbyPlan; only the component used alone plans from its Args.
+    import inspect
+
+    import components.standby as component
+
+    plan_standby = component.decide.plan_standby
+
+    def planned(**kw):
+        assert inspect.stack()[1].frame.f_globals["__name__"] != component.__name__, \
+            "ModelStandby planned the model's standby a second time"
+        return plan_standby(**kw)
+
+    monkeypatch.setattr(component.decide, "plan_standby", planned)
+    r = render_doc(load_stack_doc("prod"), tmp_path, "prod-once")
+    m = next(m for m in r.stack_plan.models if m.standby is not None)
+    (dep,) = [o for o in r.kubernetes_objects if o["kind"] == "Deployment" and o["metadata"]["name"] == f"{m.name}-standby"]
+    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (args[args.index("--standby") + 1], args[args.index("--sleep-level") + 1]) == (
+        str(m.standby.count), str(m.standby.sleep_level))
+
+
+def test_the_actuator_alone_refuses_a_pooled_models_section():
+    with pytest.raises(ConfigError) as err:
+        _standby_alone(standby={"pool": "shared"})
+    assert err.value.key == "ModelStandbyArgs.standby.pool" and "no actuator of its own" in err.value.rule

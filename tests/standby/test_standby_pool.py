@@ -231,6 +231,7 @@ def test_engines_get_distinct_ports_and_distributed_ranges_in_start_order() -> N
     ports = {e.port for e in plan.engines} | {e.dist_port + k for e in plan.engines for k in range(sp.DIST_PORT_STRIDE)}
     assert len(ports) == 4 + 4 * sp.DIST_PORT_STRIDE
     assert sp.SUPERVISOR_PORT not in ports
+    assert {e.port for e in plan.engines} == {sp.member_port(f"m{i}") for i in range(4)}
     # Below the kernel's default ephemeral range (32768-60999), from which outgoing connections draw.
     assert max(ports) < 32768
 
@@ -257,6 +258,46 @@ def test_the_supervisors_spec_carries_the_plan_and_the_supervisor_reads_it() -> 
         assert values["--max-model-len"] == "8192" and list(e.argv[:3]) == ["vllm", "serve", f"s3://b/{slot.model}"]
         assert standby_mod.SLEEP_MODE_FLAG in names
         assert e.env["VLLM_PORT"] == str(slot.dist_port) and e.env[standby_mod.DEV_MODE_ENV] == "1"
-        assert e.env[sp.PINNED_HOST_ALLOC_ENV] == sp.PINNED_HOST_ALLOC_CONF
+        assert e.env[standby_mod.PINNED_HOST_ALLOC_ENV] == standby_mod.PINNED_HOST_ALLOC_CONF
     # One engine's start may take the longest start-up budget of any member before it is cut.
     assert parsed.startup_timeout_s == tuning.startup_budget_seconds(30 * GIB)
+
+
+# --- a member's port, image and the hosts' capacity --------------------------------------------------
+
+
+@given(st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), min_size=2, max_size=8, unique=True))
+@settings(max_examples=60, deadline=None)
+def test_a_members_port_never_moves_when_another_joins_or_leaves(names: list[str]) -> None:
+    # Its port is in its own pods' command: a port that moved would roll the model's GPU pods.
+    def ports(ms: list[str]) -> dict[str, int]:
+        try:
+            plan = sp.plan_pool(spec(residue_bytes=1), [sp.PoolMember(name=n, key=f"warmstart:models[{i}]",
+                                namespace="inference", instance_type="p5.48xlarge", tensor_parallel_size=1,
+                                weights_bytes=GIB) for i, n in enumerate(ms)])
+        except ConfigErrors as e:
+            assert all(x.key.endswith(".standby.pool") and "standby.port" in x.fix for x in e.errors), e.errors
+            assume(False)
+        return {e.model: e.port for e in plan.engines}
+
+    whole, fewer = ports(names), ports(names[1:])
+    assert all(whole[n] == fewer[n] for n in names[1:])
+    assert all(sp.MEMBER_PORT_BASE <= p < sp.MEMBER_PORT_BASE + sp.MEMBER_PORT_SPAN for p in whole.values())
+
+
+def test_two_members_on_one_port_are_refused_and_standby_port_resolves_it() -> None:
+    taken = sp.member_port("m0")
+    errs = errors_of(spec(), [member(0), member(1, given_port=taken)])
+    assert [e.key for e in errs] == ["warmstart:models[1].standby.port"] and str(taken) in errs[0].rule
+    assert "standby.port of m1" in errs[0].fix
+    plan = sp.plan_pool(spec(), [member(0), member(1, given_port=taken + 1 if taken < 8999 else taken - 1)])
+    assert len({e.port for e in plan.engines}) == 2
+
+
+def test_members_of_two_images_and_a_spot_only_gpu_pool_are_refused() -> None:
+    errs = errors_of(spec(), [member(0, image="vllm:a"), member(1, image="vllm:b")])
+    assert [e.key for e in errs] == ["warmstart:models[1].image"] and "vllm:a" in errs[0].rule
+    errs = errors_of(spec(capacity_types=("spot",), gpu_pool="h100"), [member(0)])
+    assert [e.key for e in errs] == ["warmstart:standbyPools[0].gpuPool"] and "spot" in errs[0].rule
+    plan = sp.plan_pool(spec(capacity_types=("reserved", "spot", "onDemand")), [member(0)])
+    assert plan.host_capacity_types == ("reserved", "onDemand")

@@ -454,6 +454,38 @@ def _model_s3_import(doc: Doc) -> None:
     _model(doc)["import"] = {"s3": "s3://registry-bucket/meta-llama/Llama-3.1-8B-Instruct"}
 
 
+def _pooled(doc: Doc) -> None:
+    """The model autoscaled and in a standby pool `shared` on its GPU pool (docs/scale-out.md,
+    "Pooled standby"); a model stack's model names the pool too (and is refused: MODEL_STACK_REFUSED)."""
+    m = _model(doc)
+    m["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+    m["standby"] = {"pool": "shared"}
+    if f"{NS}:models" in doc["config"]:
+        doc["config"][f"{NS}:standbyPools"] = [{"name": "shared", "gpuPool": _pool(doc)["name"]}]
+
+
+def _pooled_two_types(doc: Doc) -> None:
+    _pooled(doc)
+    _two_instance_types(doc)
+    doc["config"][f"{NS}:standbyPools"][0]["instanceType"] = "g6e.2xlarge"
+
+
+def _pooled_four_gpus(doc: Doc) -> None:
+    _pooled(doc)
+    _four_gpus(doc)
+    _model(doc)["tensorParallelSize"] = 1
+
+
+def _autoscaled(doc: Doc) -> None:
+    _model(doc)["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+    _model(doc).pop("standby", None)
+
+
+def _add_pool_shared(doc: Doc) -> None:
+    if f"{NS}:models" in doc["config"]:
+        doc["config"][f"{NS}:standbyPools"] = [{"name": "shared", "gpuPool": _pool(doc)["name"]}]
+
+
 # Keys are leaf keys relative to a model entry (`instanceType` is `models[0].instanceType` in an
 # environment stack and `model.instanceType` in a model stack): one table for both.
 MODEL_SAMPLES: dict[str, Sample] = {
@@ -464,6 +496,8 @@ MODEL_SAMPLES: dict[str, Sample] = {
     "extraArgs": Sample(["--seed", "7"]),
     "pool": Sample("l40s-b", _second_pool, "a second pool, l40s-b"),
     "import.s3": Sample("s3://other-weights/meta-llama/Llama-3.1-8B-Instruct", _model_s3_import, "an S3 import"),
+    "standby.pool": Sample("shared", _autoscaled, "autoscaling", also=_add_pool_shared),
+    "standby.port": Sample(8500, _pooled, "a standby pool"),
 }
 MODEL_PREFIXES = ("models[0].", "model.")
 
@@ -513,6 +547,24 @@ SAMPLES: dict[str, Sample] = {
     "platform": Sample("staging-b"),
     # Unset, the first create's count is minReplicas plus the standby engine, 2: the derived 2 is it.
     "model.replicas": Sample(1),
+    "standbyPools[0].name": Sample("pool-b", _pooled, "a standby pool", "dev",
+                                   also=lambda d: _model(d)["standby"].update(pool="pool-b")),
+    "standbyPools[0].gpuPool": Sample("l40s-b", _pooled, "a standby pool", "dev", also=_second_pool),
+    "standbyPools[0].instanceType": Sample("g6e.4xlarge", _pooled_two_types, "a standby pool of two types", "dev",
+                                           also=lambda d: _model(d).update(instanceType="g6e.4xlarge")),
+    "standbyPools[0].gpus": Sample(2, _pooled_four_gpus, "a standby pool on g6e.12xlarge", "dev",
+                                   also=lambda d: _model(d).update(tensorParallelSize=2)),
+    "standbyPools[0].spares": Sample(2, _pooled, "a standby pool", "dev"),
+    "standbyPools[0].maxHosts": Sample(3, _pooled, "a standby pool", "dev"),
+    "standbyPools[0].sleepLevel": Sample(2, _pooled, "a standby pool", "dev"),
+    "standbyPools[0].sleepingResidueGiB": Sample(2.0, _pooled, "a standby pool", "dev"),
+}
+
+# Model-stack leaves a model stack refuses (with the reason and the fix), by key: what the render
+# must refuse under the named key instead of reaching an object.
+MODEL_STACK_REFUSED: dict[str, str] = {
+    "model.standby.pool": "model.standby.pool",
+    "model.standby.port": "model.standby.pool",
 }
 
 
@@ -754,6 +806,14 @@ def params(leaves: list[Leaf]) -> list:
 
 def assert_reaches(leaf: Leaf, renders: Renders) -> None:
     # A key that deploys nothing is rendered once (its first valid value), not on every stack.
+    if leaf.key in MODEL_STACK_REFUSED:
+        # A model stack cannot join its platform's standby pool (warmstart/plan/platform.py
+        # plan_on_platform): every value is refused under the pool's key, none renders.
+        result = check(leaf, renders, first=True)
+        want = f"{NS}:{MODEL_STACK_REFUSED[leaf.key]}"
+        assert not result.tried and result.refused, result.message()
+        assert all(want in e for _, _, e in result.refused), result.refused
+        return
     result = check(leaf, renders, first=leaf.key in NO_REACH)
     if leaf.key in NO_REACH:
         assert result.tried, result.message()

@@ -21,9 +21,10 @@ def _owner_volume_is_a_host_path(spec: dict, container: dict) -> bool:
 def assert_pod_hardened(name: str, spec: dict, labels: dict) -> int:
     """The rules every warmstart pod follows; returns the number of containers checked."""
     # Only the routers (their pod watch), a standby model's actuator (it lists and patches its
-    # model's pods) and the node cache's staging pods (their NodeFeature) call the Kubernetes API
+    # model's pods), a standby pool's actuator (its hosts' and members' pods, the hosts' replicas)
+    # and the node cache's staging pods (their NodeFeature) call the Kubernetes API
     # (docs/security.md, CKV_K8S_38).
-    router = labels.get("app.kubernetes.io/name") in ("router", "standby-actuator")
+    router = labels.get("app.kubernetes.io/name") in ("router", "standby-actuator", "warmstart-standby-pool")
     staging = (labels.get("app.kubernetes.io/name"), labels.get("app.kubernetes.io/component")) == (
         "warmstart-weights", "weights-staging")
     assert spec["automountServiceAccountToken"] is (router or staging), name

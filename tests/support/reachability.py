@@ -300,7 +300,11 @@ def _names(policies) -> str:
 WORKLOADS = ("Deployment", "DaemonSet", "Job", "StatefulSet")
 ROLES = {(NAME, "vllm"): "vllm", (NAME, "router"): "router", (NAME, "weights-import"): "import",
          (COMPONENT, "weights-staging"): "staging", (COMPONENT, "image-prepull"): "prepull",
-         (NAME, "warmstart-warm-spare"): "warm-spare", (NAME, "standby-actuator"): "actuator"}
+         (NAME, "warmstart-warm-spare"): "warm-spare", (NAME, "standby-actuator"): "actuator",
+         (NAME, "warmstart-standby-pool"): "pool-actuator", (NAME, "warmstart-engine-host"): "engine-host"}
+# A standby pool's host Deployment names its members (manifests/standby_pool.py): its pool actuator
+# is each member's actuator.
+POOL_MEMBERS_ANNOTATION = "warmstart.io/standby-pool-members"
 # Documentation addresses (RFC 5737) stand for S3 (through the VPC's gateway endpoint its
 # addresses stay public: the endpoint's managed prefix list), regional STS and the Hugging Face
 # Hub: public addresses no NetworkPolicy here can name, so any public address serves.
@@ -379,6 +383,8 @@ class Stack:
     from_zero: set[str] = field(default_factory=set)
     """Models KEDA scales from zero pods on their routers' front queues (a ScaledObject with a
     metrics-api trigger): its operator dials each router pod itself."""
+    pool_members: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Standby pools' members, by pool: the pool's actuator is each member's actuator."""
 
     @property
     def models(self) -> list[str]:
@@ -475,7 +481,10 @@ def stack_model(name: str, rendered, platform=None, *, network: Network | None =
                 for s in net.scraper_subnets]
     hub = hub_imports if hub_imports is not None else hub_models(plan)
     cluster = Cluster([o for o in objects if o["kind"] == "NetworkPolicy"], pods, services)
-    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub, snat, from_zero)
+    pools = {o["metadata"]["labels"][INSTANCE]: tuple(o["metadata"]["annotations"][POOL_MEMBERS_ANNOTATION].split(","))
+             for o in objects if o["kind"] == "Deployment"
+             and POOL_MEMBERS_ANNOTATION in (o["metadata"].get("annotations") or {})}
+    return Stack(name, cluster, sources, api, dns, by_model, exposed, hub, snat, from_zero, pools)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -555,6 +564,8 @@ def _metrics_port(pod: Endpoint) -> str:
 def members(stack: Stack, name: str, model: str | None) -> list[Endpoint | Service]:
     of = lambda role: [e for e in stack.sources if e.role == role and e.model == model]  # noqa: E731
     routers, vllm, actuators = of("router"), of("vllm"), of("actuator")
+    actuators += [e for e in stack.sources if e.role == "pool-actuator"
+                  and model in stack.pool_members.get(e.labels.get(INSTANCE, ""), ())]
     scrapers = [e for e in stack.sources if e.role == "scraper"]
     # scrapers read vLLM's `http` port when it serves the metrics too
     metrics_on_http = any(_metrics_port(v) == "http" for v in vllm)

@@ -28,6 +28,7 @@ from ..errors import ConfigError, Problems
 from . import naming
 from . import routing as routing_mod
 from . import standby as standby_mod
+from . import standby_pool as standby_pool_mod
 from .gpu_pools import SURGE_PODS, PoolModel, nodes_for, packed_gpus
 
 WAITING_METRIC = "vllm:num_requests_waiting"
@@ -180,11 +181,15 @@ class StandbyTrigger:
     target: float = 1.0
 
 
-def standby_trigger(model: str, namespace: str) -> StandbyTrigger:
-    for what, v in (("model", model), ("namespace", namespace)):
+def standby_trigger(model: str, namespace: str, standby_pool: str | None = None) -> StandbyTrigger:
+    """The per-model actuator's figure, or for a pooled model its pool actuator's figure of the model
+    (the pooled engine woken for it counted as awake, so its own Deployment scales up behind it)."""
+    for what, v in (("model", model), ("namespace", namespace), ("standby pool", standby_pool or "x")):
         if not _DNS_LABEL.match(v):
             raise ValueError(f"{what} {v!r} is not a DNS label")
-    return StandbyTrigger(url=standby_mod.figure_url(model, namespace), value_location=standby_mod.FIGURE_VALUE_LOCATION)
+    url = (standby_mod.figure_url(model, namespace) if standby_pool is None
+           else standby_pool_mod.figure_url(standby_pool, namespace, model))
+    return StandbyTrigger(url=url, value_location=standby_mod.FIGURE_VALUE_LOCATION)
 
 
 @dataclass(frozen=True)
@@ -303,7 +308,8 @@ def scale_down_period_seconds(startup_budget_seconds: int) -> int:
 
 
 def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budget_seconds: int,
-                 deployment: str | None = None, front_queue_service: str | None = None) -> ScalingPlan:
+                 deployment: str | None = None, front_queue_service: str | None = None,
+                 standby_pool: str | None = None) -> ScalingPlan:
     """The ScaledObject's decisions for one model (whose spec passed `check_spec`).
     `front_queue_service`: the Service in front of the model's routers when their front queues
     hold requests; at zero pods (minReplicas 0, no standby) KEDA reads them to scale from zero."""
@@ -318,7 +324,8 @@ def plan_scaling(model: str, namespace: str, spec: AutoscalingSpec, startup_budg
         min_replicas=spec.min_replicas + spec.standby, max_replicas=spec.max_replicas + spec.standby,
         polling_interval_seconds=FROM_ZERO_POLLING_INTERVAL_SECONDS if queue else POLLING_INTERVAL_SECONDS,
         queue_trigger=queue,
-        standby_trigger=standby_trigger(model, namespace) if spec.standby else None,
+        standby_trigger=standby_trigger(model, namespace) if spec.standby else
+        standby_trigger(model, namespace, standby_pool) if standby_pool else None,
         # cooldownPeriod only governs the last replica's removal (1 -> 0), so it matters at zero
         # pods only; it waits out the budget there too, counted from the last poll that found a
         # trigger active (a request held or in flight).

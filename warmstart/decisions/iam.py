@@ -112,6 +112,22 @@ def model_role_policy(partition: str, model_bucket: str, model_prefix: str,
     return {"Version": VERSION, "Statement": statements}
 
 
+def pool_host_role_policy(partition: str, sources: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> dict:
+    """What a standby pool's engine hosts may do: read each member's weights, (bucket, prefix) by
+    member, and nothing else (no compile cache: the hosts keep none; no write anywhere). A host is
+    one trust domain, so its role is the union of its members' reads and no more."""
+    if not sources:
+        raise ValueError("a pool host reads at least one member's weights")
+    statements = []
+    for i, (bucket, prefix) in enumerate(sorted(set(sources))):
+        statements += [
+            {"Sid": f"ReadMemberWeights{i}", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": objects_arn(partition, bucket, prefix)},
+            {"Sid": f"ListMemberWeights{i}", **_list_under(partition, bucket, prefix)},
+        ]
+    return {"Version": VERSION, "Statement": statements}
+
+
 # What a weights import writes with: PutObject covers CreateMultipartUpload, UploadPart,
 # UploadPartCopy and CompleteMultipartUpload; AbortMultipartUpload and ListMultipartUploadParts
 # let the managed transfer clean up a failed multipart upload. No delete of any kind.

@@ -191,6 +191,11 @@ class RoutingPlan:
     # The namespace of that KEDA operator (`monitoring.keda.namespace`: a KEDA of the user's own may
     # run elsewhere).
     keda_namespace: str = "keda"
+    # The port the model's vLLM serves on (a pooled model's member port, decisions/standby_pool.py).
+    worker_port: int = VLLM_PORT
+    # The standby pool the model is a member of: its router also discovers the pool's engine hosts
+    # while the model's engine on one is awake (the `warmstart.io/serves` label), on `worker_port`.
+    standby_pool: str | None = None
 
     @property
     def front_queue(self) -> bool:
@@ -235,7 +240,7 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
          api_server_cidrs: tuple[str, ...] | list[str] = ("0.0.0.0/0",), expose: bool = False,
          ready_timeout_seconds: int = DEFAULT_READY_TIMEOUT_SECONDS, front_queue_retry_after_seconds: int = 0,
          front_queue_hold_seconds: int = FRONT_QUEUE_HOLD_SECONDS, front_queue_scaled: bool = False,
-         keda_namespace: str = "keda",
+         keda_namespace: str = "keda", worker_port: int = VLLM_PORT, standby_pool: str | None = None,
          non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU) -> RoutingPlan:
     """The router of one model, its inputs checked (ConfigErrors keyed `<key>.<field>`). `mode`
     is a policy here (`auto` means prefix_hash); whether to have a router at all is `wanted`."""
@@ -290,7 +295,8 @@ def plan(model: str, namespace: str, mode: str, cluster_mode: placement.ClusterM
         # The same non-GPU nodes as the weights-import Job: GPU nodes are tainted and costly.
         non_gpu=non_gpu, front_queue_retry_after_seconds=max(0, front_queue_retry_after_seconds),
         front_queue_hold_seconds=front_queue_hold_seconds,
-        front_queue_scaled=front_queue_scaled and front_queue_retry_after_seconds > 0, keda_namespace=keda_namespace)
+        front_queue_scaled=front_queue_scaled and front_queue_retry_after_seconds > 0, keda_namespace=keda_namespace,
+        worker_port=worker_port, standby_pool=standby_pool)
 
 
 def policy_flags(policy: str, *, load_factor: float = DEFAULT_LOAD_FACTOR, abs_threshold: int = 10,
@@ -324,7 +330,7 @@ def flags(p: RoutingPlan, worker_selector: Mapping[str, str]) -> list[str]:
         "--discovery-provider", "kubernetes",
         "--selector", *(f"{k}={v}" for k, v in sorted(worker_selector.items())),
         "--service-discovery-namespace", p.namespace,
-        "--service-discovery-port", str(VLLM_PORT),
+        "--service-discovery-port", str(p.worker_port),
         "--shutdown-grace-period-secs", str(SHUTDOWN_GRACE_SECONDS),
         "--log-json",
     ]

@@ -21,7 +21,6 @@ from . import node_cache, pod_scripts
 from .serving import (
     ANNOTATION_DOMAIN,
     COMPILE_CACHE_VOLUME,
-    HTTP_PORT,
     IMAGE_PULL_POLICY,
     TMP_MOUNT,
     TMP_VOLUME,
@@ -56,7 +55,7 @@ def _env(m: ServingPlan, bucket: Any, region: str) -> list[dict]:
             m.image, m.source, m.tensor_parallel_size, vllm_args(m)),
         "WARMSTART_STARTUP_PLAN_FINGERPRINT": cachekey.startup_plan_fingerprint(vllm_args(m)),
         "WARMSTART_STATE_FILE": f"{STATE_MOUNT}/key.json",
-        "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{HTTP_PORT}/health",
+        "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{m.serving_port}/health",
         # The first start of a large model may take its whole start-up budget to get healthy.
         "WARMSTART_HEALTH_TIMEOUT_S": str(m.startup_budget_seconds * 2),
         "AWS_REGION": region,

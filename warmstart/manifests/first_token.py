@@ -13,7 +13,7 @@ from typing import Any
 from ..decisions import cachekey
 from ..plan.records import ServingPlan
 from . import node_cache, pod_scripts
-from .serving import ANNOTATION_DOMAIN, HTTP_PORT, IMAGE_PULL_POLICY, PodExtras, container_security_context
+from .serving import ANNOTATION_DOMAIN, IMAGE_PULL_POLICY, PodExtras, container_security_context
 
 CONFIGMAP_NAME = "warmstart-first-token"
 SCRIPT_KEY = "first_token.pyz"
@@ -45,8 +45,8 @@ def first_token_container(m: ServingPlan, bucket: Any, region: str, state_volume
     `node_cache.compile_cache_choice_wiring`) is mounted read-only, so the record's
     `flags.node_cache` says hit or miss."""
     values: dict[str, Any] = {
-        "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{HTTP_PORT}/health",
-        "WARMSTART_COMPLETIONS_URL": f"http://127.0.0.1:{HTTP_PORT}/v1/completions",
+        "WARMSTART_HEALTH_URL": f"http://127.0.0.1:{m.serving_port}/health",
+        "WARMSTART_COMPLETIONS_URL": f"http://127.0.0.1:{m.serving_port}/v1/completions",
         "WARMSTART_SERVED_MODEL": m.name,
         "WARMSTART_MODEL": m.name,
         "WARMSTART_INSTANCE_TYPE": m.instance.instance_type,

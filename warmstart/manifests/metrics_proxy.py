@@ -42,14 +42,16 @@ def script_volume(script_config_map: str) -> str:
     return script_config_map
 
 
-def metrics_proxy_container(image: str, script_config_map: str = CONFIGMAP_NAME) -> dict[str, Any]:
+def metrics_proxy_container(image: str, script_config_map: str = CONFIGMAP_NAME,
+                            vllm_port: int = HTTP_PORT) -> dict[str, Any]:
     """The sidecar: `image` is the model's vLLM image (it has python3); the script comes from
-    the ConfigMap `script_config_map`, mounted read-only."""
+    the ConfigMap `script_config_map`, mounted read-only; vLLM serves on `vllm_port`."""
     return {
         "name": CONTAINER,
         "image": image,
         "imagePullPolicy": IMAGE_PULL_POLICY,
-        "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}", "--port", str(PORT), "--upstream", UPSTREAM,
+        "command": ["python3", f"{SCRIPT_MOUNT}/{SCRIPT_KEY}", "--port", str(PORT), "--upstream",
+                    UPSTREAM if vllm_port == HTTP_PORT else f"http://127.0.0.1:{vllm_port}/metrics",
                     "--timeout", str(UPSTREAM_TIMEOUT_S), "--max-bytes", str(MAX_BYTES)],
         # Read-only root filesystem: no bytecode next to the script.
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
@@ -73,10 +75,10 @@ def volumes(script_config_map: str = CONFIGMAP_NAME) -> tuple[dict[str, Any], ..
     return ({"name": script_volume(script_config_map), "configMap": {"name": script_config_map}},)
 
 
-def metrics_proxy_extras(image: str, script_config_map: str = CONFIGMAP_NAME) -> PodExtras:
+def metrics_proxy_extras(image: str, script_config_map: str = CONFIGMAP_NAME, vllm_port: int = HTTP_PORT) -> PodExtras:
     """The sidecar, its script volume and the script-digest annotation (pods roll onto a new script)."""
     return PodExtras(
-        init_containers=(metrics_proxy_container(image, script_config_map),),
+        init_containers=(metrics_proxy_container(image, script_config_map, vllm_port),),
         volumes=volumes(script_config_map),
         pod_annotations={SCRIPT_ANNOTATION: pod_scripts.script_digest(SCRIPT_KEY)},
     )

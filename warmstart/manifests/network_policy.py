@@ -121,8 +121,8 @@ def serving_ingress_peers(model: str, *, router: Mapping[str, str] | None = None
 def serving_network_policy(model: str, namespace: Any, *, router: Mapping[str, str] | None = None,
                            client_namespaces: Sequence[str] = (), metrics_cidrs: Sequence[str] = (),
                            metrics_pods: Sequence[tuple[str, Sequence[tuple[str, str]]]] = (),
-                           actuator: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The NetworkPolicy of one model's vLLM pods (named after the model).
+                           actuator: Mapping[str, str] | None = None, port: int = HTTP_PORT) -> dict[str, Any]:
+    """The NetworkPolicy of one model's vLLM pods (named after the model), serving on `port`.
 
     `router`: the labels of the model's router pods (`router_selector(model)`) when requests
     reach the pods through a router, None when clients call the Service directly.
@@ -133,7 +133,7 @@ def serving_network_policy(model: str, namespace: Any, *, router: Mapping[str, s
     VPC address (https://docs.aws.amazon.com/eks/latest/userguide/managing-vpc-cni.html)."""
     ingress: list[dict[str, Any]] = [{
         "from": serving_ingress_peers(model, router=router, client_namespaces=client_namespaces, actuator=actuator),
-        "ports": [{"protocol": "TCP", "port": HTTP_PORT}],
+        "ports": [{"protocol": "TCP", "port": port}],
     }]
     scrapers = scraper_peers(metrics_cidrs, metrics_pods)
     if scrapers:

@@ -78,8 +78,8 @@ ENTRIES: dict[str, Entry] = {
     "metrics_proxy.pyz": Entry("metrics_proxy", ("metrics_proxy.py",)),
     # The router image's Python has no h11; the front queue carries its own (issue 39).
     "front_queue.pyz": Entry("front_queue", ("front_queue.py",), carries=("h11",)),
-    # The pooled standby's engine-host supervisor (issue 38): built and tested like the others;
-    # no pod template runs it until the pool is wired into the render.
+    # The pooled standby's engine-host supervisor (issue 38): a standby pool's hosts run it
+    # (manifests/standby_pool.py, shipped per pool as `<pool>-engine-host-script`).
     "engine_host.pyz": Entry("engine_host", ("common", "engine_host")),
 }
 

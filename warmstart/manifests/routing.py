@@ -30,6 +30,7 @@ from typing import Any
 from ..decisions import routing
 from ..decisions.routing import METRICS_PORT, PROBE_PORT, ROUTER_PORT, RoutingPlan
 from . import network_policy, pod_scripts, serving
+from . import standby_pool as pool_objects
 
 # The image's user (docker/Dockerfile of smg-project/smg: `useradd --uid 65532 smg`).
 RUN_AS_USER = 65532
@@ -132,7 +133,7 @@ def control_plane_secret_spec(p: RoutingPlan, key: Any) -> dict[str, Any]:
 def container_args(p: RoutingPlan) -> list[str]:
     # Awake engines only: the standby actuator relabels a pod before it sleeps its engine, and SMG
     # drops a pod that stops matching (service_discovery/kubernetes.rs, compute_desired_state).
-    return routing.flags(p, serving.worker_selector(p.model))
+    return routing.flags(p, serving.worker_selector(p.model, pooled=p.standby_pool is not None))
 
 
 def deployment_spec(p: RoutingPlan) -> dict[str, Any]:
@@ -327,7 +328,11 @@ def router_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
         # serving port (its metrics-api scaler dials the Service's endpoints, the pod IPs, itself).
         ingress.append({"from": [network_policy.keda_operator_peer(p.keda_namespace)], "ports": [_tcp(ROUTER_PORT)]})
     egress: list[dict[str, Any]] = [
-        {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}}], "ports": [_tcp(routing.VLLM_PORT)]},
+        # The model's vLLM pods, and a pooled model's engine hosts (its engine there, on the same port).
+        {"to": [{"podSelector": {"matchLabels": serving.selector(p.model)}},
+                *([{"podSelector": {"matchLabels": pool_objects.host_selector(p.standby_pool)}}]
+                  if p.standby_pool is not None else [])],
+         "ports": [_tcp(p.worker_port)]},
         # DNS on port 53 to any address, as every warmstart pod: in Auto Mode the resolver is on
         # the node, not kube-dns pods (network_policy.egress_rules).
         network_policy.egress_rules()[0],
@@ -349,7 +354,7 @@ def vllm_network_policy_spec(p: RoutingPlan) -> dict[str, Any]:
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": f"{p.model}-vllm", "namespace": p.namespace, "labels": serving.labels(p.model)},
             "spec": {"podSelector": {"matchLabels": serving.selector(p.model)}, "policyTypes": ["Ingress"],
-                     "ingress": [{"from": sources, "ports": [_tcp(routing.VLLM_PORT)]}]}}
+                     "ingress": [{"from": sources, "ports": [_tcp(p.worker_port)]}]}}
 
 
 def objects(p: RoutingPlan, service_name: str | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..decisions import placement, standby, tuning
+from ..decisions import placement, standby, standby_pool, tuning
 from ..plan.records import ServingPlan
 
 HTTP_PORT = 8000
@@ -119,13 +119,23 @@ ENGINE_LABEL = f"{ANNOTATION_DOMAIN}/engine"
 ENGINE_AWAKE = "awake"
 
 
-def pod_labels(model: str) -> dict[str, str]:
+# A pooled model's pods, and a pool's engine host while that model's engine on it is awake, carry
+# `warmstart.io/serves: <model>` (decisions/standby_pool.py SERVES_LABEL; the pool actuator moves it
+# on the hosts): its routers select that label instead of the model's own, so they discover both.
+SERVES_LABEL = standby_pool.SERVES_LABEL
+
+
+def pod_labels(model: str, pooled: bool = False) -> dict[str, str]:
     """The labels of the pods the model's Deployment makes."""
-    return labels(model) | {ENGINE_LABEL: ENGINE_AWAKE}
+    return labels(model) | {ENGINE_LABEL: ENGINE_AWAKE} | ({SERVES_LABEL: model} if pooled else {})
 
 
-def worker_selector(model: str) -> dict[str, str]:
-    """The pods a router sends to: the model's, with an awake engine."""
+def worker_selector(model: str, pooled: bool = False) -> dict[str, str]:
+    """The pods a router sends to: the model's, with an awake engine; for a pooled model also an
+    engine host whose engine of the model is awake (non-pooled models keep the selector they had,
+    so their pods do not roll)."""
+    if pooled:
+        return {SERVES_LABEL: model, ENGINE_LABEL: ENGINE_AWAKE}
     return selector(model) | {ENGINE_LABEL: ENGINE_AWAKE}
 
 
@@ -145,7 +155,7 @@ def vllm_args(m: ServingPlan) -> list[str]:
         f"--gpu-memory-utilization={m.gpu_memory_utilization}",
         f"--served-model-name={m.name}",
         "--host=0.0.0.0",
-        f"--port={HTTP_PORT}",
+        f"--port={m.serving_port}",
     ]
     if m.max_model_len is not None:
         args.append(f"--max-model-len={m.max_model_len}")
@@ -365,7 +375,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "workingDir": HOME_MOUNT,
         "args": args,
         "env": vllm_env(m, region) + list(extras.env),
-        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "http", "containerPort": m.serving_port, "protocol": "TCP"}],
         # No CPU limit: CFS quota throttles the API server, tokenizer and engine-core busy loop
         # of a latency-bound server (docs/security.md, CKV_K8S_11); the request reserves its cores.
         "resources": {
@@ -392,7 +402,7 @@ def deployment_spec(m: ServingPlan, namespace: Any, region: str, extras: PodExtr
         "progressDeadlineSeconds": m.rollout_timeout_seconds,
         "revisionHistoryLimit": 3,
         "template": {
-            "metadata": {"labels": pod_labels(m.name), **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
+            "metadata": {"labels": pod_labels(m.name, m.pooled is not None), **({"annotations": extras.pod_annotations} if extras.pod_annotations else {})},
             "spec": {
                 "serviceAccountName": m.name,
                 # No pod calls the Kubernetes API. IRSA does not need this token: the EKS pod

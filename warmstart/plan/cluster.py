@@ -15,7 +15,7 @@ from typing import Any
 from .. import versions
 from ..config import CAPACITY_TYPE_LABEL_VALUE, NAMESPACE, ClusterConfig, GpuPool, StackConfig, SystemNodeGroupConfig
 from ..decisions import autoscaling as scaling
-from ..decisions import cpu_pool, node_fit, routing, standby
+from ..decisions import cpu_pool, node_fit, routing, standby, standby_pool
 from ..decisions import weights_import as imports
 from ..decisions import capacity, gpu_pools, instances, naming, placement, prices
 from ..decisions import node_cache as staging
@@ -432,6 +432,11 @@ def non_gpu_pods(cfg: StackConfig, models: Sequence[ModelPlan]) -> list[node_fit
         pods += node_fit.NFD_PODS
     for m in models:
         pods += model_non_gpu_pods(m)
+    for p in cfg.standby_pools:
+        # One pool actuator pod per standby pool (its Deployment recreates, no surge).
+        pods.append(node_fit.PodDemand(standby_pool.pool_actuator_name(p.name),
+                                       node_fit.parse_cpu(standby.ACTUATOR_REQUESTS["cpu"]),
+                                       node_fit.parse_memory(standby.ACTUATOR_REQUESTS["memory"])))
     return pods
 
 
@@ -495,8 +500,17 @@ def pool_model(m: ModelPlan) -> PoolModel:
                      min_replicas=m.autoscaling.min_replicas if m.autoscaling is not None else m.replicas)
 
 
-def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]) -> ClusterPlan:
-    """A stack's cluster layer, its pools sized by the stack's (valid) planned models."""
+def host_pool_model(pool: standby_pool.PoolPlan) -> PoolModel:
+    """A standby pool's engine hosts as what a GPU pool is sized for: `maxHosts` pods of `gpus`
+    GPUs (the pool actuator may raise the hosts' Deployment that far)."""
+    return PoolModel(instances.lookup(pool.instance_type), pool.gpus, pool.max_hosts, name=pool.deployment_name,
+                     compile_cache=False, staged_bytes=0, min_replicas=pool.spares)
+
+
+def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan],
+                 standby_pools: Sequence[standby_pool.PoolPlan] = ()) -> ClusterPlan:
+    """A stack's cluster layer, its pools sized by the stack's (valid) planned models and its
+    standby pools' engine hosts."""
     errors = Problems()
     with errors.collect():
         check_compile_cache_host_path(cfg.compile_cache.host_path, cfg.cluster_mode,
@@ -504,7 +518,9 @@ def plan_cluster(cfg: StackConfig, name_prefix: str, models: Sequence[ModelPlan]
     cluster = None
     with errors.collect():
         cluster = plan_cluster_layer(
-            cfg.cluster, [(p, [pool_model(m) for m in models if m.pool == p.name]) for p in cfg.gpu_pools],
+            cfg.cluster, [(p, [pool_model(m) for m in models if m.pool == p.name]
+                           + [host_pool_model(s) for s in standby_pools if s.gpu_pool == p.name])
+                          for p in cfg.gpu_pools],
             mode=cfg.cluster_mode, name=naming.cluster_name(name_prefix), kubernetes_version=cfg.kubernetes_version,
             region=cfg.region, key=f"{NAMESPACE}:cluster", pools_key=f"{NAMESPACE}:gpuPools",
             autoscaled={m.name: m.autoscaling_spec for m in models if m.autoscaling_spec is not None},

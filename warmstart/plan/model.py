@@ -12,6 +12,7 @@ from ..config import S3_URI, LoaderTuning, ModelSpec
 from ..decisions import autoscaling as scaling
 from ..decisions import instances, placement, routing, tuning
 from ..decisions import standby as standby_mod
+from ..decisions import standby_pool as pool_mod
 from ..decisions import node_cache as staging
 from ..decisions import weights_import as imports
 from ..decisions.instances import GIB
@@ -146,16 +147,17 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         with problems.collect():
             # A front queue in the router holds requests while no engine is awake, so minReplicas: 0
             # (zero awake with the sleepers kept, or zero pods) drops nothing; it needs a router.
-            routed = routing.wanted(m.routing.policy, m.replicas, a.max_replicas + (m.standby.count if m.standby else 0))
+            routed = routing.wanted(m.routing.policy, m.replicas, a.max_replicas + standby_engines(m))
             scaling.check_spec(spec, key=f"{key}.autoscaling", model=m.name, front_queue=routed,
                                replicas=m.replicas if explicit else None, replicas_key=f"{key}.replicas")
         with problems.collect():
             scaling.check_pool_can_grow(pool, key=f"{key}.autoscaling", model=m.name)
         # The count of the first create; KEDA owns it from then on.
         replicas = m.replicas if explicit else scaling.initial_replicas(spec)
-    standby = None
+    standby = pooled = None
     with problems.collect():
         standby = plan_standby(m, weights, inst, tp, key=f"{key}.standby", autoscaled=autoscaled)
+        pooled = plan_pooled(m)
     if standby is not None and m.autoscaling is not None and "replicas" not in m.model_fields_set:
         # The first create starts the sleepers too.
         replicas += standby.count
@@ -199,18 +201,48 @@ def plan_model(m: ModelSpec, *, key: str, instance_type: str, pool: str | None, 
         weights_digest=digest,
         priority_class_name=m.priority_class_name,
         standby=standby,
+        pooled=pooled,
         node_cache_content_check=m.node_cache_content_check,
     )
+
+
+def standby_engines(m: ModelSpec) -> int:
+    """Engines the model's router may have beside `maxReplicas` of its own pods: its sleepers, or
+    with pooled standby the one engine woken for it on a host."""
+    if m.standby is None:
+        return 0
+    return 1 if m.standby.pool is not None else m.standby.count
+
+
+def plan_pooled(m: ModelSpec) -> pool_mod.PooledStandby | None:
+    """The model's part of a standby pool (`standby.pool`), or None: its port and idle time. The
+    pool itself is planned with all its members (plan/standby_pool.py)."""
+    s = m.standby
+    if s is None or s.pool is None:
+        return None
+    return pool_mod.PooledStandby(pool=s.pool, port=pool_mod.member_port(m.name, s.port),
+                                  awake_idle_seconds=s.awake_idle_seconds, port_given=s.port is not None)
 
 
 def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, tp: int, *, key: str,
                  autoscaled: bool = False) -> standby_mod.StandbyPlan | None:
     """The model's standby engines, or ConfigErrors keyed `<key>.<field>` (`key`:
-    `warmstart:models[0].standby`)."""
+    `warmstart:models[0].standby`). None for no standby, and for pooled standby (`standby.pool`),
+    whose sleepers are the pool's: its rules here are what a member alone breaks."""
     s = m.standby
     if s is None:
         return None
     problems = Problems()
+    if s.pool is not None:
+        for field, name in (("count", "count"), ("sleep_level", "sleepLevel")):
+            if field in s.model_fields_set:
+                problems.add(f"{key}.{name}", f"{m.name}: names standby pool '{s.pool}' and sets {name}; a pooled "
+                             f"model keeps no sleepers of its own (the pool's spare hosts hold its engine, at the "
+                             "pool's sleepLevel)", f"remove {name} (per-model standby), or remove pool",
+                             getattr(s, field))
+    elif s.port is not None:
+        problems.add(f"{key}.port", f"{m.name}: a standby port is a pooled model's (its engine's port on the pool's "
+                     "hosts), and the model names no pool", "remove port, or add `pool: <standbyPools name>`", s.port)
     if m.autoscaling is None and not autoscaled:
         problems.add(key, f"{m.name}: standby engines are pods KEDA keeps beside the awake ones, and the model "
                      "has no autoscaling", "add autoscaling (minReplicas, maxReplicas), or remove standby", s.count)
@@ -223,6 +255,10 @@ def plan_standby(m: ModelSpec, weights_bytes: int, inst: instances.GpuInstance, 
                      f"{m.name}: standby engines need the model's router (it sends only to awake engines, and "
                      "only it and the standby actuator may reach vLLM's sleep and wake routes), and routing is none",
                      "set routing.policy: auto (or a named policy), or remove standby", m.routing.policy)
+    if s.pool is not None:
+        # The host's memory is the pool's rule (standby_pool.choose_sleep_level), not the model's pod's.
+        problems.raise_if_any()
+        return None
     pod = tuning.pod_size(inst, tp)
     rule = standby_mod.check_host_memory(weights_bytes=weights_bytes, sleep_level=s.sleep_level,
                                          pod_memory_bytes=pod.memory_bytes, shm_bytes=pod.shm_bytes)

@@ -305,6 +305,18 @@ def plan_on_platform(m: ModelConfig, contract: Contract, key: str, side: platfor
     pool's GPU room) is `plan_model_stack`'s. `side`: the words of the fixes (default: a
     program's `PlatformArgs`, keyed `<key>` less its last part, plus `.platform`)."""
     side = side or platform_rules.program(contract.stack, _platform_key(key))
+    if m.standby is not None and m.standby.pool is not None and m.name not in contract.models:
+        # Issue 38 item 6: joining cannot be done from here. A pool's hosts run every member's engine
+        # from one spec the platform renders, and the pool's GPU budget and host RAM are planned over
+        # all its members: a model added beside the platform cannot put its engine on hosts it does
+        # not own without the platform stack's own plan and render changing.
+        raise ConfigError(f"{key}.standby.pool", f"{m.name}: names standby pool '{m.standby.pool}', but a pool's "
+                          f"engine hosts are the platform's ({contract.stack}): they run each member's engine from "
+                          "the spec the platform stack renders, and the pool's GPU and host memory are planned over "
+                          "its members, so a model added beside the platform cannot join without the platform stack "
+                          "changing", f"serve {m.name} as one of platform {contract.stack}'s own models "
+                          "(warmstart:models, with standby.pool), or keep per-model standby here (standby.count)",
+                          m.standby.pool)
     pools = {p.name: p for p in contract.pools}
     problem = platform_rules.pool_problem(m.pool, pools, key, side)
     if problem:

@@ -12,6 +12,7 @@ from ..decisions import capacity, instances, placement
 from ..decisions import node_cache as staging
 from ..decisions import naming, routing, tuning
 from ..decisions import standby as standby_mod
+from ..decisions import standby_pool
 from ..decisions import weights_import as imports
 from ..decisions.instances import GpuInstance
 
@@ -54,8 +55,16 @@ class ServingPlan:
     """The serving pods' PriorityClass; None: the cluster's default."""
     standby: standby_mod.StandbyPlan | None = None
     """Engines kept started and asleep (vLLM sleep mode), woken on load; None: none."""
+    pooled: standby_pool.PooledStandby | None = None
+    """The model's engine sleeps on a standby pool's hosts (`standby.pool`); None: not pooled."""
     node_cache_content_check: staging.ContentCheck = "auto"
     """How the stager checks a staged copy's bytes (`nodeCacheContentCheck`)."""
+
+    @property
+    def serving_port(self) -> int:
+        """The port vLLM serves on in the model's pods: 8000, or a pooled model's member port (its
+        engine's port on the pool's hosts too, so its routers reach both on one port)."""
+        return self.pooled.port if self.pooled is not None else routing.VLLM_PORT
 
     @property
     def staged(self) -> bool:
@@ -102,7 +111,8 @@ class ModelPlan(ServingPlan):
     @property
     def routed(self) -> bool:
         """Whether a router fronts the model (`routing.policy`, `auto` resolved)."""
-        return routing.wanted(self.routing.policy, self.replicas, self.max_replicas)
+        # A pooled model may have one engine more than its own pods: the one woken on a host.
+        return routing.wanted(self.routing.policy, self.replicas, self.max_replicas + (1 if self.pooled else 0))
 
     @property
     def routing_policy(self) -> str:
@@ -135,6 +145,7 @@ class ModelPlan(ServingPlan):
             "replicas": self.replicas,
             "autoscaling": self.autoscaling.model_dump(by_alias=True) if self.autoscaling else None,
             **({"standby": self.standby.summary()} if self.standby else {}),
+            **({"standby": self.pooled.summary()} if self.pooled else {}),
             "routing": self.routing_policy,
             "nodeCache": (self.load.summary() | {"digest": self.weights_digest}) if self.load else None,
             "weightsBytes": self.weights_bytes,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from . import aws as plan_aws
 from . import cluster as plan_cluster
 from . import platform_args, platform_rules
+from . import standby_pool as plan_standby_pool
 from ..config import NAME_PREFIX_MAX, NAMESPACE, CompileCacheConfig, GpuPool, LoaderTuning, ModelConfig, StackConfig
-from ..decisions import image_cache, naming, placement
+from ..decisions import image_cache, naming, placement, standby_pool
 from ..decisions import network as network_rules
 from ..errors import ConfigError, Problems, listing
 from .model import MANAGED_FLAGS, ModelPlan, compile_cache_host_path, plan_model
@@ -32,6 +33,8 @@ class StackPlan:
     """Network, bucket and role decisions (aws.py)."""
     cluster: plan_cluster.ClusterPlan
     """Cluster, system node group and GPU pool decisions (cluster.py)."""
+    standby_pools: tuple[standby_pool.PoolPlan, ...] = ()
+    """The standby pools (`standbyPools`), each from its members' own plans (plan/standby_pool.py)."""
 
     @property
     def cluster_mode(self) -> str:
@@ -56,6 +59,7 @@ class StackPlan:
             "models": [m.summary() for m in self.models],
             "aws": self.aws.summary(),
             "cluster": self.cluster.summary(),
+            **({"standbyPools": [p.summary() for p in self.standby_pools]} if self.standby_pools else {}),
         }
 
 
@@ -172,14 +176,16 @@ def plan_stack(cfg: StackConfig, stack: str) -> StackPlan:
                 runs_node_feature_discovery=plan_cluster.runs_node_feature_discovery(cfg, models),
                 key=f"{NAMESPACE}:models[{names.index(m.name)}]", side=platform_rules.environment(stack)):
             problems.add(*problem)
+    pools = plan_standby_pool.plan_standby_pools(cfg, models, problems)
     cached = {m.name for m in models if m.compile_cache}
     # Each layer has its own rules; all are reported together.
     with problems.collect():
         aws = plan_aws.plan_aws(cfg, stack, prefix, cached)
     with problems.collect():
-        cluster = plan_cluster.plan_cluster(cfg, prefix, models)
+        cluster = plan_cluster.plan_cluster(cfg, prefix, models, pools)
     problems.raise_if_any()
-    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(models), aws=aws, cluster=cluster)
+    return StackPlan(stack=stack, name_prefix=prefix, config=cfg, models=tuple(models), aws=aws, cluster=cluster,
+                     standby_pools=pools)
 
 
 def _check_monitoring(cfg: StackConfig, problems: Problems) -> None:

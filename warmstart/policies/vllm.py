@@ -25,6 +25,10 @@ ANNOTATION_CONCURRENCY = f"{ANNOTATION_DOMAIN}/concurrency"
 ANNOTATION_TP = f"{ANNOTATION_DOMAIN}/tensor-parallel-size"
 COMPILE_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT")
 CHUNK_ENV = "RUNAI_STREAMER_CHUNK_BYTESIZE"
+# A standby pool's engine host (manifests/standby_pool.py HOST_NAME): its one container runs the
+# supervisor, which starts each member's engine with that member's own `vllm serve` arguments (its
+# loader config among them, checked here on the member's own Deployment), from a spec ConfigMap.
+ENGINE_HOST_NAME = "warmstart-engine-host"
 
 
 def vllm_container(dep: Resource) -> Mapping[str, Any] | None:
@@ -128,6 +132,8 @@ def check_vllm_loader_concurrency(resources: Sequence[Resource]) -> list[Violati
     for dep in vllm_deployments(resources):
         c = vllm_container(dep)
         assert c is not None
+        if dep.get("spec", "template", "metadata", "labels", "app.kubernetes.io/name") == ENGINE_HOST_NAME:
+            continue
         weights, chunk, declared = (_int(_annotation(dep, k)) for k in (ANNOTATION_WEIGHTS, ANNOTATION_CHUNK,
                                                                         ANNOTATION_CONCURRENCY))
         if None in (weights, chunk, declared) or weights <= 0 or chunk <= 0:
