@@ -1066,6 +1066,12 @@ def _unknown_key(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
     holder, _ = _field_at(model, loc)
     known = [_key_of(n, f) for n, f in holder.model_fields.items()] if holder else []
     by_lower = {k.lower(): k for k in known}
+    # A near miss of a key of this very mapping (one letter off: `gpuPool` for `gpuPools`) is a
+    # typo before it is a key moved from elsewhere, even where a nested mapping has a key of that
+    # exact name (`standbyPools[].gpuPool`).
+    close = difflib.get_close_matches(str(loc[-1]).lower(), list(by_lower), n=1, cutoff=0.9)
+    if close:
+        return f"did you mean `{by_lower[close[0]]}`? Rename the key (every key: {REFERENCE})"
     elsewhere = _key_elsewhere(model, loc)
     if elsewhere and str(loc[-1]).lower() not in by_lower:
         return f"move it: the key is `{elsewhere}` (every key: {REFERENCE})"

@@ -62,6 +62,9 @@ OVERRIDES = {
     "autoscaling.maxReplicas": st.integers(min_value=2, max_value=4),
     "autoscaling.minReplicas": st.just(1),
     "priorityClassName": st.sampled_from(["inference-high", "batch"]),
+    # Per-model standby: the generated stack has no standby pool (tests/standby_pool/ plans those).
+    "standby.pool": st.none(),
+    "standby.port": st.none(),
 }
 # The generated pool has several instance types: an entry must name one.
 ALWAYS = frozenset({"instanceType"})
