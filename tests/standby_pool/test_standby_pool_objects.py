@@ -213,3 +213,18 @@ def test_unstaged_members_mount_no_node_cache_and_a_staged_one_needs_the_node_mo
     p, plan, w, _ = staged_built()
     with pytest.raises(ValueError, match="chat-a"):
         objects.objects(plan, dataclasses.replace(w, nvme_mount=None))
+
+
+def test_a_member_staged_on_another_gpu_pool_is_read_from_s3_on_the_hosts():
+    """Its staging DaemonSet runs on its own pool's nodes only: the hosts' nodes hold no copy."""
+    cfg = pooled_config(sleepLevel=2)
+    cfg["gpuPools"].append({"name": "h100-b", "instanceTypes": ["p5.48xlarge"]})
+    cfg["models"][0] |= {"nodeCache": "on", "pool": "h100-b"}
+    p = plan_stack(config.parse_config(cfg), "pooled")
+    (plan,) = p.standby_pools
+    assert next(m for m in p.models if m.name == "chat-a").staged
+    assert plan.path("chat-a").wake_source == "S3" and not plan.engine("chat-a").staged
+    w = objects.wiring(plan, p.models, namespace=NS, region="us-east-1", api_server_cidrs=["172.20.0.1/32"],
+                       nvme_mount=placement.NVME_MOUNT["karpenter"])
+    pod = objects.host_deployment_spec(plan, w)["spec"]["template"]["spec"]
+    assert not any("hostPath" in v for v in pod["volumes"])
