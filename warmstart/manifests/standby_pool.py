@@ -144,8 +144,8 @@ def serve_argv(m: ServingPlan) -> list[str]:
 # minutes, and restarts one alone, so each engine runs the same picker itself, just before its
 # `vllm serve`: a copy the node's staging pod completes while the host starts serves the engines that
 # start after it. vLLM keeps the path it started with (`model_config.model`), and a level-2 wake's
-# `reload_weights` loads from it again (vllm/v1/worker/gpu_model_runner.py `reload_weights`:
-# `model_loader.load_weights(self.get_model(), model_config=self.model_config)`), so an engine that
+# `reload_weights` loads from it again (vllm/v1/worker/gpu_model_runner.py `reload_weights`, whose
+# loader reads the engine's own `model_config`, https://github.com/vllm-project/vllm), so an engine that
 # started from the node's copy reloads from the NVMe, one that started from S3 streams again.
 
 
