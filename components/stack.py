@@ -239,7 +239,7 @@ class WarmstartStack(pulumi.ComponentResource):
                 non_gpu=placement.own_platform_placement(),
                 actuator_image=image_cache.cached_image(versions.SMG_IMAGE, cfg.account_id, cfg.region)
                 if cfg.image_cache.ecr_pull_through and cfg.account_id else pool_objects.actuator_objects.IMAGE,
-                keda_namespace=cfg.monitoring.keda.namespace)
+                keda_namespace=cfg.monitoring.keda.namespace, nvme_mount=plan.cluster.nvme_mount)
             members = [self.served[m] for m in pool.members]
             out[pool.name] = StandbyPool(
                 f"{name}-standby-pool-{pool.name}", pool, wiring, name_prefix=plan.name_prefix,

@@ -196,6 +196,17 @@ def test_a_level_2_wake_reads_the_nodes_nvme_where_staged_and_s3_otherwise() -> 
     assert plan.path("m1").wake == pytest.approx(phases.weights_s3_seconds(14 * GIB, s.instance))
 
 
+def test_a_replacement_on_a_new_node_loads_from_s3_and_on_a_staged_node_from_its_nvme() -> None:
+    # A new node's staging pod starts beside the host: no engine there finds a complete copy.
+    inst = instances.lookup("g6e.2xlarge")
+    staged = [member(0, 14, "g6e.2xlarge", staged=True)]
+    unstaged = [member(0, 14, "g6e.2xlarge")]
+    assert sp.replacement_window(staged, inst, 2).total_seconds == pytest.approx(
+        sp.replacement_window(unstaged, inst, 2).total_seconds)
+    warm = sp.replacement_window(staged, inst, 2, new_node=False).engines[0][1]
+    assert warm < sp.replacement_window(unstaged, inst, 2, new_node=False).engines[0][1]
+
+
 @given(n=st.integers(1, 7), gib=st.floats(1, 30))
 def test_the_no_spare_window_grows_with_every_engine_started_in_turn(n: int, gib: float) -> None:
     inst = instances.lookup("p5.48xlarge")

@@ -6,6 +6,7 @@ Deployment's scale subresource, and the spares kept off spot."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import kubernetes_validate
@@ -15,8 +16,9 @@ from tests.standby_pool.pooled import MODELS, POOL, pooled_config
 from warmstart import config, versions
 from warmstart.decisions import placement
 from warmstart.decisions import standby as standby_mod
+from warmstart.decisions import node_cache as node_cache_decisions
 from warmstart.decisions import standby_pool as sp
-from warmstart.manifests import network_policy, serving
+from warmstart.manifests import network_policy, node_cache, serving
 from warmstart.manifests import standby_pool as objects
 from warmstart.plan.stack import plan_stack
 from warmstart.podside.engine_host import spec as host_spec_file
@@ -140,3 +142,89 @@ def test_the_pool_actuator_is_least_privilege_and_reads_its_pool_json():
     assert args[:3] == ["/opt/warmstart-standby/standby.pyz", "--pool-spec", "/etc/warmstart/pool/pool.json"]
     assert objects.figure_url(POOL, NS, "chat-a") == (
         f"http://{plan.actuator_name}.{NS}.svc:{standby_mod.FIGURE_PORT}/warmstart/pods/chat-a")
+
+
+# --- the node cache on the hosts (issue 38 item 4) ----------------------------------------------------
+
+
+def staged_built(mode: str = "karpenter"):
+    """chat-a staged by the node cache on the hosts' GPU pool, the other three not; level 2 (a wake
+    reloads the weights)."""
+    cfg = pooled_config(mode, sleepLevel=2)
+    cfg["models"][0]["nodeCache"] = "on"
+    p = plan_stack(config.parse_config(cfg), "pooled")
+    (plan,) = p.standby_pools
+    w = objects.wiring(plan, p.models, namespace=NS, region="us-east-1", api_server_cidrs=["172.20.0.1/32"],
+                       nvme_mount=placement.NVME_MOUNT[mode])
+    return p, plan, w, {(o["kind"], o["metadata"]["name"]): o for o in objects.objects(plan, w)}
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_a_staged_members_engine_reads_its_node_copy_and_the_others_s3(mode, tmp_path):
+    p, plan, w, objs = staged_built(mode)
+    for o in objs.values():
+        kubernetes_validate.validate(o, versions.DEFAULT_KUBERNETES_VERSION, strict=True)
+    by = {m.name: m for m in p.models}
+    staged = by["chat-a"]
+    assert staged.staged and not any(by[m].staged for m in MODELS[1:])
+    pod = objs[("Deployment", plan.deployment_name)]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    # The member's node directory, where its staging DaemonSet copies it (the same hostPath as its
+    # own pods'), mounted read-only in the one container; none for an unstaged member.
+    (vol,) = [v for v in pod["volumes"] if "hostPath" in v]
+    assert vol["hostPath"]["path"] == node_cache_decisions.node_weights_root(placement.NVME_MOUNT[mode], "chat-a")
+    assert vol["hostPath"]["path"].startswith(placement.NVME_MOUNT[mode] + "/")
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
+    assert mount["readOnly"] is True and mount["mountPath"] == "/weights/chat-a"
+    # The picker's script and the choice folder are mounted too; the picker env is chat-a's alone.
+    mounted = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {node_cache.SCRIPT_MOUNT, node_cache.CHOICE_MOUNT} <= mounted
+    (tmp_path / "spec.json").write_text(objs[("ConfigMap", plan.deployment_name)]["data"]["spec.json"])
+    engines = {e.model: e for e in host_spec_file.load(tmp_path / "spec.json").engines}
+    a = engines["chat-a"]
+    assert a.env["WARMSTART_WEIGHTS_DIGEST"] == staged.weights_digest
+    assert a.env["WARMSTART_WEIGHTS_SOURCE"] == staged.source
+    assert a.env["WARMSTART_WEIGHTS_PATH"] == f"/weights/chat-a/{staged.weights_digest}"
+    assert a.env["WARMSTART_WEIGHTS_ROOT"] == "/weights/chat-a" and a.env["WARMSTART_LOADING_HOLD_S"] == "0"
+    assert a.argv[:2] == ("sh", "-c") and node_cache.SELECT_SCRIPT in a.argv[2] and "vllm serve" in a.argv[2]
+    # The pool's flags still follow the member's own, as positional arguments of the script.
+    assert f"--port={a.port}" in a.argv[4:] and "--enable-sleep-mode" in a.argv[4:]
+    for model in MODELS[1:]:
+        e = engines[model]
+        assert e.argv[:3] == ("vllm", "serve", by[model].source)
+        assert not any(k.startswith("WARMSTART_WEIGHTS") for k in e.env)
+    # The hosts prefer, never require, the nodes holding chat-a's copy.
+    pref = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert pref == [{"weight": 100, "preference": {"matchExpressions": [
+        {"key": node_cache.label_key("chat-a"), "operator": "In", "values": [staged.weights_digest]}]}}]
+    # Its wake is planned from the node's NVMe, the others' from S3.
+    assert plan.path("chat-a").wake_source == "node NVMe"
+    assert {plan.path(m).wake_source for m in MODELS[1:]} == {"S3"}
+
+
+def test_unstaged_members_mount_no_node_cache_and_a_staged_one_needs_the_node_mount():
+    p, plan, w, objs = built()
+    pod = objs[("Deployment", plan.deployment_name)]["spec"]["template"]["spec"]
+    assert not any("hostPath" in v for v in pod["volumes"])
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in pod["affinity"]["nodeAffinity"]
+    spec = json.loads(objs[("ConfigMap", plan.deployment_name)]["data"]["spec.json"])
+    assert all(e["argv"][:2] == ["vllm", "serve"] for e in spec["engines"])
+    # A plan that counts a wake from the node's NVMe is never rendered onto hosts that do not mount it.
+    p, plan, w, _ = staged_built()
+    with pytest.raises(ValueError, match="chat-a"):
+        objects.objects(plan, dataclasses.replace(w, nvme_mount=None))
+
+
+def test_a_member_staged_on_another_gpu_pool_is_read_from_s3_on_the_hosts():
+    """Its staging DaemonSet runs on its own pool's nodes only: the hosts' nodes hold no copy."""
+    cfg = pooled_config(sleepLevel=2)
+    cfg["gpuPools"].append({"name": "h100-b", "instanceTypes": ["p5.48xlarge"]})
+    cfg["models"][0] |= {"nodeCache": "on", "pool": "h100-b"}
+    p = plan_stack(config.parse_config(cfg), "pooled")
+    (plan,) = p.standby_pools
+    assert next(m for m in p.models if m.name == "chat-a").staged
+    assert plan.path("chat-a").wake_source == "S3" and not plan.engine("chat-a").staged
+    w = objects.wiring(plan, p.models, namespace=NS, region="us-east-1", api_server_cidrs=["172.20.0.1/32"],
+                       nvme_mount=placement.NVME_MOUNT["karpenter"])
+    pod = objects.host_deployment_spec(plan, w)["spec"]["template"]["spec"]
+    assert not any("hostPath" in v for v in pod["volumes"])

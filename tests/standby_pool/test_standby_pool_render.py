@@ -226,3 +226,33 @@ def test_the_hosts_role_reads_the_members_weights_and_nothing_else():
     assert not policy_eval.allowed(doc, "s3:PutObject", f"arn:aws:s3:::{bucket}/org/{MODELS[0]}/x")
     sa = by(r)[("ServiceAccount", HOSTS)]
     assert sa["metadata"]["annotations"][serving.IRSA_ROLE_ANNOTATION]
+
+
+@pytest.mark.parametrize("mode", ["karpenter", "auto"])
+def test_a_staged_member_renders_hosts_that_mount_its_node_copy_and_prints_its_wake_from_nvme(mode):
+    """chat-a staged by the node cache, level 2: the stack wires the cluster mode's NVMe mount into
+    the hosts, the stack stays valid, and the render's wake figure is what the hosts mount."""
+    import re
+
+    from tests.standby_pool.pooled import pooled_config
+    from warmstart import config
+    from warmstart.decisions import node_cache as node_cache_decisions
+    from warmstart.decisions import placement
+    from warmstart.plan.stack import plan_stack
+
+    doc = pooled_doc(mode, sleepLevel=2)
+    doc["config"]["warmstart:models"][0]["nodeCache"] = "on"
+    r = render_doc(doc, Path(tempfile.mkdtemp(prefix="pooled-staged-")), f"pooled-staged-{mode}")
+    validate_rendered(r)
+    pod = by(r)[("Deployment", HOSTS)]["spec"]["template"]["spec"]
+    paths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
+    assert paths == [node_cache_decisions.node_weights_root(placement.NVME_MOUNT[mode], "chat-a")]
+    # The member's own staging DaemonSet fills that directory on the hosts' GPU pool.
+    assert ("DaemonSet", "chat-a-weights-h100") in by(r)
+    cfg = pooled_config(mode, sleepLevel=2)
+    cfg["models"][0]["nodeCache"] = "on"
+    table = render.table(plan_stack(config.parse_config(cfg), "pooled"))
+    for m, source in [("chat-a", "node NVMe"), *((m, "S3") for m in MODELS[1:])]:
+        got = re.search(rf"scale-out {m}: its engine woken on a spare host of standby pool {POOL} answers "
+                        rf"~([\d.]+)s after the load rises \(signal 1s \+ wake [\d.]+s for 15 GiB from {source} ", table)
+        assert got and float(got[1]) < 20, (m, table)

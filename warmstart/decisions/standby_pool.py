@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -280,6 +281,9 @@ class EngineSlot:
     dist_port: int
     gpu_memory_utilization: float
     weights_bytes: int
+    staged: bool = False
+    """Its model's weights are staged on the hosts' nodes (the node cache): the engine's command
+    picks the node's copy at its start where it is complete, else S3 (manifests/standby_pool.py)."""
 
 
 @dataclass(frozen=True)
@@ -478,8 +482,11 @@ def replacement_window(members: list[PoolMember] | tuple[PoolMember, ...], insta
     sizes its KV cache from the free memory it sees, so the next starts only once this one sleeps)."""
     engines = []
     for m in members:
+        # A new node holds no staged copy yet (its staging pod starts beside the host): every engine
+        # there streams from S3, as a model's own pod on a new node does (render.scale_out_line).
+        source = "node-cache" if m.staged and not new_node else "s3"
         c = phases.predict_cold_start(m.weights_bytes, instance, new_node=False, compile_cached=compile_cached,
-                                      image_present=True, weights_source="node-cache" if m.staged else "s3")
+                                      image_present=True, weights_source=source)
         sleep = m.weights_bytes / SLEEP_LEVEL1_BYTES_PER_S if sleep_level == 1 else 0.0
         engines.append((m.name, c.ready_seconds + sleep))
     # A new node pulls the image (SOCI parallel pull where the mode has it: the cold-start figure);
@@ -653,7 +660,7 @@ def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
     engines = tuple(EngineSlot(model=m.name, order=i, port=m.port,
                                dist_port=DIST_PORT_BASE + i * DIST_PORT_STRIDE,
                                gpu_memory_utilization=min(budget.utilization, m.gpu_memory_utilization),
-                               weights_bytes=m.weights_bytes)
+                               weights_bytes=m.weights_bytes, staged=m.staged)
                     for i, m in enumerate(members))
     return PoolPlan(name=spec.name, namespace=spec.namespace, instance_type=spec.instance.instance_type, gpus=spec.gpus,
                     spares=spec.spares, sleep_level=level, sleep_level_reason=reason, gpu=budget, host=host,
@@ -692,13 +699,15 @@ def rises_served(arrivals: list[float], spares: int, window_s: float) -> list[Li
 POOL_FLAGS = ("--port", "--tensor-parallel-size", "--gpu-memory-utilization", standby_mod.SLEEP_MODE_FLAG)
 
 
-def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]]) -> dict:
+def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]],
+              engine_env: Mapping[str, Mapping[str, str]] | None = None) -> dict:
     """The engine host's spec file (warmstart/podside/engine_host/spec.py reads it), engines in start
     order. Each engine runs its model's own `vllm serve` command (`serve_argv`, as the model's pods
     run it: manifests/serving.py `vllm_args`) with the flags the pool decides put in place of the
     model's: its port on the host, the host's GPU set as its TP, the derived utilization, sleep mode;
     and in its environment its distributed ports, the dev routes the actuator's wake needs, and the
-    pinned-allocator setting host RAM was counted under."""
+    pinned-allocator setting host RAM was counted under; `engine_env` adds an engine's own settings
+    (a staged member's weights picker: manifests/standby_pool.py)."""
     startup = 0
     engines = []
     for slot in plan.engines:
@@ -707,7 +716,8 @@ def host_spec(plan: PoolPlan, serve_argv: dict[str, list[str] | tuple[str, ...]]
                  f"--gpu-memory-utilization={slot.gpu_memory_utilization:.2f}", standby_mod.SLEEP_MODE_FLAG]
         engines.append({"model": slot.model, "port": slot.port, "argv": argv,
                         "env": {"VLLM_PORT": str(slot.dist_port), standby_mod.DEV_MODE_ENV: "1",
-                                standby_mod.PINNED_HOST_ALLOC_ENV: standby_mod.PINNED_HOST_ALLOC_CONF}})
+                                standby_mod.PINNED_HOST_ALLOC_ENV: standby_mod.PINNED_HOST_ALLOC_CONF,
+                                **(engine_env or {}).get(slot.model, {})}})
         startup = max(startup, tuning.startup_budget_seconds(slot.weights_bytes))
     # The supervisor takes at most a day per engine (its spec's bound); no honest start is longer.
     return {"sleepLevel": plan.sleep_level, "engines": engines, "startupTimeoutSeconds": min(startup, 86400)}

@@ -26,15 +26,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..decisions import instances, placement, routing, tuning
+from ..decisions import node_cache as staging
 from ..decisions import standby as standby_mod
 from ..decisions import standby_pool as pool_mod
 from ..plan.records import ModelPlan, ServingPlan
-from . import network_policy, pod_scripts, serving
+from . import network_policy, node_cache, pod_scripts, serving
 from . import standby as actuator_objects
 
 HOST_NAME = "warmstart-engine-host"
@@ -76,6 +78,11 @@ class PoolWiring:
     """Per member: its routers hold requests in a front queue (minReplicas 0)."""
     targets: Mapping[str, tuple[int, float, float]] = field(default_factory=dict)
     """Per member: (minReplicas, targetWaitingPerReplica, targetRequestsPerReplica)."""
+    nvme_mount: str | None = None
+    """The GPU nodes' NVMe mount (the cluster mode's, placement.NVME_MOUNT): the hosts read a staged
+    member's node copy under it. None: the hosts mount no node cache and every engine reads S3."""
+    select_script_config_map: str = node_cache.SELECT_CONFIGMAP
+    """The weights picker's script (the platform ships it in its namespace, pod_scripts)."""
 
 
 def host_script_config_map(pool: str) -> str:
@@ -130,8 +137,73 @@ def serve_argv(m: ServingPlan) -> list[str]:
     return ["vllm", "serve", *serving.vllm_args(m)]
 
 
+# --- a staged member's weights on a host (the node cache) ---------------------------------------------
+#
+# A model's own pod picks its weights once, in its `weights-select` init container, before vLLM starts
+# (manifests/node_cache.py `serving_extras`). A host starts its engines one after another over
+# minutes, and restarts one alone, so each engine runs the same picker itself, just before its
+# `vllm serve`: a copy the node's staging pod completes while the host starts serves the engines that
+# start after it. vLLM keeps the path it started with (`model_config.model`), and a level-2 wake's
+# `reload_weights` loads from it again (vllm/v1/worker/gpu_model_runner.py `reload_weights`, whose
+# loader reads the engine's own `model_config`, https://github.com/vllm-project/vllm), so an engine that
+# started from the node's copy reloads from the NVMe, one that started from S3 streams again.
+
+
+def staged_on_hosts(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, ServingPlan]:
+    """The members whose engines read the node cache's copy where it is complete: staged on the
+    hosts' GPU pool (`EngineSlot.staged`, the plan's figure) and a node mount given."""
+    if w.nvme_mount is None:
+        return {}
+    by_name = {m.name: m for m in w.members}
+    return {e.model: by_name[e.model] for e in plan.engines
+            if e.staged and by_name[e.model].weights_digest is not None}
+
+
+def weights_volume_name(slot: pool_mod.EngineSlot) -> str:
+    return f"{node_cache.WEIGHTS_VOLUME}-{slot.order}"
+
+
+def engine_weights_root(model: str) -> str:
+    """Where a staged member's node directory is mounted in the host's container (one per member,
+    read-only): `/weights/<model>`."""
+    return f"{staging.CONTAINER_WEIGHTS_ROOT}/{model}"
+
+
+def engine_choice_dir(model: str) -> str:
+    """The picker's output of one engine (`model-path`, `choice.json`), on the host's choice volume."""
+    return f"{node_cache.CHOICE_MOUNT}/{model}"
+
+
+def picker_env(m: ServingPlan) -> dict[str, str]:
+    """The picker's settings for one engine (warmstart/podside/weights_select.py reads them). No
+    pause request to the node's copier (WARMSTART_LOADING_HOLD_S 0): the host mounts the node
+    directory read-only."""
+    assert m.weights_digest is not None
+    root = engine_weights_root(m.name)
+    return {"WARMSTART_WEIGHTS_SOURCE": m.source, "WARMSTART_WEIGHTS_DIGEST": m.weights_digest,
+            "WARMSTART_WEIGHTS_ROOT": root, "WARMSTART_WEIGHTS_PATH": f"{root}/{m.weights_digest}",
+            "WARMSTART_WEIGHTS_OUT": engine_choice_dir(m.name), "WARMSTART_LOADING_HOLD_S": "0",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def staged_serve_argv(m: ServingPlan) -> list[str]:
+    """A staged member's command on a host: the picker (it always exits 0, writing the S3 URI when in
+    doubt), then its own `vllm serve` on the path picked, the S3 URI where no file was written; the
+    rest of its arguments unchanged (the host spec appends the pool's flags after them)."""
+    args = serving.vllm_args(m)
+    source, rest = args[0], args[1:]
+    picked = f"{engine_choice_dir(m.name)}/{node_cache.MODEL_PATH_FILE.rsplit('/', 1)[1]}"
+    # A restarted engine picks again: the previous start's file goes first.
+    script = (f"rm -f {picked}; python3 {node_cache.SCRIPT_MOUNT}/{node_cache.SELECT_SCRIPT} || true; "
+              f'exec vllm serve "$(cat {picked} 2>/dev/null || echo {shlex.quote(source)})" "$@"')
+    return ["sh", "-c", script, "vllm", *rest]
+
+
 def host_spec_json(plan: pool_mod.PoolPlan, w: PoolWiring) -> str:
-    spec = pool_mod.host_spec(plan, {m.name: serve_argv(m) for m in w.members})
+    staged = staged_on_hosts(plan, w)
+    spec = pool_mod.host_spec(plan, {m.name: staged_serve_argv(m) if m.name in staged else serve_argv(m)
+                                     for m in w.members},
+                              {name: picker_env(m) for name, m in staged.items()})
     return json.dumps(spec, sort_keys=True, indent=1)
 
 
@@ -161,12 +233,20 @@ def _host_env(plan: pool_mod.PoolPlan, w: PoolWiring) -> list[dict[str, str]]:
     return [e for e in serving.vllm_env(plain, w.region) if e["name"] not in per_engine]
 
 
-def _capacity_affinity(plan: pool_mod.PoolPlan) -> dict[str, Any]:
+def _capacity_affinity(plan: pool_mod.PoolPlan, staged: Mapping[str, ServingPlan] | None = None) -> dict[str, Any]:
     """A spare on spot would be taken by an interruption (the plan refuses a spot-only GPU pool):
-    the hosts require the GPU pool's other purchase options."""
+    the hosts require the GPU pool's other purchase options. They prefer, never require, the nodes
+    that hold a staged member's copy (its node label, as its own pods: node_cache.serving_affinity),
+    one term per member, so a node holding more of them wins."""
     labels = sorted({{"onDemand": "on-demand"}.get(t, t) for t in plan.host_capacity_types})
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": placement.CAPACITY_TYPE_LABEL, "operator": "In", "values": labels}]}]}}}
+    affinity: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": placement.CAPACITY_TYPE_LABEL, "operator": "In", "values": labels}]}]}}
+    if staged:
+        affinity["preferredDuringSchedulingIgnoredDuringExecution"] = [
+            {"weight": max(1, 100 // len(staged)), "preference": {"matchExpressions": [
+                {"key": node_cache.label_key(name), "operator": "In", "values": [m.weights_digest]}]}}
+            for name, m in sorted(staged.items())]
+    return {"nodeAffinity": affinity}
 
 
 def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, Any]:
@@ -174,6 +254,23 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
     size = tuning.pod_size(inst, plan.gpus)
     spec_text = host_spec_json(plan, w)
     startup = json.loads(spec_text)["startupTimeoutSeconds"]
+    staged = staged_on_hosts(plan, w)
+    slots = [e for e in plan.engines if e.model in staged]
+    # A staged member's node directory (read-only: the host never writes the node cache), the
+    # picker's script and one small in-memory folder for every engine's choice.
+    weights_mounts = [{"name": weights_volume_name(e), "mountPath": engine_weights_root(e.model), "readOnly": True}
+                      for e in slots]
+    weights_volumes = [{"name": weights_volume_name(e), "hostPath": {
+        "path": staging.node_weights_root(w.nvme_mount or "", e.model), "type": "DirectoryOrCreate"}} for e in slots]
+    picker_mounts = [{"name": "weights-select-script", "mountPath": node_cache.SCRIPT_MOUNT, "readOnly": True},
+                     {"name": node_cache.CHOICE_VOLUME, "mountPath": node_cache.CHOICE_MOUNT}] if slots else []
+    picker_volumes = [{"name": "weights-select-script", "configMap": {"name": w.select_script_config_map}},
+                      {"name": node_cache.CHOICE_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}] \
+        if slots else []
+    annotations = {SPEC_ANNOTATION: _digest(spec_text), SCRIPT_ANNOTATION: pod_scripts.script_digest(HOST_SCRIPT_KEY)}
+    if slots:
+        annotations[f"{serving.ANNOTATION_DOMAIN}/weights-select-script-sha256"] = \
+            pod_scripts.script_digest(node_cache.SELECT_SCRIPT)
     # Every engine starts in turn (the supervisor's gate), each within the longest member's budget.
     startup_failures = -(-startup * len(plan.engines) // tuning.PROBE_PERIOD_SECONDS)
     gpu = str(plan.gpus)
@@ -203,7 +300,8 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
                          {"name": serving.HOME_VOLUME, "mountPath": serving.HOME_MOUNT},
                          {"name": serving.TMP_VOLUME, "mountPath": serving.TMP_MOUNT},
                          {"name": "script", "mountPath": SCRIPT_MOUNT, "readOnly": True},
-                         {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True}],
+                         {"name": "spec", "mountPath": SPEC_MOUNT, "readOnly": True},
+                         *weights_mounts, *picker_mounts],
         "securityContext": serving.container_security_context(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -220,16 +318,14 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
             "progressDeadlineSeconds": max(600, startup * len(plan.engines) + tuning.NODE_LAUNCH_ALLOWANCE_SECONDS),
             "revisionHistoryLimit": 3,
             "template": {
-                "metadata": {"labels": host_pod_labels(plan.name),
-                             "annotations": {SPEC_ANNOTATION: _digest(spec_text),
-                                             SCRIPT_ANNOTATION: pod_scripts.script_digest(HOST_SCRIPT_KEY)}},
+                "metadata": {"labels": host_pod_labels(plan.name), "annotations": annotations},
                 "spec": {
                     "serviceAccountName": plan.deployment_name,
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "nodeSelector": {placement.NODEPOOL_LABEL: plan.gpu_pool,
                                      placement.INSTANCE_TYPE_LABEL: plan.instance_type},
-                    "affinity": _capacity_affinity(plan),
+                    "affinity": _capacity_affinity(plan, staged),
                     "tolerations": [{"key": placement.GPU_TAINT_KEY, "operator": "Exists",
                                      "effect": placement.GPU_TAINT_EFFECT}],
                     "containers": [container],
@@ -239,6 +335,7 @@ def host_deployment_spec(plan: pool_mod.PoolPlan, w: PoolWiring) -> dict[str, An
                         {"name": serving.TMP_VOLUME, "emptyDir": {}},
                         {"name": "script", "configMap": {"name": host_script_config_map(plan.name)}},
                         {"name": "spec", "configMap": {"name": plan.deployment_name}},
+                        *weights_volumes, *picker_volumes,
                     ],
                     "terminationGracePeriodSeconds": 60,
                     "securityContext": serving.pod_security_context(),
@@ -420,6 +517,10 @@ def objects(plan: pool_mod.PoolPlan, w: PoolWiring,
     names = {m.name for m in w.members}
     if set(plan.members) != names:
         raise ValueError(f"pool {plan.name}: members {sorted(plan.members)} but serving plans of {sorted(names)}")
+    unmounted = [e.model for e in plan.engines if e.staged and e.model not in staged_on_hosts(plan, w)]
+    if unmounted:
+        # The plan counts their wakes from the node's NVMe: the hosts must mount it.
+        raise ValueError(f"pool {plan.name}: {', '.join(unmounted)} planned staged, but no node NVMe mount is wired")
     return [host_network_policy_spec(plan, w), actuator_network_policy_spec(plan, w),
             host_service_account_spec(plan, w), host_spec_config_map(plan, w), host_deployment_spec(plan, w),
             host_pdb_spec(plan, w),
@@ -431,12 +532,15 @@ def objects(plan: pool_mod.PoolPlan, w: PoolWiring,
 def wiring(plan: pool_mod.PoolPlan, models: Sequence[ModelPlan], *, namespace: str, region: str,
            api_server_cidrs: Sequence[str], role_arn: Any = None,
            non_gpu: placement.NonGpuPlacement = placement.ANYWHERE_OFF_GPU,
-           actuator_image: str = actuator_objects.IMAGE, keda_namespace: str = "keda") -> PoolWiring:
-    """A pool's wiring from its members' model plans (their autoscaling and front queues)."""
+           actuator_image: str = actuator_objects.IMAGE, keda_namespace: str = "keda",
+           nvme_mount: str | None = None) -> PoolWiring:
+    """A pool's wiring from its members' model plans (their autoscaling and front queues);
+    `nvme_mount`: the GPU nodes' NVMe mount, where the node cache stages a member's weights."""
     members = tuple(m for m in models if m.name in plan.members)
     return PoolWiring(
         namespace=namespace, members=members, region=region, api_server_cidrs=tuple(api_server_cidrs),
         non_gpu=non_gpu, actuator_image=actuator_image, keda_namespace=keda_namespace, role_arn=role_arn,
+        nvme_mount=nvme_mount,
         front_queue={m.name: m.autoscaling is not None and m.autoscaling.min_replicas == 0 for m in members},
         targets={m.name: (m.autoscaling.min_replicas, m.autoscaling.target_waiting_per_replica,
                           m.autoscaling.target_requests_per_replica) for m in members if m.autoscaling is not None})

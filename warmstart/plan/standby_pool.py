@@ -82,21 +82,23 @@ def plan_standby_pools(cfg: StackConfig, models: Sequence[ModelPlan], problems: 
             (listed.usd_per_hour if listed else None),
             capacity_types=plan_cluster.pool_capacity_types(gpu), gpu_pool=gpu.name, max_hosts=p.max_hosts,
             compile_cached=False)
-        members = [pool_member(planned[m.name], key_of[m.name], cfg.namespace) for m in naming_models]
+        members = [pool_member(planned[m.name], key_of[m.name], cfg.namespace, gpu.name) for m in naming_models]
         with problems.collect():
             plans.append(pool_mod.plan_pool(spec, members))
     return tuple(plans)
 
 
-def pool_member(m: ModelPlan, key: str, namespace: str) -> pool_mod.PoolMember:
-    """A pool's member, from its own model plan."""
+def pool_member(m: ModelPlan, key: str, namespace: str, gpu_pool: str | None = None) -> pool_mod.PoolMember:
+    """A pool's member, from its own model plan. Staged where the node cache stages its weights on
+    the hosts' GPU pool (`gpu_pool`): its staging DaemonSet runs on its own pool's nodes only."""
     assert m.pooled is not None
     return pool_mod.PoolMember(
         name=m.name, key=key, namespace=namespace, instance_type=m.instance.instance_type,
         tensor_parallel_size=m.tensor_parallel_size, weights_bytes=m.weights_bytes,
         gpu_memory_utilization=m.gpu_memory_utilization, extra_args=m.extra_args,
-        # The hosts mount neither the node cache nor the compile cache (manifests/standby_pool.py): an
-        # engine there loads and reloads from S3, whatever the model's own pods do.
-        autoscaled=m.autoscaling is not None, routed=m.routed, staged=False, per_model_standby=m.standby is not None,
+        # The hosts mount the node cache's copy of a member staged on their GPU pool, and each engine
+        # picks it at its start (manifests/standby_pool.py); they mount no compile cache (PoolSpec).
+        autoscaled=m.autoscaling is not None, routed=m.routed,
+        staged=m.staged and gpu_pool is not None and m.pool == gpu_pool, per_model_standby=m.standby is not None,
         image=m.image, given_port=m.pooled.port if m.pooled.port_given else None)
 
