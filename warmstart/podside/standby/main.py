@@ -83,6 +83,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .act import COST, drain, put_to_sleep, restore, wake
 from .decide import Policy, decide, pods_figure, sleepers_to_be, surplus
@@ -121,22 +122,32 @@ def serve_figure(state: State, address: str, port: int, max_age: float) -> http.
     than `max_age` seconds, 404 for any other path. Nothing else is served: no route acts on
     anything."""
 
+    def answer(path: str) -> tuple[int, dict]:
+        with state.lock:
+            figure = dict(state.figure) if state.figure is not None else None
+            age = time.monotonic() - state.figure_at
+        if path != FIGURE_PATH:
+            return 404, {"error": "not found"}
+        if figure is None:
+            return 503, {"error": "no engines read yet"}
+        if age > max_age:
+            return 503, {"error": "the engines have not been read lately"}
+        return 200, figure
+
+    return serve_json(address, port, answer)
+
+
+def serve_json(address: str, port: int, answer: Callable[[str], tuple[int, dict]]) -> http.server.ThreadingHTTPServer:
+    """A read-only JSON server on a daemon thread: each GET's path (its query left out) goes to
+    `answer`, whose (status, object) is the reply; every other method gets the server's 501."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
             pass
 
         def do_GET(self) -> None:
-            with state.lock:
-                figure = dict(state.figure) if state.figure is not None else None
-                age = time.monotonic() - state.figure_at
-            if self.path.split("?", 1)[0] != FIGURE_PATH:
-                code, body = 404, b'{"error": "not found"}'
-            elif figure is None:
-                code, body = 503, b'{"error": "no engines read yet"}'
-            elif age > max_age:
-                code, body = 503, b'{"error": "the engines have not been read lately"}'
-            else:
-                code, body = 200, json.dumps(figure, sort_keys=True).encode()
+            code, doc = answer(self.path.split("?", 1)[0])
+            body = json.dumps(doc, sort_keys=True).encode()
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -347,28 +358,34 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None, source: "
     state = State()
     pool = ThreadPoolExecutor(max_workers=16)
     stop = stop or threading.Event()
-    ticks = 0
     server = serve_figure(state, args.figure_address, args.figure_port, args.figure_max_age) if args.figure_port >= 0 else None
     log("warmstart.standby_start", standby=args.standby, min_awake=args.min_awake, period_s=args.period,
         level=args.sleep_level, figure_port=server.server_address[1] if server else None)
-    while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
-        ticks += 1
-        started = time.monotonic()
-        try:
-            tick(args, source, state, pool, policy, routers, started)
-        except Exception as exc:  # noqa: BLE001 - one bad tick is logged, never the process's end
-            # No heartbeat for it: a loop that fails every tick is still restarted by its probe.
-            log("warmstart.standby_tick_failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        else:
-            if args.heartbeat:
-                # The liveness probe reads this file's age: a loop that stopped turning is restarted.
-                with open(args.heartbeat, "w") as f:
-                    f.write(f"{time.time():.3f}\n")
-        stop.wait(max(0.0, args.period - (time.monotonic() - started)))
+    turn(args, stop, lambda started: tick(args, source, state, pool, policy, routers, started))
     pool.shutdown(wait=True)
     if server is not None:
         server.shutdown()
         server.server_close()
+
+
+def turn(args: argparse.Namespace, stop: threading.Event, step: Callable[[float], None]) -> None:
+    """The actuator's loop, per-model and pool mode alike: `step(started)` every `--period` seconds
+    until `stop` or `--max-ticks`. A failed step is logged, never the process's end; a step that ran
+    its course rewrites `--heartbeat`, whose age the liveness probe reads, so a loop that stopped
+    turning (or fails every step) is restarted."""
+    ticks = 0
+    while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
+        ticks += 1
+        started = time.monotonic()
+        try:
+            step(started)
+        except Exception as exc:  # noqa: BLE001 - one bad tick is logged, never the process's end
+            log("warmstart.standby_tick_failed", error=f"{type(exc).__name__}: {exc}"[:300])
+        else:
+            if args.heartbeat:
+                with open(args.heartbeat, "w") as f:
+                    f.write(f"{time.time():.3f}\n")
+        stop.wait(max(0.0, args.period - (time.monotonic() - started)))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

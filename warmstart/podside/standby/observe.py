@@ -203,7 +203,7 @@ class Kubernetes:
         self.path = f"/api/v1/namespaces/{namespace}/pods"
         self.selector, self.port = selector, port
 
-    def _running(self, selector: str) -> list[tuple[str, str]]:
+    def running(self, selector: str) -> list[tuple[str, str]]:
         """(name, IP) of every running pod of `selector` not being deleted. A pod entry without
         them is skipped; a list that is not one raises ApiError."""
         q = urllib.parse.urlencode({"labelSelector": selector, "fieldSelector": "status.phase=Running"})
@@ -222,30 +222,35 @@ class Kubernetes:
 
     def engines(self) -> list[tuple[str, str]]:
         """(pod name, engine URL) of every running pod not being deleted."""
-        return [(name, f"http://{ip}:{self.port}") for name, ip in self._running(self.selector)]
+        return [(name, f"http://{ip}:{self.port}") for name, ip in self.running(self.selector)]
 
     def front_queues(self, selector: str, port: int) -> list[str]:
         """The front-queue URLs of the router pods `selector` matches."""
-        return [f"http://{ip}:{port}" for _, ip in self._running(selector)]
+        return [f"http://{ip}:{port}" for _, ip in self.running(selector)]
 
     labels = True
     """Relabelling a pod takes it out of the routers' discovery."""
 
-    def _patch(self, pod: str, body: dict) -> None:
+    def patch(self, pod: str, body: dict) -> None:
         status, _ = self.api.request("PATCH", f"{self.path}/{pod}", body, MERGE_PATCH)
         if not 200 <= status < 300:
             raise OSError(f"PATCH pod {pod}: HTTP {status}")
 
     def set_cost(self, pod: str, cost: str) -> None:
-        self._patch(pod, {"metadata": {"annotations": {DELETION_COST: cost}}})
+        self.patch(pod, {"metadata": {"annotations": {DELETION_COST: cost}}})
 
     def set_label(self, pod: str, value: str) -> None:
         # The same `patch pods` the deletion cost uses; nothing broader.
-        self._patch(pod, {"metadata": {"labels": {ENGINE_LABEL: value}}})
+        self.patch(pod, {"metadata": {"labels": {ENGINE_LABEL: value}}})
 
     def raise_replicas(self, deployment: str, want: int) -> tuple[int, int] | None:
         """Raise `deployment`'s replicas to `want` through its scale subresource (never lower
-        them): (before, after), or None when they were already there. The patch carries the
+        them): (before, after), or None when they were already there (`scale`)."""
+        return self.scale(deployment, want, lower=False)
+
+    def scale(self, deployment: str, want: int, *, lower: bool) -> tuple[int, int] | None:
+        """`deployment`'s replicas to `want` through its scale subresource, down too only with
+        `lower`: (before, after), or None when nothing was to change. The patch carries the
         resourceVersion read, so a write of the HPA's in between fails it (409) rather than being
         overwritten (https://kubernetes.io/docs/reference/using-api/api-concepts/#conflicts).
         Raises OSError or ValueError when the API refused."""
@@ -256,7 +261,7 @@ class Kubernetes:
         version = meta.get("resourceVersion") if isinstance(meta, dict) else None
         if isinstance(have, bool) or not isinstance(have, int) or not isinstance(version, str):
             raise ValueError(f"GET {path}: not a Scale with spec.replicas and a resourceVersion")
-        if have >= want:
+        if have == want or (have > want and not lower):
             return None
         status, _ = self.api.request("PATCH", path, {"metadata": {"resourceVersion": version},
                                                      "spec": {"replicas": want}}, MERGE_PATCH)

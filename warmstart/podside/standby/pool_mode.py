@@ -46,15 +46,15 @@ import os
 import sys
 import threading
 import time
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from ..common.kube import InCluster, MERGE_PATCH
+from ..common.kube import InCluster
 from ..engine_host.pool import HostView, parse_snapshot
 from .act import drain, put_to_sleep, restore, wake
+from .main import serve_json, turn
 from .observe import (
-    ASLEEP, AWAKE, DELETION_COST, ENGINE_LABEL, READ_ERRORS, Engine, held_requests, json_object, log, parse_metrics, probe,
+    ASLEEP, AWAKE, ENGINE_LABEL, READ_ERRORS, Engine, Kubernetes, held_requests, json_object, log, parse_metrics, probe,
 )
 from .observe import http as call
 from .pool_decide import MemberView, Memory, decide_pool
@@ -67,30 +67,18 @@ FIGURE_PREFIX = "/warmstart/pods/"
 
 
 class PoolKubernetes:
-    """The pool's pods and its host Deployment's scale, through the in-cluster API (common/kube.py)."""
+    """The pool's pods and its host Deployment's scale, through the per-model actuator's client
+    (observe.py `Kubernetes`: the same pod list, patches and scale subresource)."""
 
     labels = True
     """Relabelling a host takes its engine out of the routers' discovery."""
 
     def __init__(self, spec: PoolSpec, api: InCluster | None = None) -> None:
-        self.api = api or InCluster.from_env(timeout=5)
         self.spec = spec
-        self.path = f"/api/v1/namespaces/{spec.namespace}/pods"
+        self.k = Kubernetes(spec.namespace, selector="", port=spec.supervisor_port, api=api)
 
     def _running(self, selector: str) -> list[tuple[str, str]]:
-        q = urllib.parse.urlencode({"labelSelector": selector, "fieldSelector": "status.phase=Running"})
-        items = self.api.object("GET", f"{self.path}?{q}").get("items")
-        if not isinstance(items, list):
-            raise ValueError("the pod list has no list of items")
-        out = []
-        for p in items:
-            meta, status = (p.get("metadata"), p.get("status")) if isinstance(p, dict) else (None, None)
-            if not isinstance(meta, dict) or not isinstance(status, dict) or meta.get("deletionTimestamp"):
-                continue
-            name, ip = meta.get("name"), status.get("podIP")
-            if isinstance(name, str) and name and isinstance(ip, str) and ip:
-                out.append((name, ip))
-        return sorted(out)
+        return self.k.running(selector)
 
     def hosts(self) -> list[tuple[str, str]]:
         """(pod, supervisor URL) of every running host."""
@@ -107,37 +95,17 @@ class PoolKubernetes:
             return [f"http://{ip}:{fq.port}" for _, ip in self._running(selector_text(fq.selector))]
         return [f"http://{fq.service}.{self.spec.namespace}.svc:{fq.port}"]
 
-    def _patch(self, pod: str, body: dict) -> None:
-        status, _ = self.api.request("PATCH", f"{self.path}/{pod}", body, MERGE_PATCH)
-        if not 200 <= status < 300:
-            raise OSError(f"PATCH pod {pod}: HTTP {status}")
-
     def set_cost(self, pod: str, cost: str) -> None:
-        self._patch(pod, {"metadata": {"annotations": {DELETION_COST: cost}}})
+        self.k.set_cost(pod, cost)
 
     def set_host_labels(self, pod: str, model: str | None) -> None:
         # A JSON merge patch removes a key given as null (RFC 7386), so `serves` goes with the asleep label.
-        self._patch(pod, {"metadata": {"labels": {SERVES_LABEL: model, ENGINE_LABEL: AWAKE if model else ASLEEP}}})
+        self.k.patch(pod, {"metadata": {"labels": {SERVES_LABEL: model, ENGINE_LABEL: AWAKE if model else ASLEEP}}})
 
     def set_replicas(self, want: int) -> tuple[int, int] | None:
-        """The host Deployment's replicas to `want` through its scale subresource: (before, after),
-        or None when they were there. The patch carries the resourceVersion read, so a write in
-        between fails it (409) instead of being overwritten
-        (https://kubernetes.io/docs/reference/using-api/api-concepts/#conflicts)."""
-        path = f"/apis/apps/v1/namespaces/{self.spec.namespace}/deployments/{self.spec.host_deployment}/scale"
-        scale = self.api.object("GET", path)
-        meta, spec = scale.get("metadata"), scale.get("spec")
-        have = spec.get("replicas", 0) if isinstance(spec, dict) else None
-        version = meta.get("resourceVersion") if isinstance(meta, dict) else None
-        if isinstance(have, bool) or not isinstance(have, int) or not isinstance(version, str):
-            raise ValueError(f"GET {path}: not a Scale with spec.replicas and a resourceVersion")
-        if have == want:
-            return None
-        status, _ = self.api.request("PATCH", path, {"metadata": {"resourceVersion": version},
-                                                     "spec": {"replicas": want}}, MERGE_PATCH)
-        if not 200 <= status < 300:
-            raise OSError(f"PATCH {path}: HTTP {status}")
-        return have, want
+        """The host Deployment's replicas to `want`, up or down: (before, after), or None when they
+        were there (observe.py `Kubernetes.scale`)."""
+        return self.k.scale(self.spec.host_deployment, want, lower=True)
 
 
 def _write_json(path: str, doc: object) -> None:
@@ -237,35 +205,20 @@ def serve_figures(state: PoolState, address: str, port: int, max_age: float) -> 
     """`GET /warmstart/pods/<model>` -> that member's figure; 404 for anything else, 503 before the
     first reading or past `max_age`. Nothing served acts on anything."""
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *a: object) -> None:
-            pass
+    def answer(path: str) -> tuple[int, dict]:
+        model = path[len(FIGURE_PREFIX):] if path.startswith(FIGURE_PREFIX) else ""
+        with state.lock:
+            figures = dict(state.figures) if state.figures is not None else None
+            age = time.monotonic() - state.figures_at
+        if figures is None:
+            return (503, {"error": "the pool has not been read yet"}) if model else (404, {"error": "not found"})
+        if model not in figures:
+            return 404, {"error": "not found"}
+        if age > max_age:
+            return 503, {"error": "the pool has not been read lately"}
+        return 200, figures[model]
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            model = path[len(FIGURE_PREFIX):] if path.startswith(FIGURE_PREFIX) else ""
-            with state.lock:
-                figures = dict(state.figures) if state.figures is not None else None
-                age = time.monotonic() - state.figures_at
-            if figures is None:
-                code, body = (503, {"error": "the pool has not been read yet"}) if model else (404, {"error": "not found"})
-            elif model not in figures:
-                code, body = 404, {"error": "not found"}
-            elif age > max_age:
-                code, body = 503, {"error": "the pool has not been read lately"}
-            else:
-                code, body = 200, figures[model]
-            data = json.dumps(body, sort_keys=True).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = http.server.ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-    return server
+    return serve_json(address, port, answer)
 
 
 def read_host(name: str, url: str, timeout: float) -> HostView | None:
@@ -475,20 +428,7 @@ def run(args: argparse.Namespace, spec: PoolSpec, stop: threading.Event | None =
     log("warmstart.pool_start", pool=spec.pool, members=[m.model for m in spec.members], spares=spec.spares,
         max_hosts=spec.max_hosts, level=spec.sleep_level, period_s=args.period,
         figure_port=server.server_address[1] if server else None)
-    ticks = 0
-    while not stop.is_set() and (args.max_ticks is None or ticks < args.max_ticks):
-        ticks += 1
-        started = time.monotonic()
-        try:
-            tick(args, spec, source, state, pool)
-        except Exception as exc:  # noqa: BLE001 - one bad tick is logged, never the process's end
-            log("warmstart.standby_tick_failed", error=f"{type(exc).__name__}: {exc}"[:300])
-        else:
-            if args.heartbeat:
-                # The liveness probe reads this file's age (as the per-model actuator's pod does).
-                with open(args.heartbeat, "w") as f:
-                    f.write(f"{time.time():.3f}\n")
-        stop.wait(max(0.0, args.period - (time.monotonic() - started)))
+    turn(args, stop, lambda _started: tick(args, spec, source, state, pool))
     pool.shutdown(wait=True)
     if server is not None:
         server.shutdown()
