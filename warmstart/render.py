@@ -484,7 +484,9 @@ def standby_pool_lines(stack_plan: AnyPlan) -> list[str]:
     lines = []
     for pool in getattr(stack_plan, "standby_pools", ()):
         c, g, h = pool.cost, pool.gpu, pool.host
-        cost = (f"${c.pool_hourly_usd:,.2f}/h against ${c.per_model_hourly_usd:,.2f}/h"
+        cost = (f"${c.pool_hourly_usd:,.2f}/h against ${c.per_model_hourly_usd:,.2f}/h (up to "
+                f"${c.max_hourly_usd:,.2f}/h for {c.max_gpus} GPU(s) while {pool.max_hosts - pool.spares} "
+                "host(s) serve woken engines)"
                 if c.pool_hourly_usd is not None and c.per_model_hourly_usd is not None else
                 "(set gpuPools[].hourlyPriceUsd to see the cost)")
         lines.append(

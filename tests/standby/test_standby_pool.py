@@ -185,6 +185,10 @@ def test_four_models_on_one_spare_wake_in_seconds_and_cost_one_gpu_set_against_f
     assert (plan.cost.pool_gpus, plan.cost.per_model_gpus) == (1, 4)
     assert plan.cost.per_model_hourly_usd == pytest.approx(4 * plan.cost.pool_hourly_usd)
     assert plan.cost.pool_hourly_usd == pytest.approx(98.32 / 8)
+    # At most maxHosts hosts (by default the spare plus one per member woken at once): the most it costs.
+    assert plan.max_hosts == 5 and plan.cost.max_gpus == 5
+    assert plan.cost.max_hourly_usd == pytest.approx(5 * 98.32 / 8)
+    assert sp.plan_pool(spec(node_hourly_price_usd=98.32, max_hosts=2), [member(i, 15) for i in range(4)]).cost.max_gpus == 2
 
 
 def test_a_level_2_wake_reads_the_nodes_nvme_where_staged_and_s3_otherwise() -> None:

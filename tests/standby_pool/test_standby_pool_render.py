@@ -168,6 +168,8 @@ def test_the_render_prints_each_pooled_path_under_20_s_and_the_pools_cost_once()
     assert len(pool_lines) == 1, "the spares' cost is the pool's, shown once"
     # p5.48xlarge at its listed $55.04 per node-hour: one H100 of eight against four.
     assert "standby GPUs 1 against 4 for one per-model sleeper each, $6.88/h against $27.52/h" in pool_lines[0]
+    # The most the pool holds: its five hosts (the spare plus one per member woken at once).
+    assert "(up to $34.40/h for 5 GPU(s) while 4 host(s) serve woken engines)" in pool_lines[0]
     assert re.search(r"replacement holds every engine again after ~\d+s", table)
     # The model rows' $/h are each model's own pods: no row carries the spare.
     assert all("standby" not in line for line in table.splitlines() if line.startswith(tuple(MODELS)))

@@ -309,6 +309,13 @@ class PoolCost:
     pool_gpus: int
     per_model_gpus: int
     gpu_hourly_price_usd: float | None
+    max_gpus: int = 0
+    """GPUs of `maxHosts` hosts: what the pool holds while every host but the spares serves a woken
+    engine (each a replica of its model until its own pods take over)."""
+
+    @property
+    def max_hourly_usd(self) -> float | None:
+        return None if self.gpu_hourly_price_usd is None else self.max_gpus * self.gpu_hourly_price_usd
 
     @property
     def pool_hourly_usd(self) -> float | None:
@@ -496,11 +503,16 @@ def replacement_window(members: list[PoolMember] | tuple[PoolMember, ...], insta
                              pod_start=phases.POD_START_SECONDS, engines=tuple(engines))
 
 
+def max_hosts(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> int:
+    """`maxHosts`, by default the spares plus one host per member (each member woken at once)."""
+    return spec.max_hosts if spec.max_hosts is not None else spec.spares + len(members)
+
+
 def pool_cost(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]) -> PoolCost:
     price = (None if spec.node_hourly_price_usd is None
              else spec.node_hourly_price_usd / spec.instance.gpu_count)
     return PoolCost(pool_gpus=spec.spares * spec.gpus, per_model_gpus=sum(m.tensor_parallel_size for m in members),
-                    gpu_hourly_price_usd=price)
+                    gpu_hourly_price_usd=price, max_gpus=max_hosts(spec, members) * spec.gpus)
 
 
 # --- the whole pool ---------------------------------------------------------------------------------
@@ -668,7 +680,7 @@ def plan_pool(spec: PoolSpec, members: list[PoolMember] | tuple[PoolMember, ...]
                     replacement=replacement_window(members, spec.instance, level,
                                                                compile_cached=spec.compile_cached),
                     cost=pool_cost(spec, members),
-                    max_hosts=spec.max_hosts if spec.max_hosts is not None else spec.spares + len(members),
+                    max_hosts=max_hosts(spec, members),
                     host_capacity_types=tuple(t for t in spec.capacity_types if t != "spot"),
                     image=members[0].image if members else "", gpu_pool=spec.gpu_pool)
 
