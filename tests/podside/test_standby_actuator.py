@@ -7,8 +7,6 @@ Every loop is bounded in ticks and in time; nothing here is timed."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -23,14 +21,13 @@ from tests.podside.servers import free_ports
 from tests.routing.fake_vllm import MODEL, FakeVllm
 from tests.support import kubelet
 from tests.support.loopback import LoopbackServer
-from tests.support.pod_scripts import artifact
+from tests.support.standby_actuator import Actuator
 from warmstart.manifests import serving
 from warmstart.podside.standby import decide as decision
 from warmstart.podside.standby import observe
 
 pytestmark = pytest.mark.servers  # fake engines and the actuator script
 
-SCRIPT = artifact("standby.pyz")
 BOUND_S = 30.0  # the most any wait here takes on a loaded machine
 
 
@@ -62,40 +59,6 @@ def _standby_plan():
                      autoscaling=AutoscalingConfig(min_replicas=1, max_replicas=2), standby=StandbyConfig())
     return plan_model(spec, key="k", instance_type="g6e.xlarge", pool="p", loader=LoaderTuning(), compile_cache=True,
                       compile_cache_host_path="/mnt/k8s-disks/0/c").serving
-
-
-class Actuator:
-    """One standby.py process over static engine URLs, bounded in ticks; stopped by pid."""
-
-    def __init__(self, engines: list[str], *args: str, ticks: int = 200):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(SCRIPT), "--model", MODEL, "--engines", ",".join(engines),
-             "--period", "0.2", "--probe-timeout", "2", "--max-ticks", str(ticks), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
-        self.lines: list[dict] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.lines.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def events(self, name: str) -> list[dict]:
-        return [e for e in list(self.lines) if e.get("event") == name]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self._reader.join(timeout=5)
 
 
 def _until(check, what: str, timeout_s: float = BOUND_S):

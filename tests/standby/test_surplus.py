@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -31,7 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.routing.fake_vllm import MODEL, FakeVllm
-from tests.support.pod_scripts import artifact
+from tests.support.standby_actuator import Actuator
 from warmstart.decisions import hpa
 from warmstart.podside.standby import act, observe
 from warmstart.podside.standby import decide as decision
@@ -41,41 +39,6 @@ BOUND_S = 60.0
 # prod's shape in the bench: minReplicas 2, one sleeper, 5 waiting per engine, 7 requests per engine.
 POLICY = decision.Policy(standby=1, min_awake=2, target_waiting=5, awake_idle_seconds=300, target_requests=7,
                          surplus_idle_seconds=60)
-
-
-class Actuator:
-    """The actuator's built artifact over static engine URLs, as its pod runs it, bounded in ticks;
-    its JSON lines collected; stopped by pid."""
-
-    def __init__(self, engines: list[str], *args: str, ticks: int = 200) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(artifact("standby.pyz")), "--model", MODEL, "--engines", ",".join(engines),
-             "--period", "0.2", "--probe-timeout", "2", "--max-ticks", str(ticks), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={"PATH": "/usr/bin:/bin"})
-        self.lines: list[dict] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.lines.append(json.loads(line))
-            except ValueError:
-                pass
-
-    def events(self, name: str) -> list[dict]:
-        return [e for e in list(self.lines) if e.get("event") == name]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self._reader.join(timeout=5)
 
 
 def _engine(url: str, running: float = 0, waiting: float = 0, *, sleeping: bool = False, idle_since: float = 0.0,
