@@ -166,8 +166,13 @@ def wake_bench_command(m: Any, timeout: float) -> list[str]:
 
 def parse_wake_output(text: str) -> dict[str, Any] | None:
     """The script's record line, the last JSON line with its event."""
+    return _last_event(text, "warmstart.wake")
+
+
+def _last_event(text: str, event: str) -> dict[str, Any] | None:
+    """The last JSON object line of `text` that names `event`."""
     for line in reversed(text.splitlines()):
-        if line.startswith("{") and '"warmstart.wake"' in line:
+        if line.startswith("{") and f'"{event}"' in line:
             try:
                 doc = json.loads(line)
             except ValueError:
@@ -204,15 +209,7 @@ def residue_command(timeout: float) -> list[str]:
 def parse_residue_output(text: str) -> dict[str, Any] | None:
     from ..podside.wake_bench import RESIDUE_EVENT
 
-    for line in reversed(text.splitlines()):
-        if line.startswith("{") and f'"{RESIDUE_EVENT}"' in line:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
-                return doc
-    return None
+    return _last_event(text, RESIDUE_EVENT)
 
 
 def _pick_spare_host(pods: list[dict[str, Any]]) -> str | None:
