@@ -18,6 +18,7 @@ import pytest
 
 from tests.support.loopback import LoopbackServer
 from tests.support.pod_scripts import artifact
+from tests.support.standby_engine import StandInEngine
 
 pytestmark = pytest.mark.servers  # stand-ins and the actuator script
 
@@ -25,42 +26,19 @@ TIMEOUT_S = 60  # the most one bounded run takes on a loaded machine
 METRICS = b'vllm:num_requests_waiting{model_name="m"} 0\nvllm:num_requests_running{model_name="m"} 0\n'
 
 
-class Engine(LoopbackServer):
+class Engine(StandInEngine):
     """A vLLM engine that is up (/health 200) and answers `/is_sleeping` with `sleeping` (raw
     bytes, or None for a garbage status line); records every POST it receives."""
 
     def __init__(self, sleeping: bytes | None) -> None:
-        self.posts: list[str] = []
-        engine = self
+        self.sleeping = sleeping
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
+    def is_sleeping_body(self) -> bytes | None:
+        return self.sleeping
 
-            def _send(self, body: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                if self.path == "/is_sleeping":
-                    if sleeping is None:
-                        self.wfile.write(b"NOT-HTTP garbage\r\n\r\n")
-                        self.close_connection = True
-                        return
-                    self._send(sleeping)
-                elif self.path == "/metrics":
-                    self._send(METRICS)
-                else:
-                    self._send(b"")
-
-            def do_POST(self) -> None:
-                engine.posts.append(self.path)
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self._send(b"{}")
-
-        self._serve(Handler)
+    def metrics_body(self) -> bytes:
+        return METRICS
 
 
 class Answer(LoopbackServer):

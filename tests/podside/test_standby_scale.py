@@ -22,6 +22,7 @@ import pytest
 from tests.podside.servers import free_ports
 from tests.support.loopback import LoopbackServer
 from tests.support.pod_scripts import artifact
+from tests.support.standby_engine import StandInEngine
 
 pytestmark = pytest.mark.servers  # stand-ins and the actuator script
 
@@ -29,41 +30,24 @@ TIMEOUT_S = 90  # the most one bounded run takes on a loaded machine
 SCALE = "/apis/apps/v1/namespaces/ns/deployments/m/scale"
 
 
-class SleepingEngine(LoopbackServer):
+class SleepingEngine(StandInEngine):
     """A vLLM engine asleep with `queued` requests waiting on it (vLLM 0.33 queues what reaches a
     paused engine); `POST /wake_up` wakes it and its queue drains."""
 
     def __init__(self, queued: int = 3) -> None:
-        self.asleep, self.queued, self.posts = True, queued, []
-        engine = self
+        self.asleep, self.queued = True, queued
+        super().__init__()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                pass
+    def is_sleeping_body(self) -> bytes:
+        return json.dumps({"is_sleeping": self.asleep}).encode()
 
-            def _send(self, body: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def metrics_body(self) -> bytes:
+        return (f'vllm:num_requests_waiting{{model_name="m"}} {self.queued}\n'
+                f'vllm:num_requests_running{{model_name="m"}} 0\n').encode()
 
-            def do_GET(self) -> None:
-                if self.path == "/is_sleeping":
-                    self._send(json.dumps({"is_sleeping": engine.asleep}).encode())
-                elif self.path == "/metrics":
-                    self._send(f'vllm:num_requests_waiting{{model_name="m"}} {engine.queued}\n'
-                               f'vllm:num_requests_running{{model_name="m"}} 0\n'.encode())
-                else:
-                    self._send(b"")
-
-            def do_POST(self) -> None:
-                engine.posts.append(self.path)
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if self.path == "/wake_up":
-                    engine.asleep, engine.queued = False, 0
-                self._send(b"{}")
-
-        self._serve(Handler)
+    def on_post(self, path: str) -> None:
+        if path == "/wake_up":
+            self.asleep, self.queued = False, 0
 
 
 class Api(LoopbackServer):
