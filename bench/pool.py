@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -54,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.scaleout import FrontQueue, router_flags  # noqa: E402
-from tests.podside.servers import free_ports  # noqa: E402
+from tests.podside.servers import free_ports, stop_process  # noqa: E402
 from tests.routing.fake_vllm import WAKE_S_PER_GIB, FakeVllm  # noqa: E402
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
 from tests.support.pod_scripts import artifact  # noqa: E402
@@ -130,13 +129,7 @@ class HostProc:
         return get_json(self.url + "/engines", timeout=2)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, 30)
 
 
 class HostReplicaSet(threading.Thread):

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.podside.servers import free_ports
+from tests.podside.servers import free_ports, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 # Generous on a busy two-core machine: four engines each load in 0.3 s plus a Python start.
@@ -124,13 +124,7 @@ class Host:
         wait_until("every engine asleep", lambda: self.status()["spare"])
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, 30)
 
 
 def hosts_in(tmp_path: Path) -> Iterator[Callable[..., Host]]:

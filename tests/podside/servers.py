@@ -53,6 +53,18 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float, kill_wait_s: float = 10.0) -> None:
+    """Stop `proc` as its pod's kubelet would: SIGTERM, `grace_s` to exit, then SIGKILL (and reap
+    it within `kill_wait_s`). Nothing if it has already exited."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=kill_wait_s)
+
+
 class S3Server:
     """Common parts: random credentials, a client, the environment a pod would see."""
 
@@ -151,13 +163,7 @@ class S3Server:
     def stop(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=self.stop_grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc, self.stop_grace_s)
         self.proc = None
 
     def __enter__(self) -> "S3Server":
