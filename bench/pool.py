@@ -44,7 +44,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
 import urllib.request
 from contextlib import ExitStack
 from pathlib import Path
@@ -52,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.scaleout import FrontQueue, router_flags  # noqa: E402
+from bench.scaleout import FrontQueue, chat, router_flags  # noqa: E402
 from tests.podside.servers import free_ports, stop_process  # noqa: E402
 from tests.routing.fake_vllm import WAKE_S_PER_GIB, FakeVllm  # noqa: E402
 from tests.routing.router import SmgRouter, write_discovery_file  # noqa: E402
@@ -259,19 +258,6 @@ class Member:
             e.stop()
 
 
-def chat(url: str, model: str, i: int) -> tuple[int, str]:
-    body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": f"request {i}"}]}
-    req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=BOUND_S) as r:
-            return r.status, json.loads(r.read())["choices"][0]["message"]["content"]
-    except urllib.error.HTTPError as e:
-        return e.code, ""
-    except OSError as e:
-        return -1, repr(e)
-
-
 class Step(threading.Thread):
     """`clients` clients sending to `url` from now for `seconds`: (seconds after the step, status, engine)."""
 
@@ -288,7 +274,7 @@ class Step(threading.Thread):
         def one(c: int) -> None:
             k = 0
             while True:
-                status, by = chat(self.url, self.model, c * 10_000 + k)
+                status, by = chat(self.url, c * 10_000 + k, self.model, BOUND_S)
                 with lock:
                     self.replies.append((time.monotonic() - self.t0, status, by))
                 k += 1

@@ -181,12 +181,14 @@ class FrontQueue:
             self.proc.kill()
 
 
-def chat(url: str, i: int) -> tuple[int, str]:
-    body = {"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": f"request {i}"}]}
+def chat(url: str, i: int, model: str = MODEL, timeout: float = BOUND_S) -> tuple[int, str]:
+    """One one-token chat request `i` to `model` at `url` (bench/pool.py's too): (status, the
+    engine that answered); -1 and the error when no HTTP answer came."""
+    body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": f"request {i}"}]}
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=BOUND_S) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())["choices"][0]["message"]["content"]
     except urllib.error.HTTPError as e:
         return e.code, ""
