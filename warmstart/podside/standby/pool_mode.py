@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from ..common.kube import InCluster
 from ..engine_host.pool import HostView, parse_snapshot
 from .act import drain, put_to_sleep, restore, wake
-from .main import serve_json, turn
+from .loop import serve_json, turn
 from .observe import (
     ASLEEP, AWAKE, ENGINE_LABEL, READ_ERRORS, Engine, Kubernetes, held_requests, json_object, log, parse_metrics, probe,
 )
